@@ -1,0 +1,33 @@
+# calibdcd developer commands. `make test` and `make demo` work on a fresh machine:
+# they create .venv when it is missing.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: test test-slow lint bench demo clean-venv
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# exactly this torch: the CPU wheel on local disk (any other spec pulls a CUDA build)
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[hf,serve,dev]'
+	touch $@
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -m "not slow" -q
+
+test-slow: $(VENV)/.installed
+	$(PY) -m pytest -m slow -q
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
+
+bench: $(VENV)/.installed
+	$(PY) benchmarks/calibration.py
+
+clean-venv:
+	rm -rf $(VENV)

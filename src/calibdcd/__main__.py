@@ -1,0 +1,3 @@
+from calibdcd.cli import main
+
+main()

@@ -1,0 +1,28 @@
+"""The ``calibdcd`` command line. Each feature area adds its sub-commands here."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="calibdcd",
+    help="Black-box pre-training data contamination detection with CalibDCD calibration.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+@app.command()
+def version() -> None:
+    """Print the calibdcd version."""
+    from calibdcd import __version__
+
+    typer.echo(__version__)
+
+
+def main() -> None:  # pragma: no cover - entry point
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
