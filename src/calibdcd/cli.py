@@ -11,6 +11,10 @@ app = typer.Typer(
     add_completion=False,
 )
 
+from calibdcd.lab.cli import app as _lab_app  # noqa: E402
+
+app.add_typer(_lab_app, name="lab")
+
 
 @app.command()
 def version() -> None:
