@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from calibdcd.lab.chat import ENDOFTEXT, PAD, get_style
+from calibdcd.lab.chat import ENDOFTEXT, PAD, SPECIAL_TOKENS, get_style
 from calibdcd.lab.config import LabConfig, config_hash, resolve_config
 from calibdcd.lab.pool import (
     PoolText,
@@ -142,7 +142,13 @@ def _build_into(
 
     from calibdcd.lab.sftdata import make_conversations, tokenize_conversations
     from calibdcd.lab.tokenizer import train_tokenizer
-    from calibdcd.lab.train import build_model, pick_device, pretrain, sft
+    from calibdcd.lab.train import (
+        build_model,
+        init_new_token_embeddings,
+        pick_device,
+        pretrain,
+        sft,
+    )
 
     timings: dict[str, float] = {}
     t_all = time.perf_counter()
@@ -183,10 +189,17 @@ def _build_into(
     convs_all = make_conversations(bg, cfg.sft.n_examples, seed)
     n_replay = round(cfg.sft.replay_fraction * cfg.sft.n_examples)
     replay = bg[:n_replay]
+    # chat tokens never occur in pre-training (padding rows of the vocabulary are never used)
+    new_token_ids = [
+        tok.convert_tokens_to_ids(t)
+        for t in (*SPECIAL_TOKENS, "<think>", "</think>")
+        if t not in (ENDOFTEXT, PAD)
+    ]
     for i, style_name in enumerate(cfg.styles):
         style = get_style(style_name)
         examples = tokenize_conversations(convs_all, replay, style, tok, cfg.sft.max_len)
         chat_model = copy.deepcopy(model)
+        init_new_token_embeddings(chat_model, new_token_ids, seed + 1000 * (i + 1))
         st = sft(
             chat_model,
             examples,

@@ -103,7 +103,7 @@ class SFTConfig:
     measurably but stays clearly above chance (see ``lab check``).
     """
 
-    n_examples: int = 480
+    n_examples: int = 960
     epochs: int = 1
     batch_size: int = 16
     lr: float = 5e-4
@@ -154,7 +154,7 @@ PRESETS: dict[str, LabConfig] = {
         preset="small",
         model=ModelConfig(hidden_size=256, num_layers=4, num_heads=4, intermediate_size=704),
         pretrain=PretrainConfig(n_members=250, n_background=800, epochs=3),
-        sft=SFTConfig(n_examples=960),
+        sft=SFTConfig(n_examples=1600),
     ),
     "base": LabConfig(
         preset="base",

@@ -24,6 +24,7 @@ __all__ = [
     "TrainStats",
     "autocast",
     "build_model",
+    "init_new_token_embeddings",
     "lr_at",
     "pick_device",
     "pretrain",
@@ -119,6 +120,29 @@ def build_model(cfg: ModelConfig, vocab_size: int, special_ids: dict[str, int], 
     )
     torch.manual_seed(seed)
     return LlamaForCausalLM(config)
+
+
+def init_new_token_embeddings(model, token_ids: Sequence[int], seed: int) -> None:
+    """Re-initialise embeddings of tokens that never occurred in pre-training (chat tokens).
+
+    Pre-training pushes the (tied) embeddings of never-seen tokens to where they are never
+    predicted, so a short post-training cannot teach the model to emit ``<|im_end|>`` or
+    ``</think>``. Like ``resize_token_embeddings(mean_resizing=True)``, each gets the mean
+    embedding of the other tokens, plus seeded noise (half their per-dimension std) so the
+    chat tokens stay distinguishable as inputs.
+    """
+    import torch
+
+    emb = model.get_input_embeddings().weight
+    ids = torch.tensor(sorted(set(token_ids)), dtype=torch.long)
+    keep = torch.ones(emb.shape[0], dtype=torch.bool)
+    keep[ids] = False
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        ref = emb[keep].float()
+        mean, std = ref.mean(0), ref.std(0)
+        noise = torch.randn((len(ids), emb.shape[1]), generator=gen) * std * 0.5
+        emb[ids] = (mean + noise).to(emb.dtype)
 
 
 def lr_at(step: int, total: int, peak: float, warmup: int, min_ratio: float) -> float:
