@@ -285,14 +285,24 @@ def apply_correction(
     Returns a new array; columns outside ``block`` are copied unchanged.
     """
     z = np.asarray(z, dtype=np.float64)
-    out = z.copy()
     if basis_block.shape[1] == 0 or strength == 0.0:
-        return out
+        return z.copy()
+    sel = _column_selector(block, z.shape[1])
+    return _subtract_in_block(z, sel, strength * ((z[:, sel] @ basis_block) @ basis_block.T))
+
+
+def _column_selector(block: np.ndarray | None, d: int) -> slice | np.ndarray:
+    """A slice when the block is one contiguous range (fast views instead of fancy indexing)."""
     if block is None:
-        out -= strength * (z @ basis_block) @ basis_block.T
-    else:
-        zb = z[:, block]
-        out[:, block] = zb - strength * (zb @ basis_block) @ basis_block.T
+        return slice(0, d)
+    if block.size and block[-1] - block[0] + 1 == block.size:
+        return slice(int(block[0]), int(block[-1]) + 1)
+    return block
+
+
+def _subtract_in_block(z: np.ndarray, sel: slice | np.ndarray, delta: np.ndarray) -> np.ndarray:
+    out = z.copy()
+    out[:, sel] -= delta
     return out
 
 
@@ -357,6 +367,7 @@ def calibrate(
         raise ValueError(f"z0 has {n} calibration text(s); calibration needs at least 2")
     views = _check_views(view_features, z0.shape)
     cols = _block_indices(block, d)
+    sel = _column_selector(cols, d)
     n_sel = 1 if cfg.view_selection == "top1" else cfg.n_views
     if n_sel > len(views):
         raise ValueError(
@@ -379,7 +390,8 @@ def calibrate(
             delta_q[name], clip_percentile=cfg.clip_percentile, weighting=cfg.weighting
         )
         rows = np.flatnonzero(w > 0)
-        h = np.sqrt(w[rows])[:, None] * (views[name][rows][:, cols] - z0[rows][:, cols])
+        h = (views[name][rows] - z0[rows])[:, sel]
+        h *= np.sqrt(w[rows])[:, None]
         if cfg.consensus:
             vt, s = _right_singular(h)
             right_vectors.append(vt[:r_max])
@@ -409,14 +421,17 @@ def calibrate(
     best: tuple[int, float] | None = None
     for r in cfg.ranks:
         b = bases[r]
+        shift = None  # (z0 B) Bᵀ on the block, shared by every λ of this rank
         for lam in cfg.strengths:
             if (r, lam) in objective:
                 continue
             if b.shape[1] == 0 or lam == 0.0:
                 j = 0.0  # A = I: the scores cannot change
             else:
-                q_corr = _call_score(score, apply_correction(z0, b, lam, cols), "corrected z0")
-                j = float(np.mean(q0 - q_corr))
+                if shift is None:
+                    shift = (z0[:, sel] @ b) @ b.T
+                z_corr = _subtract_in_block(z0, sel, lam * shift)
+                j = float(np.mean(q0 - _call_score(score, z_corr, "corrected z0")))
             objective[(r, lam)] = j
             if best is None or j > objective[best]:
                 best = (r, lam)
