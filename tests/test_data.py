@@ -632,3 +632,91 @@ def test_cli_list():
     assert res.exit_code == 0
     names = [line.split()[0] for line in res.output.splitlines()]
     assert names == ["wikimia", "wikimia-24", "bookmia", "booktection", "arxivtection", "arxivmia"]
+
+
+# --- HF-style layouts ----------------------------------------------------------------------
+def write_decop_csv(path: Path, rows: list[tuple[str, str, int, str]]) -> Path:
+    """A BookTection.csv in the hub's full format: (verbatim, book, label, length) per row; the
+    verbatim passage is placed at the option named by Answer."""
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(
+            ["ID", "Example_A", "Example_B", "Example_C", "Example_D", "Answer", "Label", "Length"]
+        )
+        for i, (text, book, label, length) in enumerate(rows):
+            answer = "ABCD"[i % 4]
+            options = [f"paraphrase {i}.{k}" for k in range(3)]
+            options.insert("ABCD".index(answer), text)
+            w.writerow([book, *options, answer, label, length])
+    return path
+
+
+def test_booktection_full_file_with_three_lengths(tmp_path):
+    rows = [
+        (f"{length} passage {i}", f"Book_{i % 3}", i % 2, length)
+        for length in ("small", "medium", "large")
+        for i in range(6)
+    ]
+    f = write_decop_csv(tmp_path / "BookTection.csv", rows)
+    bench = load_benchmark("booktection", path=tmp_path, split="large")
+    assert bench.key == "booktection/large" and bench.default_length == 256
+    assert bench.texts == [f"large passage {i}" for i in range(6)]  # verbatim = Example_<Answer>
+    assert bench.report.n_filtered == 12
+    s = bench.samples[1]
+    assert s.meta["answer"] == "B" and s.meta["length"] == "large"
+    assert s.meta["paraphrases"] == ["paraphrase 13.0", "paraphrase 13.1", "paraphrase 13.2"]
+    assert bench.ids == [str(i) for i in range(12, 18)]  # positions in the whole file
+    medium = load_benchmark("booktection", path=f)  # default subset
+    assert medium.texts[0] == "medium passage 0"
+    # a per-length file name selects its subset when split is not given
+    g = write_decop_csv(tmp_path / "BookTection_small.csv", rows[:6])
+    assert load_benchmark("booktection", path=g).key == "booktection/small"
+
+
+def test_parquet_shards_in_a_directory(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    for k in range(2):
+        texts = [f"shard {k} text {i}" for i in range(3)]
+        table = pa.table({"input": texts, "label": [1, 0, 1]})
+        pq.write_table(table, tmp_path / f"WikiMIA_length32-0000{k}-of-00002.parquet")
+    bench = load_benchmark("wikimia", path=tmp_path, split=32)
+    assert len(bench) == 6 and bench.ids == [str(i) for i in range(6)]
+    assert bench.texts[3] == "shard 1 text 0" and bench.default_length == 32
+
+
+def test_hub_rows_become_the_same_benchmark(monkeypatch):
+    """The hub cannot be reached here, so the download itself is replaced by rows in the hub's
+    format; everything after it (split names, field choice, validation) runs for real."""
+    calls = []
+
+    def fake_rows(repo, *, benchmark, config, split, revision):
+        calls.append((repo, config, split))
+        return [
+            {"book_id": 1, "book": "A.txt", "snippet_id": 0, "snippet": "old words", "label": 1},
+            {"book_id": 2, "book": "B.txt", "snippet_id": 0, "snippet": "new words", "label": 0},
+        ]
+
+    monkeypatch.setattr("calibdcd.data.benchmarks.load_hub_rows", fake_rows)
+    bench = load_benchmark("BookMIA")
+    assert calls == [("swj0419/BookMIA", None, "train")]
+    assert bench.source == "hf://datasets/swj0419/BookMIA/train"
+    assert bench.texts == ["old words", "new words"]
+    assert bench.samples[0].meta == {"book_id": 1, "book": "A.txt", "snippet_id": 0}
+    calls.clear()
+    with pytest.raises(
+        DataError, match=r"hf://datasets/swj0419/WikiMIA/WikiMIA_length128, line 1: no text column"
+    ):
+        load_benchmark("wikimia", split="128")  # rows have no `input` column
+    assert calls == [("swj0419/WikiMIA", None, "WikiMIA_length128")]
+
+
+def test_split_to_dict_uses_ids():
+    labels = labels_of(60, 80)
+    bench = Benchmark(
+        "x", tuple(Sample(f"s{i}", "t", int(y)) for i, y in enumerate(labels)), source="memory"
+    )
+    d = split_benchmark(bench, seed=2).to_dict()
+    assert d["protocol"] == "paper" and d["seed"] == 2
+    assert len(d["supervised"]) == 100 and all(i.startswith("s") for i in d["supervised"])
+    json.dumps(d)

@@ -229,6 +229,9 @@ def _subset_from_filename(spec: BenchmarkSpec, path: Path) -> str | None:
     if spec.subset_parser is _parse_wiki_length:
         m = re.search(r"length_?(\d+)", name)
         return f"length{m.group(1)}" if m else None
+    if spec.name == "booktection":
+        m = re.search(r"(small|medium|large)", name)
+        return m.group(1) if m else None
     if spec.name == "arxivmia":
         for sub in ("dev", "test", "train_real"):
             if name.startswith(f"arxiv_mia_{sub}"):

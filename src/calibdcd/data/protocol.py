@@ -161,6 +161,14 @@ class Split:
     def part_labels(self, name: str) -> np.ndarray:
         return self.labels[self.part(name)]
 
+    def to_dict(self) -> dict[str, object]:
+        """A JSON-ready record of the split (sample ids when known, else indices), for run
+        directories."""
+        out: dict[str, object] = {"protocol": self.protocol, "seed": self.seed}
+        for name in ("subsample", "supervised", "calibration", "evaluation"):
+            out[name] = self.part_ids(name) if self.ids is not None else self.part(name).tolist()
+        return out
+
     def sizes(self) -> dict[str, tuple[int, int, int]]:
         """``part -> (total, members, non-members)`` for the four parts."""
         out = {}

@@ -123,10 +123,11 @@ def build_benchmark(
         kept.append((rec, text, label))
     if problems:
         raise DataError(problems)
+    unit = records[0].location.unit  # "line" for text files, "row" for parquet / the hub
     if dropped_empty:
         warnings.warn(
             f"{source}: dropped {len(dropped_empty)} record(s) with empty text "
-            f"(line {_line_list(dropped_empty)})",
+            f"({unit} {_line_list(dropped_empty)})",
             UserWarning,
             stacklevel=3,
         )
@@ -145,13 +146,13 @@ def build_benchmark(
     conflict_lines = tuple(rec.location.line for rec, t, _ in kept if t in conflicting)
     dropped_dupes: list[int] = []
     if duplicates:
-        pairs = ", ".join(f"line {a} repeats line {b}" for a, b in duplicates[:_SHOWN])
+        pairs = ", ".join(f"{unit} {a} repeats {unit} {b}" for a, b in duplicates[:_SHOWN])
         msg = f"{source}: {len(duplicates)} duplicate text(s) ({pairs}"
         msg += ", ...)" if len(duplicates) > _SHOWN else ")"
         if conflicting:
             msg += (
                 f"; {len(conflicting)} text(s) occur with both labels "
-                f"(lines {_line_list(conflict_lines)})"
+                f"({unit}s {_line_list(conflict_lines)})"
             )
         msg += "; dropped (dedupe=True)" if dedupe else "; pass dedupe=True to drop them"
         warnings.warn(msg, DuplicateTextWarning, stacklevel=3)
@@ -183,7 +184,7 @@ def build_benchmark(
             sid = str(rec.index)
         if sid in ids_seen:
             id_problems.append(
-                Problem(rec.location, f"id {sid!r} already used on line {ids_seen[sid]}")
+                Problem(rec.location, f"id {sid!r} already used on {unit} {ids_seen[sid]}")
             )
             continue
         ids_seen[sid] = rec.location.line
