@@ -39,7 +39,7 @@ from calibdcd.data.benchmarks import PAPER_SIZES, benchmark_spec
 from calibdcd.data.types import Benchmark
 
 __all__ = [
-    "Protocol",
+    "ProtocolName",
     "Split",
     "SplitConfig",
     "make_split",
@@ -48,7 +48,7 @@ __all__ = [
     "subsample",
 ]
 
-Protocol = Literal["paper", "strict"]
+ProtocolName = Literal["paper", "strict"]
 Balance = Literal["equal", "stratified"]
 
 # stream keys of the steps
@@ -63,7 +63,7 @@ class SplitConfig:
     int, or None (no subsampling).
     """
 
-    protocol: Protocol = "paper"
+    protocol: ProtocolName = "paper"
     subsample: int | Literal["paper"] | None = "paper"
     balance: Balance = "equal"
     n_supervised_per_class: int = 50
@@ -114,7 +114,7 @@ class Split:
     calibration: np.ndarray
     evaluation: np.ndarray
     labels: np.ndarray  # labels of the whole benchmark, 1 = member
-    protocol: Protocol
+    protocol: ProtocolName
     seed: int
     ids: tuple[str, ...] | None = None  # sample ids of the whole benchmark, when known
 

@@ -7,6 +7,7 @@ pre-training data), ``0`` = non-member.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -116,10 +117,12 @@ class Benchmark:
     def ids(self) -> list[str]:
         return [s.id for s in self.samples]
 
-    @property
+    @functools.cached_property
     def labels(self) -> np.ndarray:
-        """Labels as an int64 array (1 = member)."""
-        return np.fromiter((s.label for s in self.samples), dtype=np.int64, count=len(self))
+        """Labels as a read-only int64 array (1 = member)."""
+        arr = np.fromiter((s.label for s in self.samples), dtype=np.int64, count=len(self))
+        arr.setflags(write=False)
+        return arr
 
     def counts(self) -> dict[int, int]:
         """``{1: n_members, 0: n_non_members}``."""
