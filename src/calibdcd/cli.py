@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import typer
 
+from calibdcd.data.cli import app as _data_app
+
 app = typer.Typer(
     name="calibdcd",
     help="Black-box pre-training data contamination detection with CalibDCD calibration.",
     no_args_is_help=True,
     add_completion=False,
 )
+app.add_typer(_data_app, name="data")
 
 
 @app.command()
