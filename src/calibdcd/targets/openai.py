@@ -6,8 +6,10 @@
   ``n``; vLLM with ``n > 1`` draws all samples from one seeded stream, so sample ``i`` would depend
   on ``n``. Instead sample ``i`` of a prompt is requested with its own seed
   ``request_seed(seed, i)`` (31 bits of ``blake2b("{seed}:{i}")``), which keeps every sample
-  reproducible on its own and the cache exact. Greedy requests (``temperature == 0``) are sent
-  once per prompt and their result repeated ``n`` times.
+  reproducible on its own and the cache exact (as far as the server is: vLLM/SGLang seed each
+  request's own generator; ``transformers serve`` seeds torch's global RNG per request, so its
+  samples are reproducible only with ``concurrency=1``). Greedy requests (``temperature == 0``)
+  are sent once per prompt and their result repeated ``n`` times.
 * ``top_k`` is sent only when set (it is not an OpenAI field; vLLM/SGLang/TGI accept it).
   ``extra_body`` adds server-specific fields.
 * Bounded concurrency (``asyncio`` + ``httpx``, ``concurrency`` requests in flight).
