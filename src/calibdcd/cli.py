@@ -23,6 +23,11 @@ def version() -> None:
     typer.echo(__version__)
 
 
+from calibdcd.views_cli import views_command  # noqa: E402
+
+app.command("views")(views_command)
+
+
 def main() -> None:  # pragma: no cover - entry point
     app()
 
