@@ -14,6 +14,10 @@ app = typer.Typer(
 )
 app.add_typer(_data_app, name="data")
 
+from calibdcd.lab.cli import app as _lab_app  # noqa: E402
+
+app.add_typer(_lab_app, name="lab")
+
 
 @app.command()
 def version() -> None:
