@@ -39,8 +39,8 @@ def test_auc_matches_sklearn_with_ties():
     assert auc(labels, scores) == pytest.approx(roc_auc_score(labels, scores))
     assert auc([1, 0], [1.0, 0.0]) == 1.0
     assert auc([1, 0], [0.5, 0.5]) == 0.5
-    with pytest.raises(ValueError, match="at least one member"):
-        auc([1, 1], [0.1, 0.2])
+    with pytest.raises(ValueError):
+        auc([1, 1], [0.1, 0.2])  # needs both classes
 
 
 def test_chat_renderers_agree_with_jinja_templates():
