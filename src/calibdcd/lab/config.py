@@ -14,7 +14,22 @@ exactly these. Presets:
     For a GPU: a 30M-parameter Llama (d512, 8 layers), 1000 members, vocab 8192; the same
     recipe (small optimiser batch is what makes verbatim memorisation happen).
 
-The measurements behind these numbers are in ``research/lab-blackbox.md``: the optimiser batch
+Measured on 2 CPU cores (seed 0, default pool, fp32; ``lab check`` on all members/non-members):
+
+======  ==========  ==========  =============================  ==========================
+preset  build (s)   peak RSS    base raw ROUGE-L / prefix AUC  post-trained raw ROUGE-L AUC
+======  ==========  ==========  =============================  ==========================
+micro   173 (+44)   1.18 GB     0.987 / 0.996                  0.90-0.96 (3 styles)
+small   486 (+110)  1.66 GB     0.951 / 0.977                  0.64-0.70 (3 styles)
+======  ==========  ==========  =============================  ==========================
+
+(``+`` = the check.) The gray-box loss AUC is 1.000 for every model; the chat-template probe
+is at chance (0.47-0.58) because these tiny post-trained models do not follow the "Continue
+the text" instruction (they answer with another post-training task), not because they forgot.
+On ``small`` the post-training shift barely depends on its length (640 / 960 / 1600 examples
+gave 0.72 / 0.70 / 0.68 for the Qwen style); a learning rate of 1e-3 collapses it further.
+
+The measurements behind the recipe are in ``research/lab-blackbox.md``: the optimiser batch
 (2 sequences of 256 tokens) and >= 32 exposures per member are what make the black-box
 (greedy-continuation) signal strong; model size matters much less.
 """
