@@ -275,10 +275,11 @@ def test_cli_check_reports_every_requested_model(lab_micro):
             "--device",
             "cpu",
             "--json",
+            "--quiet",
         ],
     )
     assert res.exit_code == 0, res.output
-    report = json.loads(res.output)
+    report = json.loads(res.stdout)
     assert sorted(report["models"]) == ["base", "chat-qwen"]
     assert report["models"]["base"]["n_members"] == 20
     assert "chat" not in report["models"]["base"]

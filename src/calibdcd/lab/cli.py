@@ -68,6 +68,7 @@ def check_cmd(
     ] = None,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N | mps.")] = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="Print the full JSON report.")] = False,
+    quiet: Annotated[bool, typer.Option(help="No progress bars.")] = False,
 ) -> None:
     """Loss AUC and black-box continuation AUCs (ROUGE-L, exact prefix) of every lab model."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -79,6 +80,11 @@ def check_cmd(
     if n is not None:
         cfg = dataclasses.replace(cfg, n_per_class=n)
     report = check_lab(
-        lab_dir, cfg, models=model or None, modes=tuple(mode or ("raw", "chat")), device=device
+        lab_dir,
+        cfg,
+        models=model or None,
+        modes=tuple(mode or ("raw", "chat")),
+        device=device,
+        progress=not quiet,
     )
     typer.echo(json.dumps(report, indent=2) if as_json else format_check(report))
