@@ -226,3 +226,4 @@ def test_cached_real_model_equals_fresh_generation(tmp_path):
         assert [m[:2] for m in more] == fresh
         assert cached.stats.misses == 12 + 6  # only sample index 2 was generated
         assert more == target.generate(prompts, dataclasses.replace(params, n=3))
+        assert cached.tokenizer is target.tokenizer  # wrapped attributes pass through

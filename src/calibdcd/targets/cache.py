@@ -253,6 +253,12 @@ class CachedTarget:
 
     # -- misc --
 
+    def __getattr__(self, attr: str) -> Any:
+        # everything else (tokenizer, model_dir, retries, ...) comes from the wrapped target
+        if attr in ("target", "_conn", "_stats", "_lock"):
+            raise AttributeError(attr)
+        return getattr(self.target, attr)
+
     @property
     def stats(self) -> CacheStats:
         return dataclasses.replace(self._stats)
