@@ -41,6 +41,16 @@ def test_sampling_is_independent_of_batch_size_and_order(target):
     assert len(ref) == len(prompts) and all(len(c) == SAMPLED.n for c in ref)
     target.batch_size = 1
     assert target.generate(prompts[:4], SAMPLED) == ref[:4]
+    target.batch_size, target._can_prune = 8, False  # finished rows kept in the batch
+    try:
+        assert target.generate(prompts, SAMPLED) == ref
+    finally:
+        target._can_prune = True
+    # no truncation: the unsorted inverse-CDF path
+    plain = GenerationParams(max_new_tokens=12, temperature=1.3, n=2, seed=3)
+    full = target.generate(prompts, plain)
+    target.batch_size = 3
+    assert target.generate(prompts[::-1], plain) == full[::-1]
     target.batch_size = 3
     perm = list(range(len(prompts)))
     random.Random(1).shuffle(perm)
