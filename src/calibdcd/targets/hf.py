@@ -275,7 +275,10 @@ class HFTarget:
             for i in (self.tokenizer.pad_token_id, *sorted(self.eos_ids), 0)
             if i is not None and i >= 0
         )
-        label = source.name if source.is_file() else source.resolve().name
+        if not Path(str(model)).expanduser().exists():  # a hub id resolved to a snapshot dir
+            label = str(model)
+        else:
+            label = source.name if source.is_file() else source.resolve().name
         fp = fingerprint_checkpoint(source, self.cache_dir)[:16]
         dname = str(self.dtype).replace("torch.", "")
         self.name = f"hf:{label}@{fp}/{dname}" + ("" if skip_special_tokens else "/raw-special")
