@@ -5,8 +5,8 @@
 1. Batched generation (HFTarget, batch 32) against a one-prompt-at-a-time loop on the same model:
    HFTarget with batch_size=1, and ``model.generate`` called once per prompt with
    ``num_return_sequences=n`` (how the official VeilProbe/DPDLLM code queries models).
-   Model: a lab-sized Llama (d256, 4 layers, ~2M params + embeddings) built and briefly trained
-   locally, so its completions end at EOS at varying lengths. Goal: >= 5x.
+   Model: a lab-sized Llama (d256, 4 layers, vocab 2048) with random weights, so every completion
+   runs to ``max_new_tokens`` like the detectors' 32-64-token suffixes. Goal: >= 5x.
 2. A fully cached re-run (CachedTarget, SQLite) against fresh generation. Goal: >= 50x.
 3. Concurrent (8 in flight) against sequential requests through OpenAITarget to a loopback
    server that answers after a fixed latency (a stand-in for a remote GPU server), and with
@@ -44,8 +44,8 @@ LAB_SIZED = TinyLMConfig(
     num_heads=4,
     intermediate_size=704,
     vocab_size=2048,
-    train_steps=40,
-    seq_len=64,
+    train_steps=0,  # random weights: every completion runs to max_new_tokens, as in the
+    seq_len=64,  # detectors' generation (a briefly trained one stops after ~4 tokens)
 )
 
 
@@ -121,6 +121,7 @@ class LatencyServer:
     def __init__(self, latency: float):
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            wbufsize = 1 << 16  # one write per response (no Nagle/delayed-ACK stalls)
 
             def log_message(self, *a):
                 pass

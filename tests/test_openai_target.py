@@ -48,6 +48,7 @@ class FaultServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            wbufsize = 1 << 16  # one write per response (no Nagle/delayed-ACK stalls)
 
             def log_message(self, *a):
                 pass
