@@ -1,0 +1,227 @@
+"""DPDLLM on the contamination lab: AUC and TPR@5%FPR per target model, and the cost of each step.
+
+Protocol: the lab's ground truth is split (seeded) into a supervised split of 50 members + 50
+non-members and an evaluation pool with all remaining texts. One reference LM is fine-tuned on
+the supervised texts and one on the evaluation pool (official DPDLLM: one per split, no labels),
+starting from a copy of the lab's base model; they do not depend on the target, so they are
+trained once and reused for every target. For each target (the base model and each post-trained
+model) DPDLLM samples continuations of e0, extracts the reference-LM probability vectors, fits
+Gaussian NB on the supervised split and scores the pool by its log-odds.
+
+    flock /tmp/calibdcd-cpu.lock python benchmarks/dpdllm_lab.py --lab /work/cache/lab-small
+
+Prints a markdown table and writes a JSON with every number to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from calibdcd.detectors.dpdllm import DPDLLM, DPDLLMConfig, ReferenceLMConfig
+from calibdcd.targets.base import GenerationParams, validate_prompts
+
+
+class BatchedGenerateTarget:
+    """Fallback target (used only when calibdcd.targets.hf is not available): a local
+    transformers model sampled with ``model.generate``, one prompt per call, each seeded from
+    (seed, sample index, prompt) so results do not depend on batching."""
+
+    family = "lab"
+
+    def __init__(self, path: Path, threads: int = 2):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        torch.set_num_threads(threads)
+        self.name = f"generate:{path}"
+        self.tok = AutoTokenizer.from_pretrained(path)
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype="float32").eval()
+
+    def generate(self, prompts, params: GenerationParams) -> list[list[str]]:
+        import torch
+
+        out = []
+        for p in validate_prompts(prompts):
+            ids = self.tok(p, return_tensors="pt")
+            comps = []
+            for k in range(params.n):
+                torch.manual_seed(zlib.crc32(f"{params.seed}|{k}|{p}".encode()))
+                with torch.inference_mode():
+                    g = self.model.generate(
+                        **ids,
+                        do_sample=not params.greedy,
+                        temperature=None if params.greedy else params.temperature,
+                        top_k=params.top_k,
+                        top_p=params.top_p,
+                        max_new_tokens=params.max_new_tokens,
+                        pad_token_id=self.tok.eos_token_id,
+                    )
+                comps.append(
+                    self.tok.decode(g[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
+                )
+            out.append(comps)
+        return out
+
+
+def make_target(path: Path, cache_dir: Path):
+    """HFTarget behind the generation cache when those modules exist, else the fallback."""
+    try:
+        from calibdcd.targets.hf import HFTarget  # type: ignore[import-not-found]
+    except ImportError:
+        return BatchedGenerateTarget(path), "fallback-generate"
+    target = HFTarget(str(path))
+    try:
+        from calibdcd.targets.cache import CachedTarget  # type: ignore[import-not-found]
+    except ImportError:
+        return target, "hf"
+    return CachedTarget(target, cache_dir / "generations.sqlite"), "hf+cache"
+
+
+def auc(labels: np.ndarray, scores: np.ndarray) -> float:
+    from sklearn.metrics import roc_auc_score
+
+    return float(roc_auc_score(labels, scores))
+
+
+def tpr_at_fpr(labels: np.ndarray, scores: np.ndarray, fpr: float = 0.05) -> float:
+    from sklearn.metrics import roc_curve
+
+    f, t, _ = roc_curve(labels, scores)
+    return float(t[np.flatnonzero(f <= fpr)[-1]])
+
+
+def split_lab(rows: list[dict], n_per_class: int, seed: int):
+    rng = np.random.default_rng(seed)
+    mem = [r for r in rows if int(r["label"]) == 1]
+    non = [r for r in rows if int(r["label"]) == 0]
+    rng.shuffle(mem)
+    rng.shuffle(non)
+    train = mem[:n_per_class] + non[:n_per_class]
+    pool = mem[n_per_class:] + non[n_per_class:]
+    return train, pool
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--lab", type=Path, default=Path("/work/cache/lab-small"))
+    ap.add_argument("--models", nargs="*", default=None, help="sub-directories (default: all)")
+    ap.add_argument("--length", type=int, default=64, help="L (lab texts are WikiMIA-sized)")
+    ap.add_argument("--n-per-class", type=int, default=50)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--epochs", type=int, default=15)
+    ap.add_argument("--lr", type=float, default=5e-5)
+    ap.add_argument("--reference-model", type=Path, default=None, help="default: LAB/base")
+    ap.add_argument("--cache", type=Path, default=Path("/work/cache/dpdllm-bench"))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    lab = args.lab
+    rows = [json.loads(x) for x in (lab / "ground_truth.jsonl").read_text().splitlines() if x]
+    train, pool = split_lab(rows, args.n_per_class, args.seed)
+    tr_texts, ytr = [r["text"] for r in train], np.array([int(r["label"]) for r in train])
+    ev_texts, yev = [r["text"] for r in pool], np.array([int(r["label"]) for r in pool])
+    models = args.models or sorted(
+        p.name for p in lab.iterdir() if (p / "config.json").exists() and p.name != "reference"
+    )
+    ref_cfg = ReferenceLMConfig(
+        model_path=str(args.reference_model or lab / "base"),
+        epochs=args.epochs,
+        learning_rate=args.lr,
+        seed=args.seed,
+        cache_dir=str(args.cache),
+    )
+    det = DPDLLM(
+        DPDLLMConfig(length=args.length, reference=ref_cfg, seed=args.seed, on_failure="gap")
+    )
+
+    t0 = time.perf_counter()
+    ref_tr = det.reference(tr_texts)
+    t1 = time.perf_counter()
+    ref_ev = det.reference(ev_texts)
+    t2 = time.perf_counter()
+    ref_info = {
+        "train_split": {**ref_tr.meta, "seconds_this_run": t1 - t0},
+        "eval_pool": {**ref_ev.meta, "seconds_this_run": t2 - t1},
+    }
+    results = []
+    for m in models:
+        target, kind = make_target(lab / m, args.cache / m)
+        g0 = time.perf_counter()
+        _, gen_tr = det.generate(tr_texts, target)
+        _, gen_ev = det.generate(ev_texts, target)
+        g1 = time.perf_counter()
+        z_tr = det.featurize(gen_tr, ref_tr)
+        z_ev = det.featurize(gen_ev, ref_ev)
+        g2 = time.perf_counter()
+        ok_tr, ok_ev = np.isfinite(z_tr).all(1), np.isfinite(z_ev).all(1)
+        clf = det.new_classifier(args.seed).fit(z_tr[ok_tr], ytr[ok_tr])
+        s = clf.score(z_ev[ok_ev])
+        g3 = time.perf_counter()
+        y = yev[ok_ev]
+        res = {
+            "model": m,
+            "target": kind,
+            "auc": auc(y, s),
+            "tpr@5%fpr": tpr_at_fpr(y, s),
+            "n_eval": int(ok_ev.sum()),
+            "gaps": int((~ok_tr).sum() + (~ok_ev).sum()),
+            "seconds": {"generation": g1 - g0, "features": g2 - g1, "classifier": g3 - g2},
+            "example": gen_ev[0],
+        }
+        results.append(res)
+        print(json.dumps({k: v for k, v in res.items() if k != "example"}), flush=True)
+
+    print(f"\nlab {lab} | L={args.length} | supervised {len(tr_texts)} | eval pool {len(ev_texts)}")
+    print(
+        "reference LM fine-tuning (s): train split "
+        f"{ref_tr.meta.get('seconds', float('nan')):.1f}, eval pool "
+        f"{ref_ev.meta.get('seconds', float('nan')):.1f}; best train ppl "
+        f"{ref_tr.meta.get('best_train_ppl', float('nan')):.2f} / "
+        f"{ref_ev.meta.get('best_train_ppl', float('nan')):.2f} (epoch 1: "
+        f"{ref_tr.meta['train_ppl_per_epoch'][0]:.2f} / "
+        f"{ref_ev.meta['train_ppl_per_epoch'][0]:.2f})"
+    )
+    print("\n| model | AUC | TPR@5%FPR | generation s | features s | classifier s |")
+    print("|---|---|---|---|---|---|")
+    for r in results:
+        sec = r["seconds"]
+        print(
+            f"| {r['model']} | {r['auc']:.3f} | {r['tpr@5%fpr']:.3f} | {sec['generation']:.1f} | "
+            f"{sec['features']:.2f} | {sec['classifier']:.4f} |"
+        )
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(
+            json.dumps(
+                {
+                    "args": {k: str(v) for k, v in vars(args).items()},
+                    "config": repr(det.config),
+                    "python": sys.version,
+                    "platform": platform.platform(),
+                    "torch": torch.__version__,
+                    "reference": ref_info,
+                    "results": results,
+                },
+                indent=2,
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
