@@ -61,7 +61,8 @@ class ReferenceLMConfig:
     epoch with the lowest training perplexity, official) or ``"last"``. ``device`` is ``"auto"``
     (cuda, then mps, then cpu) or a torch device string. ``bf16`` enables bfloat16 autocast on
     CUDA (weights and the probabilities read off stay float32). ``pad_token_id`` is the id used
-    for padding (keras-nlp pads with 0); it matters only for the official short-text features.
+    for padding: None = the tokenizer's pad id, or 0 when it has none (GPT-2: 0, as keras-nlp);
+    it matters only for the official short-text features.
     """
 
     model_path: str = "gpt2"
@@ -72,7 +73,7 @@ class ReferenceLMConfig:
     window: int | None = None
     select: Literal["train_ppl", "last"] = "train_ppl"
     add_end_token: bool = True
-    pad_token_id: int = 0
+    pad_token_id: int | None = None
     seed: int = 0
     device: str = "auto"
     bf16: bool = True
@@ -193,15 +194,17 @@ def pack_texts(
     window: int,
     *,
     add_end_token: bool = True,
-    pad_id: int = 0,
+    pad_id: int | None = None,
 ) -> PackedBatch:
     """keras-nlp ``GPT2CausalLMPreprocessor(sequence_length=window)`` for a transformers tokenizer.
 
     Each text becomes ``[start] + tokens[:window-1] + [end]`` (``[start] + tokens[:window]``
-    without the end token), right-padded with ``pad_id`` to ``window + 1``; inputs are the first
-    ``window`` ids, targets the next ``window`` ids.
+    without the end token), right-padded to ``window + 1`` with ``pad_id`` (None: the
+    tokenizer's pad id, else 0); inputs are the first ``window`` ids, targets the next ones.
     """
     start, end = special_ids(tokenizer)
+    if pad_id is None:
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     n = len(texts)
     seqs = np.full((n, window + 1), pad_id, dtype=np.int64)
     real = np.zeros((n, window + 1), dtype=bool)
