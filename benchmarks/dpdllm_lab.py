@@ -21,7 +21,6 @@ import os
 import platform
 import sys
 import time
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -29,76 +28,15 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from calibdcd.detectors.dpdllm import DPDLLM, DPDLLMConfig, ReferenceLMConfig
-from calibdcd.targets.base import GenerationParams, validate_prompts
+from calibdcd.metrics import auc, tpr_at_fpr
+from calibdcd.targets.cache import CachedTarget
+from calibdcd.targets.hf import HFTarget
 
 
-class BatchedGenerateTarget:
-    """Fallback target (used only when calibdcd.targets.hf is not available): a local
-    transformers model sampled with ``model.generate``, one prompt per call, each seeded from
-    (seed, sample index, prompt) so results do not depend on batching."""
-
-    family = "lab"
-
-    def __init__(self, path: Path, threads: int = 2):
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        torch.set_num_threads(threads)
-        self.name = f"generate:{path}"
-        self.tok = AutoTokenizer.from_pretrained(path)
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype="float32").eval()
-
-    def generate(self, prompts, params: GenerationParams) -> list[list[str]]:
-        import torch
-
-        out = []
-        for p in validate_prompts(prompts):
-            ids = self.tok(p, return_tensors="pt")
-            comps = []
-            for k in range(params.n):
-                torch.manual_seed(zlib.crc32(f"{params.seed}|{k}|{p}".encode()))
-                with torch.inference_mode():
-                    g = self.model.generate(
-                        **ids,
-                        do_sample=not params.greedy,
-                        temperature=None if params.greedy else params.temperature,
-                        top_k=params.top_k,
-                        top_p=params.top_p,
-                        max_new_tokens=params.max_new_tokens,
-                        pad_token_id=self.tok.eos_token_id,
-                    )
-                comps.append(
-                    self.tok.decode(g[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
-                )
-            out.append(comps)
-        return out
-
-
-def make_target(path: Path, cache_dir: Path):
-    """HFTarget behind the generation cache when those modules exist, else the fallback."""
-    try:
-        from calibdcd.targets.hf import HFTarget  # type: ignore[import-not-found]
-    except ImportError:
-        return BatchedGenerateTarget(path), "fallback-generate"
-    target = HFTarget(str(path))
-    try:
-        from calibdcd.targets.cache import CachedTarget  # type: ignore[import-not-found]
-    except ImportError:
-        return target, "hf"
-    return CachedTarget(target, cache_dir / "generations.sqlite"), "hf+cache"
-
-
-def auc(labels: np.ndarray, scores: np.ndarray) -> float:
-    from sklearn.metrics import roc_auc_score
-
-    return float(roc_auc_score(labels, scores))
-
-
-def tpr_at_fpr(labels: np.ndarray, scores: np.ndarray, fpr: float = 0.05) -> float:
-    from sklearn.metrics import roc_curve
-
-    f, t, _ = roc_curve(labels, scores)
-    return float(t[np.flatnonzero(f <= fpr)[-1]])
+def make_target(path: Path, cache_dir: Path) -> CachedTarget:
+    """The lab model as a black-box HFTarget behind the persistent generation cache."""
+    target = HFTarget(str(path), device="auto", cache_dir=cache_dir / "hf")
+    return CachedTarget(target, cache_dir / "generations.sqlite")
 
 
 def split_lab(rows: list[dict], n_per_class: int, seed: int):
@@ -160,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     results = []
     for m in models:
-        target, kind = make_target(lab / m, args.cache / m)
+        target = make_target(lab / m, args.cache)
         g0 = time.perf_counter()
         _, gen_tr = det.generate(tr_texts, target)
         _, gen_ev = det.generate(ev_texts, target)
@@ -175,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         y = yev[ok_ev]
         res = {
             "model": m,
-            "target": kind,
+            "target": target.name,
             "auc": auc(y, s),
             "tpr@5%fpr": tpr_at_fpr(y, s),
             "n_eval": int(ok_ev.sum()),

@@ -24,7 +24,8 @@ from calibdcd.detectors.dpdllm import (
     join_prompt,
 )
 from calibdcd.detectors.dpdllm.features import aggregate, minsubstr, mintopk, perplexity
-from calibdcd.targets.base import GenerationParams, validate_prompts
+from calibdcd.metrics import auc
+from calibdcd.views import View
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -186,72 +187,9 @@ def test_gnb_bad_input():
 # real models: the lab's micro checkpoints
 
 
-class GenerateTarget:
-    """A real local transformers model sampled with ``model.generate``, one prompt at a time
-    (each prompt seeded from (seed, prompt), so results do not depend on batching)."""
-
-    family = "lab"
-
-    def __init__(self, path: Path):
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        torch.set_num_threads(2)
-        self.name = f"test-generate:{path}"
-        self.tok = AutoTokenizer.from_pretrained(path)
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype="float32").eval()
-        self.calls = 0
-
-    def generate(self, prompts, params: GenerationParams) -> list[list[str]]:
-        import torch
-
-        prompts = validate_prompts(prompts)
-        self.calls += 1
-        out = []
-        for p in prompts:
-            ids = self.tok(p, return_tensors="pt")
-            comps = []
-            for k in range(params.n):
-                torch.manual_seed(zlib.crc32(f"{params.seed}|{k}|{p}".encode()))
-                with torch.inference_mode():
-                    gen = self.model.generate(
-                        **ids,
-                        do_sample=not params.greedy,
-                        temperature=params.temperature if not params.greedy else None,
-                        top_k=params.top_k,
-                        top_p=params.top_p,
-                        max_new_tokens=params.max_new_tokens,
-                        pad_token_id=self.tok.eos_token_id,
-                    )
-                comps.append(
-                    self.tok.decode(gen[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
-                )
-            out.append(comps)
-        return out
-
-
-class PrefixView:
-    """Stands in for calibdcd.views.View until it lands (same apply/code surface)."""
-
-    code = "test-prefix"
-
-    def __init__(self, prefix: str):
-        self.prefix = prefix
-
-    def apply(self, query: str) -> str:
-        return self.prefix + query
-
-
 @pytest.fixture(scope="session")
-def micro(request) -> Path:
-    try:
-        return Path(request.getfixturevalue("lab_micro"))
-    except pytest.FixtureLookupError:
-        pass
-    p = Path(os.environ.get("CALIBDCD_LAB_MICRO", "/work/cache/lab-micro"))
-    if not (p / "base").is_dir():
-        pytest.skip(f"lab micro checkpoints not found at {p}")
-    return p
+def micro(lab_micro) -> Path:
+    return Path(lab_micro)
 
 
 @pytest.fixture(scope="session")
@@ -279,8 +217,13 @@ def split(ground_truth):
 
 
 @pytest.fixture(scope="session")
-def base_target(micro):
-    return GenerateTarget(micro / "base")
+def base_target(micro, tmp_path_factory):
+    import torch
+
+    from calibdcd.targets.hf import HFTarget
+
+    torch.set_num_threads(min(2, torch.get_num_threads()))
+    return HFTarget(micro / "base", device="cpu", cache_dir=tmp_path_factory.mktemp("hf-cache"))
 
 
 @pytest.fixture(scope="session")
@@ -296,16 +239,6 @@ def base_features(detector, base_target, split):
     return detector.extract(tr, base_target), detector.extract(ev, base_target)
 
 
-def _auc(y, s):
-    y = np.asarray(y)
-    s = np.asarray(s)
-    pos, neg = s[y == 1], s[y == 0]
-    return float(
-        ((pos[:, None] > neg[None]).sum() + 0.5 * (pos[:, None] == neg[None]).sum())
-        / (len(pos) * len(neg))
-    )
-
-
 def test_dpdllm_separates_members_on_the_lab_base(detector, base_features, split):
     _, ytr, _, yev = split
     ftr, fev = base_features
@@ -314,8 +247,8 @@ def test_dpdllm_separates_members_on_the_lab_base(detector, base_features, split
     assert ftr.valid.all() and fev.valid.all()
     assert np.all((ftr.values > 0) & (ftr.values <= 1))
     clf = detector.new_classifier().fit(ftr.values, ytr)
-    auc = _auc(yev, clf.score(fev.values))
-    assert auc > 0.7, auc
+    a = auc(yev, clf.score(fev.values))
+    assert a > 0.7, a
 
 
 def test_shuffled_labels_stay_near_chance(detector, base_features, split):
@@ -324,7 +257,7 @@ def test_shuffled_labels_stay_near_chance(detector, base_features, split):
     aucs = []
     for seed in range(5):
         perm = np.random.default_rng(seed).permutation(ytr)
-        aucs.append(_auc(yev, detector.new_classifier().fit(ftr.values, perm).score(fev.values)))
+        aucs.append(auc(yev, detector.new_classifier().fit(ftr.values, perm).score(fev.values)))
     assert abs(np.mean(aucs) - 0.5) < 0.1, aucs
 
 
@@ -354,7 +287,7 @@ def test_reference_lm_is_cached_on_disk(detector, base_features, split):
 
 def test_view_changes_only_the_continuation(detector, base_target, base_features, split):
     tr, _, _, _ = split
-    view = PrefixView("Continue the text:\n")
+    view = View("T0", "test-continue", "Continue the text:\n")
     f = detector.extract(tr[:10], base_target, view=view, reference_texts=tr)
     base = base_features[0]
     for i in range(10):
