@@ -22,6 +22,7 @@ a fingerprint of its weight files), the texts and every hyperparameter, so one s
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -313,12 +314,21 @@ class ReferenceLM:
                     self.device
                 )
                 y = torch.from_numpy(packed.targets[s : s + bs]).to(self.device)
-                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_bf16):
+                with _bf16_autocast(use_bf16):
                     logits = self.model(input_ids=x, attention_mask=am).logits
                 logp = torch.log_softmax(logits.float(), dim=-1)
                 cond[s : s + bs] = logp.gather(-1, y.unsqueeze(-1)).squeeze(-1).exp().cpu().numpy()
                 mx[s : s + bs] = logp.max(dim=-1).values.exp().cpu().numpy()
         return {"cond_prob": cond, "max_prob": mx, "target_mask": packed.target_mask}
+
+
+def _bf16_autocast(enabled: bool) -> Any:
+    """bfloat16 autocast on CUDA, a no-op context elsewhere (no CUDA warning on CPU builds)."""
+    if not enabled:
+        return contextlib.nullcontext()
+    import torch
+
+    return torch.autocast("cuda", dtype=torch.bfloat16)
 
 
 def _train_and_save(
@@ -363,7 +373,7 @@ def _train_and_save(
                 idx = torch.from_numpy(perm[b * config.batch_size : (b + 1) * config.batch_size])
                 x, y = inputs[idx].to(device), targets[idx].to(device)
                 am, w = in_mask[idx].to(device), tgt_mask[idx].to(device)
-                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_bf16):
+                with _bf16_autocast(use_bf16):
                     logits = model(input_ids=x, attention_mask=am).logits
                 nll = torch.nn.functional.cross_entropy(
                     logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="none"
