@@ -28,6 +28,7 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from calibdcd.detectors.dpdllm import DPDLLM, DPDLLMConfig, ReferenceLMConfig
+from calibdcd.detectors.dpdllm.lab_reference import CleanReferenceConfig, ensure_clean_reference
 from calibdcd.metrics import auc, tpr_at_fpr
 from calibdcd.targets.cache import CachedTarget
 from calibdcd.targets.hf import HFTarget
@@ -59,7 +60,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--epochs", type=int, default=15)
     ap.add_argument("--lr", type=float, default=5e-5)
-    ap.add_argument("--reference-model", type=Path, default=None, help="default: LAB/base")
+    ap.add_argument(
+        "--reference-model",
+        default="clean",
+        help="'clean' (the lab architecture pre-trained on non-candidate texts only, default), "
+        "'base' (the lab's base model: it memorised the members, so this leaks), or a path",
+    )
+    ap.add_argument("--clean-texts", type=int, default=600)
+    ap.add_argument("--clean-epochs", type=int, default=2)
     ap.add_argument("--cache", type=Path, default=Path("/work/cache/dpdllm-bench"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", type=Path, default=None)
@@ -76,8 +84,20 @@ def main(argv: list[str] | None = None) -> int:
     models = args.models or sorted(
         p.name for p in lab.iterdir() if (p / "config.json").exists() and p.name != "reference"
     )
+    t_clean = time.perf_counter()
+    if args.reference_model == "clean":
+        ref_base = ensure_clean_reference(
+            lab,
+            CleanReferenceConfig(n_texts=args.clean_texts, epochs=args.clean_epochs),
+            cache_dir=args.cache,
+        )
+    elif args.reference_model == "base":
+        ref_base = lab / "base"
+    else:
+        ref_base = Path(args.reference_model)
+    t_clean = time.perf_counter() - t_clean
     ref_cfg = ReferenceLMConfig(
-        model_path=str(args.reference_model or lab / "base"),
+        model_path=str(ref_base),
         epochs=args.epochs,
         learning_rate=args.lr,
         seed=args.seed,
@@ -125,6 +145,15 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({k: v for k, v in res.items() if k != "example"}), flush=True)
 
     print(f"\nlab {lab} | L={args.length} | supervised {len(tr_texts)} | eval pool {len(ev_texts)}")
+    clean_json = Path(ref_base) / "reference.json"
+    if clean_json.exists():
+        info = json.loads(clean_json.read_text())
+        print(
+            f"clean reference base: {ref_base} ({info['n_texts']} background texts, "
+            f"pre-trained in {info['seconds']:.1f} s; this run {t_clean:.1f} s)"
+        )
+    else:
+        print(f"reference base: {ref_base}")
     print(
         "reference LM fine-tuning (s): train split "
         f"{ref_tr.meta.get('seconds', float('nan')):.1f}, eval pool "
@@ -152,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
                     "python": sys.version,
                     "platform": platform.platform(),
                     "torch": torch.__version__,
+                    "reference_base": str(ref_base),
                     "reference": ref_info,
                     "results": results,
                 },
