@@ -24,6 +24,7 @@ from calibdcd.detectors.dpdllm import (
     join_prompt,
 )
 from calibdcd.detectors.dpdllm.features import aggregate, minsubstr, mintopk, perplexity
+from calibdcd.detectors.dpdllm.lab_reference import CleanReferenceConfig, ensure_clean_reference
 from calibdcd.metrics import auc
 from calibdcd.views import View
 
@@ -227,9 +228,16 @@ def base_target(micro, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def detector(micro, tmp_path_factory):
+def clean_reference(micro) -> Path:
+    """The lab's GPT-2 analogue: pre-trained on non-candidate texts only; built once per machine
+    into the calibdcd cache, like the lab itself."""
+    return ensure_clean_reference(micro, CleanReferenceConfig(), progress=False)
+
+
+@pytest.fixture(scope="session")
+def detector(clean_reference, tmp_path_factory):
     cache = tmp_path_factory.mktemp("dpdllm-cache")
-    ref = ReferenceLMConfig(model_path=str(micro / "base"), cache_dir=str(cache), seed=0)
+    ref = ReferenceLMConfig(model_path=str(clean_reference), cache_dir=str(cache), seed=0)
     return DPDLLM(DPDLLMConfig(length=L, reference=ref, on_failure="gap", progress=False))
 
 
@@ -370,3 +378,15 @@ def test_alternative_features(detector, base_features, split):
         if name == "zlib":
             sizes = np.array([len(zlib.compress(g.encode())) for g in gen])
             np.testing.assert_allclose(v[:, 0] * sizes, np.exp(-np.log(cond).mean(axis=1)))
+
+
+def test_clean_reference_never_saw_a_candidate(micro, clean_reference):
+    from calibdcd.detectors.dpdllm.lab_reference import _background_texts
+    from calibdcd.lab.build import config_of
+
+    meta = json.loads((micro / "lab.json").read_text())
+    texts = _background_texts(micro, config_of(micro), meta["pool"])
+    candidates = {json.loads(x)["text"] for x in (micro / "ground_truth.jsonl").open()}
+    assert len(texts) >= 600 and not candidates & set(texts)
+    info = json.loads((clean_reference / "reference.json").read_text())
+    assert info["n_texts"] == 600 and info["lab_config_hash"] == meta["config_hash"]
