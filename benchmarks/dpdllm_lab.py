@@ -89,8 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         ref_base = ensure_clean_reference(
             lab,
             CleanReferenceConfig(n_texts=args.clean_texts, epochs=args.clean_epochs),
-            cache_dir=args.cache,
-        )
+        )  # in the calibdcd cache, shared with the tests
     elif args.reference_model == "base":
         ref_base = lab / "base"
     else:
