@@ -382,10 +382,9 @@ def test_alternative_features(detector, base_features, split):
 
 def test_clean_reference_never_saw_a_candidate(micro, clean_reference):
     from calibdcd.detectors.dpdllm.lab_reference import _background_texts
-    from calibdcd.lab.build import config_of
 
     meta = json.loads((micro / "lab.json").read_text())
-    texts = _background_texts(micro, config_of(micro), meta["pool"])
+    texts = _background_texts(micro, meta)
     candidates = {json.loads(x)["text"] for x in (micro / "ground_truth.jsonl").open()}
     assert len(texts) >= 600 and not candidates & set(texts)
     info = json.loads((clean_reference / "reference.json").read_text())

@@ -49,15 +49,35 @@ class CleanReferenceConfig:
             raise ValueError(f"n_texts must be >= 0 and epochs >= 1, got {self}")
 
 
-def _background_texts(lab_dir: Path, lab_cfg: Any, pool_spec: dict[str, Any]) -> list[str]:
+def _section(cls: Any, data: dict[str, Any]) -> Any:
+    """A lab config dataclass from its lab.json section, ignoring keys this version lacks."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def _lab_configs(meta: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """(model, pool, pretrain) configs recorded in a lab's lab.json."""
+    from calibdcd.lab.config import ModelConfig, PoolConfig, PretrainConfig
+
+    c = meta["config"]
+    return (
+        _section(ModelConfig, c["model"]),
+        _section(PoolConfig, c["pool"]),
+        _section(PretrainConfig, c["pretrain"]),
+    )
+
+
+def _background_texts(lab_dir: Path, meta: dict[str, Any]) -> list[str]:
     from calibdcd.lab.evaluate import load_ground_truth
     from calibdcd.lab.pool import clean_pool, default_pool, load_pool
 
+    _, pool_cfg, _ = _lab_configs(meta)
+    pool_spec = meta["pool"]
     if pool_spec.get("source") == "cpython-docs":
-        raw = default_pool(lab_cfg.pool.min_words, lab_cfg.pool.max_words)
+        raw = default_pool(pool_cfg.min_words, pool_cfg.max_words)
     else:
-        raw = load_pool(pool_spec["source"], lab_cfg.pool.text_field)
-    texts = [t.text for t in clean_pool(raw, lab_cfg.pool)]
+        raw = load_pool(pool_spec["source"], pool_cfg.text_field)
+    texts = [t.text for t in clean_pool(raw, pool_cfg)]
     candidates = {item.text for item in load_ground_truth(lab_dir)}
     missing = len(candidates - set(texts))
     if missing:
@@ -76,8 +96,6 @@ def ensure_clean_reference(
     progress: bool = True,
 ) -> Path:
     """Path of a transformers checkpoint pre-trained on the lab's non-candidate texts only."""
-    from calibdcd.lab.build import config_of
-
     cfg = config or CleanReferenceConfig()
     lab_dir = Path(lab_dir)
     meta = json.loads((lab_dir / "lab.json").read_text())
@@ -97,22 +115,22 @@ def ensure_clean_reference(
     from calibdcd.lab.train import build_model, pick_device, pretrain
 
     t0 = time.perf_counter()
-    lab_cfg = config_of(lab_dir)
-    texts = _background_texts(lab_dir, lab_cfg, meta["pool"])
+    model_cfg, _, pt_cfg = _lab_configs(meta)
+    texts = _background_texts(lab_dir, meta)
     random.Random(f"dpdllm-clean-reference-{cfg.seed}").shuffle(texts)
     if cfg.n_texts:
         texts = texts[: cfg.n_texts]
     tok = AutoTokenizer.from_pretrained(lab_dir / "base")
     docs = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
     model_cfg = dataclasses.replace(
-        lab_cfg.model,
-        hidden_size=cfg.hidden_size or lab_cfg.model.hidden_size,
-        num_layers=cfg.num_layers or lab_cfg.model.num_layers,
+        model_cfg,
+        hidden_size=cfg.hidden_size or model_cfg.hidden_size,
+        num_layers=cfg.num_layers or model_cfg.num_layers,
     )
     special = {"bos": tok.bos_token_id, "eos": tok.eos_token_id, "pad": tok.pad_token_id}
     vocab = ((len(tok) + 63) // 64) * 64
     model = build_model(model_cfg, vocab, special, cfg.seed)
-    pt = dataclasses.replace(lab_cfg.pretrain, epochs=cfg.epochs)
+    pt = dataclasses.replace(pt_cfg, epochs=cfg.epochs)
     device = pick_device(cfg.device)
     stats = pretrain(
         model, docs, special["eos"], pt, seed=cfg.seed, device=device, progress=progress,
