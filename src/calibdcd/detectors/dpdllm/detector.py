@@ -49,8 +49,10 @@ class DPDLLMConfig:
 
     ``length`` is L: the prompt has ``length // 2`` words, the target generates up to
     ``max_new_tokens`` (None = L) tokens and the reference LM window is L tokens.
-    ``on_failure="gap"`` records a failed or empty generation as a NaN row (``valid`` False)
-    instead of raising. ``join`` is how the prompt and the continuation are glued
+    ``on_failure="gap"`` (default) records a failed or empty generation as a NaN row
+    (``valid`` False); ``"raise"`` raises :class:`GenerationGap`. ``allow_empty`` makes an empty
+    continuation (the target emitted EOS at once) a valid row with g = the prompt alone.
+    ``join`` is how the prompt and the continuation are glued
     (see :func:`~calibdcd.detectors.dpdllm.query.join_prompt`).
     """
 
@@ -61,7 +63,8 @@ class DPDLLMConfig:
     max_new_tokens: int | None = None
     seed: int = 0
     join: Literal["auto", "exact"] = "auto"
-    on_failure: Literal["raise", "gap"] = "raise"
+    on_failure: Literal["raise", "gap"] = "gap"
+    allow_empty: bool = False
     generation_batch_size: int = 32
     reference: ReferenceLMConfig = dataclasses.field(default_factory=ReferenceLMConfig)
     features: FeatureConfig = dataclasses.field(default_factory=FeatureConfig)
@@ -184,6 +187,7 @@ class DPDLLM:
             sent,
             self.config.generation_params(),
             on_failure=self.config.on_failure,
+            allow_empty=self.config.allow_empty,
             batch_size=self.config.generation_batch_size,
             progress=self.config.progress,
         )

@@ -89,6 +89,7 @@ def generate_continuations(
     params: GenerationParams,
     *,
     on_failure: Literal["raise", "gap"] = "raise",
+    allow_empty: bool = False,
     batch_size: int = 32,
     progress: bool = True,
 ) -> list[str | None]:
@@ -96,7 +97,8 @@ def generate_continuations(
 
     Queries are sent in batches of ``batch_size`` (a progress bar per batch). A batch whose call
     raises is retried one query at a time in gap mode, so one bad prompt costs only its own row.
-    A continuation that is empty or whitespace only counts as a failure.
+    A continuation that is empty or whitespace only counts as a failure unless ``allow_empty``
+    (then it is a valid, empty continuation: the target stopped at once).
     """
     if on_failure not in ("raise", "gap"):
         raise ValueError(f"on_failure must be 'raise' or 'gap', got {on_failure!r}")
@@ -124,7 +126,7 @@ def generate_continuations(
                     except Exception:
                         outs.append(None)
             for j, o in enumerate(outs):
-                if o is not None and not o.strip():
+                if o is not None and not o.strip() and not allow_empty:
                     if on_failure == "raise":
                         raise GenerationGap(
                             f"the target returned an empty continuation for query {start + j}"
