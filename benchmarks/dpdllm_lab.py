@@ -29,6 +29,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from calibdcd.detectors.dpdllm import DPDLLM, DPDLLMConfig, ReferenceLMConfig
 from calibdcd.detectors.dpdllm.lab_reference import CleanReferenceConfig, ensure_clean_reference
+from calibdcd.detectors.dpdllm.reference import default_cache_dir
 from calibdcd.metrics import auc, tpr_at_fpr
 from calibdcd.targets.cache import CachedTarget
 from calibdcd.targets.hf import HFTarget
@@ -74,7 +75,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--clean-texts", type=int, default=600)
     ap.add_argument("--clean-epochs", type=int, default=2)
-    ap.add_argument("--cache", type=Path, default=Path("/work/cache/dpdllm-bench"))
+    ap.add_argument(
+        "--cache",
+        type=Path,
+        default=None,
+        help="generation cache dir (default: <calibdcd cache>/dpdllm-bench); reference LMs "
+        "always go to the calibdcd cache, shared with the tests",
+    )
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
@@ -83,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     lab = args.lab
+    if args.cache is None:
+        args.cache = default_cache_dir() / "dpdllm-bench"
     rows = [json.loads(x) for x in (lab / "ground_truth.jsonl").read_text().splitlines() if x]
     train, pool = split_lab(rows, args.n_per_class, args.seed)
     tr_texts, ytr = [r["text"] for r in train], np.array([int(r["label"]) for r in train])
@@ -106,7 +115,6 @@ def main(argv: list[str] | None = None) -> int:
         epochs=args.epochs,
         learning_rate=args.lr,
         seed=args.seed,
-        cache_dir=str(args.cache),
     )
     det = DPDLLM(
         DPDLLMConfig(length=args.length, reference=ref_cfg, seed=args.seed, on_failure="gap")
