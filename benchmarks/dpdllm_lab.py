@@ -57,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lab", type=Path, default=Path("/work/cache/lab-small"))
     ap.add_argument("--models", nargs="*", default=None, help="sub-directories (default: all)")
     ap.add_argument("--length", type=int, default=64, help="L (lab texts are WikiMIA-sized)")
+    ap.add_argument(
+        "--window", type=int, default=None, help="reference LM window in tokens (default: L)"
+    )
     ap.add_argument("--n-per-class", type=int, default=50)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--epochs", type=int, default=15)
@@ -114,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         model_path=str(ref_base),
         epochs=args.epochs,
         learning_rate=args.lr,
+        window=args.window,
         seed=args.seed,
     )
     det = DPDLLM(
