@@ -41,9 +41,7 @@ class Features:
         for name, sl in self.blocks.items():
             start, stop, step = sl.indices(d)
             if step != 1 or sl.start is None or sl.stop is None or sl.stop > d or start >= stop:
-                raise ValueError(
-                    f"feature block {name!r} = {sl} is not a non-empty range in [0, {d})"
-                )
+                raise ValueError(f"feature block {name!r} = {sl} is not a non-empty range in [0, {d})")
             covered[start:stop] += 1
         if self.blocks and not np.all(covered == 1):
             raise ValueError("feature blocks must partition the columns exactly once")

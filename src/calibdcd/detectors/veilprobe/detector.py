@@ -153,7 +153,7 @@ class VeilProbe:
         return mm
 
     def perturbed(self, texts: Sequence[str]) -> list[str]:
-        """The key-token-perturbed copy r of each text (proxies/MLM trained on the pool if needed)."""
+        """The key-token-perturbed copy r of each text (proxy/MLM trained on the pool if needed)."""
         todo = [t for t in dict.fromkeys(texts) if t not in self._perturbed]
         if todo:
             t0 = time.perf_counter()

@@ -167,7 +167,7 @@ def train_causal_proxy(
     *,
     progress: bool = True,
 ) -> Path:
-    """Train (or reuse) a tiny Llama-style causal LM on ``texts`` to serve as an attribution proxy."""
+    """Train (or reuse) a tiny Llama-style causal LM on ``texts`` as an attribution proxy."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     cfg = config or MaskedLMConfig()

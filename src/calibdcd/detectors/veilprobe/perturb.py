@@ -51,7 +51,7 @@ class KeyToken:
 
 
 def model_fingerprint(path: str | Path) -> dict:
-    """Identity of a local model directory for cache keys: path, weight file names, sizes, mtimes."""
+    """Identity of a local model directory for cache keys: path, weight names/sizes/mtimes."""
     p = Path(path).resolve()
     files = sorted(
         (f.name, f.stat().st_size, f.stat().st_mtime_ns)

@@ -36,5 +36,5 @@ def seed_everything(seed: int) -> None:
     import torch
 
     random.seed(seed)
-    np.random.seed(seed % (2**32))
+    np.random.seed(seed % (2**32))  # noqa: NPY002 - third-party code may use the global RNG
     torch.manual_seed(seed)
