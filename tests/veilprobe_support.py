@@ -17,7 +17,7 @@ class LocalCausalTarget:
     family = "lab"
 
     def __init__(
-        self, model_dir: str | Path, batch_size: int = 32, add_special_tokens: bool = True
+        self, model_dir: str | Path, batch_size: int = 32, add_special_tokens: bool = False
     ):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -81,3 +81,76 @@ def ground_truth(lab: Path) -> tuple[list[str], list[int]]:
                 texts.append(row["text"])
                 labels.append(int(row["label"]))
     return texts, labels
+
+
+class PrefixView:
+    """A minimal controlled view (``calibdcd.views.View`` has the same ``code``/``apply``)."""
+
+    def __init__(self, code: str, prefix: str = "", suffix: str = ""):
+        self.code, self.prefix, self.suffix = code, prefix, suffix
+
+    def apply(self, query: str) -> str:
+        return self.prefix + query + self.suffix
+
+
+def fast_config(cache_dir: str | Path):
+    """A VeilProbe configuration small enough for the default test suite."""
+    import dataclasses
+
+    from calibdcd.detectors.veilprobe import (
+        AttributionConfig,
+        MaskedLMConfig,
+        PerturbConfig,
+        SamplingConfig,
+        VeilProbeConfig,
+    )
+
+    cpu = VeilProbeConfig.cpu()
+    return VeilProbeConfig.cpu(
+        sampling=SamplingConfig(max_new_tokens=32, n_suffixes=2),
+        perturb=PerturbConfig(
+            attribution=AttributionConfig(method="loo", max_tokens=128),
+            mlm=MaskedLMConfig(hidden_size=64, intermediate_size=128, epochs=12),
+        ),
+        mapping=dataclasses.replace(cpu.mapping, max_length=96),
+        cache_dir=str(cache_dir),
+        progress=False,
+    )
+
+
+def make_target(model_dir: str | Path):
+    """The project's transformers backend when it is available, else :class:`LocalCausalTarget`."""
+    try:
+        from calibdcd.targets.hf import HFTarget
+    except ImportError:
+        return LocalCausalTarget(model_dir)
+    return HFTarget(str(model_dir))
+
+
+def balanced_subset(labels, per_class: int, seed: int = 0):
+    """Indices of up to ``per_class`` members and ``per_class`` non-members (seeded)."""
+    import numpy as np
+
+    y = np.asarray(labels)
+    rng = np.random.default_rng(seed)
+    out = []
+    for c in (1, 0):
+        idx = np.flatnonzero(y == c)
+        out.append(rng.permutation(idx)[:per_class])
+    return np.concatenate(out)
+
+
+def split_supervised(labels, per_class: int, seed: int = 0):
+    """(train, eval) index arrays: ``per_class`` of each label for training, the rest for eval."""
+    import numpy as np
+
+    y = np.asarray(labels)
+    rng = np.random.default_rng(seed)
+    train = []
+    for c in (1, 0):
+        idx = rng.permutation(np.flatnonzero(y == c))
+        if idx.size <= per_class:
+            raise ValueError(f"label {c} has {idx.size} items; need more than {per_class}")
+        train.append(idx[:per_class])
+    train = np.sort(np.concatenate(train))
+    return train, np.setdiff1d(np.arange(len(y)), train)

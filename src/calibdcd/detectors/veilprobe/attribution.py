@@ -106,6 +106,16 @@ def _variants(proxy: Proxy, ids: list[int]):
     return input_ids, mask
 
 
+def _forward_last(model, input_ids, attention_mask):
+    """Logits at the last position only (``logits_to_keep=1`` avoids a (batch, L, vocab)
+    tensor; models without that argument fall back to the full forward)."""
+    try:
+        out = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=1)
+    except TypeError:
+        out = model(input_ids=input_ids, attention_mask=attention_mask)
+    return out.logits[:, -1, :]
+
+
 def _last_distributions(proxy: Proxy, input_ids, mask, batch_size: int) -> np.ndarray:
     import torch
 
@@ -113,10 +123,11 @@ def _last_distributions(proxy: Proxy, input_ids, mask, batch_size: int) -> np.nd
     out = []
     with torch.no_grad():
         for k in range(0, input_ids.shape[0], batch_size):
-            logits = proxy.model(
-                input_ids=input_ids[k : k + batch_size].to(dev),
-                attention_mask=mask[k : k + batch_size].to(dev),
-            ).logits[:, -1, :]
+            logits = _forward_last(
+                proxy.model,
+                input_ids[k : k + batch_size].to(dev),
+                mask[k : k + batch_size].to(dev),
+            )
             out.append(torch.softmax(logits.float(), dim=-1).cpu().numpy())
     return np.concatenate(out, axis=0)
 

@@ -106,7 +106,7 @@ class MaskedLMConfig:
     num_heads: int = 2
     intermediate_size: int = 256
     max_length: int = 160
-    epochs: int = 6
+    epochs: int = 20
     batch_size: int = 16
     learning_rate: float = 1e-3
     mask_probability: float = 0.15

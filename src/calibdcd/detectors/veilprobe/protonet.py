@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .config import ProtoNetConfig
+from .torchutil import cpu_threads
 
 __all__ = ["ProtoNetIB"]
 
@@ -35,6 +36,11 @@ class ProtoNetIB:
         return d.pow(2) if self.config.distance == "sqeuclidean" else d
 
     def fit(self, z: np.ndarray, labels: np.ndarray) -> ProtoNetIB:
+        # a small MLP on CPU: one intra-op thread is fastest (and deterministic)
+        with cpu_threads(1):
+            return self._fit(z, labels)
+
+    def _fit(self, z: np.ndarray, labels: np.ndarray) -> ProtoNetIB:
         import torch
         from torch import nn
 
@@ -98,7 +104,7 @@ class ProtoNetIB:
 
         if self.net is None:
             raise RuntimeError("ProtoNetIB.score called before fit")
-        with torch.no_grad():
+        with torch.no_grad(), cpu_threads(1):
             g = self.net(torch.as_tensor(np.asarray(z, dtype=np.float32)))
             d = self._distance(g, self.prototypes_)
         return (d[:, 0] - d[:, 1]).numpy().astype(np.float64)

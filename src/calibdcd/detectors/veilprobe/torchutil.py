@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import random
 
-__all__ = ["autocast", "pick_device", "seed_everything"]
+__all__ = ["autocast", "cpu_threads", "pick_device", "seed_everything"]
 
 
 def pick_device(device: str | None = None):
@@ -38,3 +38,17 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % (2**32))  # noqa: NPY002 - third-party code may use the global RNG
     torch.manual_seed(seed)
+
+
+@contextlib.contextmanager
+def cpu_threads(n: int):
+    """Temporarily limit torch's CPU intra-op threads (tiny models run faster single-threaded,
+    and on a shared machine extra threads mostly spin)."""
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(max(1, min(n, old)))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
