@@ -41,6 +41,9 @@ class LocalCausalTarget:
         for j in range(params.n):
             for k in range(0, len(prompts), self.batch_size):
                 chunk = prompts[k : k + self.batch_size]
+                if not self.add_special_tokens and self.tok.bos_token:
+                    # a document start, as in pre-training (documents are EOS/BOS-separated)
+                    chunk = [self.tok.bos_token + p for p in chunk]
                 enc = self.tok(
                     chunk,
                     return_tensors="pt",

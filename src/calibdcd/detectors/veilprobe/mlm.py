@@ -231,8 +231,9 @@ def fill_mask(tokenizer, model, masked_texts: Sequence[str], top_k: int = 5) -> 
 
     if not masked_texts:
         return []
+    limit = min(512, int(getattr(model.config, "max_position_embeddings", 512)))
     enc = tokenizer(
-        list(masked_texts), padding=True, truncation=True, return_tensors="pt", max_length=512
+        list(masked_texts), padding=True, truncation=True, return_tensors="pt", max_length=limit
     )
     device = next(model.parameters()).device
     with torch.no_grad():

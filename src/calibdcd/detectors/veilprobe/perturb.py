@@ -165,7 +165,12 @@ class KeyTokenPerturber:
             if k.start >= last_end:
                 chosen.append(k)
                 last_end = k.end
-        masked = [text[: k.start] + tok.mask_token + text[k.end :] for k in chosen]
+        # context window around each mask so it survives the masked LM's length limit
+        w = 2 * int(getattr(model.config, "max_position_embeddings", 512))
+        masked = [
+            text[max(0, k.start - w) : k.start] + tok.mask_token + text[k.end : k.end + w]
+            for k in chosen
+        ]
         preds = fill_mask(tok, model, masked, top_k=self.config.fill_top_k)
         rng = random.Random(f"{self.config.seed}:{seed_key}")
         out, cursor = [], 0
