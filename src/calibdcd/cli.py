@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import typer
 
+from calibdcd.data.cli import app as _data_app
+
 app = typer.Typer(
     name="calibdcd",
     help="Black-box pre-training data contamination detection with CalibDCD calibration.",
     no_args_is_help=True,
     add_completion=False,
 )
+app.add_typer(_data_app, name="data")
+
+from calibdcd.lab.cli import app as _lab_app  # noqa: E402
+
+app.add_typer(_lab_app, name="lab")
 
 
 @app.command()
@@ -18,6 +25,11 @@ def version() -> None:
     from calibdcd import __version__
 
     typer.echo(__version__)
+
+
+from calibdcd.views_cli import views_command  # noqa: E402
+
+app.command("views")(views_command)
 
 
 def main() -> None:  # pragma: no cover - entry point

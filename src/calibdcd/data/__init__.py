@@ -1,0 +1,44 @@
+"""Benchmarks for pre-training data detection: types, loaders, validation and the paper's split
+protocol.
+
+>>> from calibdcd.data import load_benchmark, split_benchmark, SplitConfig
+>>> bench = load_benchmark("wikimia", path="../shared/data/WikiMIA")      # doctest: +SKIP
+>>> split = split_benchmark(bench, SplitConfig(protocol="strict"), seed=0)  # doctest: +SKIP
+
+Labels: 1 = member, 0 = non-member. Nothing here imports torch; the Hugging Face ``datasets``
+package is imported only when a benchmark is fetched from the hub.
+"""
+
+from calibdcd.data.benchmarks import (
+    BENCHMARKS,
+    PAPER_SIZES,
+    BenchmarkSpec,
+    benchmark_spec,
+    load_benchmark,
+)
+from calibdcd.data.hub import HubUnavailableError
+from calibdcd.data.protocol import Split, SplitConfig, make_split, split_benchmark, subsample
+from calibdcd.data.tables import load_table
+from calibdcd.data.types import Benchmark, LoadReport, Sample
+from calibdcd.data.validation import DataError, DuplicateTextWarning, parse_label
+
+__all__ = [
+    "BENCHMARKS",
+    "PAPER_SIZES",
+    "Benchmark",
+    "BenchmarkSpec",
+    "DataError",
+    "DuplicateTextWarning",
+    "HubUnavailableError",
+    "LoadReport",
+    "Sample",
+    "Split",
+    "SplitConfig",
+    "benchmark_spec",
+    "load_benchmark",
+    "load_table",
+    "make_split",
+    "parse_label",
+    "split_benchmark",
+    "subsample",
+]

@@ -7,7 +7,8 @@ and a score function, so the runner glues them as::
     feats = det.extract(texts, target)                 # original query e0
     feats_v = det.extract(texts, target, view=view)    # the same texts under a controlled view
     clf = det.new_classifier(seed).fit(z_train, y_train)
-    cal = calibrate(z0, {view.code: z_view, ...}, clf.score, block=feats.columns(det.calibration_blocks))
+    block = feats.columns(det.calibration_blocks)
+    cal = calibrate(z0, {view.code: z_view, ...}, clf.score, block=block)
     clf2 = det.new_classifier(seed).fit(cal.transform(z_train), y_train)
 
 Views (``calibdcd.views.View``) wrap the detector's e0 query; only the query changes, never the
@@ -41,7 +42,9 @@ class Features:
         for name, sl in self.blocks.items():
             start, stop, step = sl.indices(d)
             if step != 1 or sl.start is None or sl.stop is None or sl.stop > d or start >= stop:
-                raise ValueError(f"feature block {name!r} = {sl} is not a non-empty range in [0, {d})")
+                raise ValueError(
+                    f"feature block {name!r} = {sl} is not a non-empty range in [0, {d})"
+                )
             covered[start:stop] += 1
         if self.blocks and not np.all(covered == 1):
             raise ValueError("feature blocks must partition the columns exactly once")
@@ -55,7 +58,7 @@ class Features:
         return int(self.values.shape[1])
 
     def columns(self, names: Sequence[str] | None) -> np.ndarray | None:
-        """Column indices of the named blocks (sorted), or None (= all columns) for ``names=None``."""
+        """Sorted column indices of the named blocks; None (= all columns) for ``names=None``."""
         if names is None:
             return None
         idx: list[int] = []

@@ -1,0 +1,556 @@
+"""CalibDCD: multi-view shift detection and bounded feature correction (paper Section 3, Alg. 1).
+
+Pure numpy: arrays and a score function in, a :class:`Calibration` out. No torch, no I/O.
+
+Notation follows the paper. For the n calibration non-members, ``z0`` holds the original-query
+features z_{s,e0} and ``view_features[e]`` the features z_{s,e} under controlled view e, all in the
+space the detector's classifier q consumes. Then, per view,
+
+    Δz = z_e − z0 (restricted to the correctable ``block`` columns),  Δq = q(z_e) − q(z0),
+    u = max(Δq, 0),  FPP(e) = mean(u)
+
+and for the ``n_views`` views with the largest FPP,
+
+    c_e = percentile_{clip}(u[u > 0]),  w = min(u, c_e),  H_e = rows sqrt(w)·Δz,
+    U_{e,r} = top-r right singular vectors of H_e,
+    G_r = mean_e U_{e,r} U_{e,r}ᵀ,  B_r = eigenvectors of G_r with eigenvalue γ ≥ τ,
+    A_{r,λ} = I − λ B_r B_rᵀ,  J(r, λ) = mean(q(z0) − q(z0 A_{r,λ})),
+
+and the correction with the largest J is kept (none when the best J ≤ 0).
+
+Scaling: detector features can be wide (VeilProbe: d ≈ 14,000). No d×d matrix is ever formed.
+The SVDs are economy SVDs of the (n_pos × d_block) matrices H_e, and the consensus operator
+G_r = W Wᵀ / m (W = [U_{1,r} | … | U_{m,r}], at most m·r columns) is diagonalised inside the span
+of W: with W = Q R (thin QR), G_r = Q (R Rᵀ / m) Qᵀ, so its non-zero eigenpairs come from a
+(m·r × m·r) symmetric eigenproblem. Eigenvalues outside that span are exactly 0 and never pass
+τ > 0.
+
+Choices where the paper is silent (each is a documented setting or constant here):
+- A selected view with no positive score increase contributes an empty subspace but still counts
+  in the projector average (the paper averages over |E_sel|), so it lowers every γ.
+- The numerical rank of H_e is the number of singular values above
+  ``max(H.shape) · eps · σ_max``; U_{e,r} has fewer than r columns when H_e has lower rank (e.g.
+  fewer positive samples than r).
+- γ ≥ τ is tested with a tolerance of 1e-10 so that directions shared exactly by all views
+  (γ = 1 up to rounding) are never lost to floating-point noise when τ = 1.
+- ``guard=True`` applies the paper's "no correction when the best J ≤ 0" rule; fixed-configuration
+  ablations that must apply their correction regardless can pass ``guard=False``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+__all__ = [
+    "Calibration",
+    "CalibrationConfig",
+    "apply_correction",
+    "calibrate",
+    "consensus_basis",
+    "false_positive_pressure",
+    "score_weights",
+    "top_right_singular_vectors",
+]
+
+ViewSelection = Literal["fpp", "random", "top1"]
+Weighting = Literal["score", "binary"]
+ScoreFn = Callable[[np.ndarray], np.ndarray]
+
+_GAMMA_TOL = 1e-10
+
+
+# --------------------------------------------------------------------------------------------
+# Configuration
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class CalibrationConfig:
+    """CalibDCD's settings with the paper's defaults (Appendix, "Full configuration").
+
+    ``calibrate(z0, views, score, **config.kwargs())`` runs with these settings; the keyword
+    defaults of :func:`calibrate` are the same values.
+    """
+
+    ranks: tuple[int, ...] = (3, 4, 5, 6)
+    strengths: tuple[float, ...] = (0.7, 0.8, 0.9, 1.0)
+    tau: float = 0.95
+    n_views: int = 3
+    clip_percentile: float = 95.0
+    view_selection: ViewSelection = "fpp"
+    weighting: Weighting = "score"
+    consensus: bool = True
+    guard: bool = True
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ranks", tuple(self.ranks))
+        object.__setattr__(self, "strengths", tuple(self.strengths))
+        _check_settings(self)
+
+    def kwargs(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _check_settings(cfg: CalibrationConfig) -> None:
+    if not cfg.ranks:
+        raise ValueError("ranks must contain at least one rank")
+    for r in cfg.ranks:
+        if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or r < 1:
+            raise ValueError(f"ranks must be positive integers, got {r!r}")
+    if not cfg.strengths:
+        raise ValueError("strengths must contain at least one strength")
+    for lam in cfg.strengths:
+        if not (isinstance(lam, (int, float, np.floating)) and 0.0 <= float(lam) <= 1.0):
+            raise ValueError(f"strengths must lie in [0, 1], got {lam!r}")
+    if not (0.0 < float(cfg.tau) <= 1.0):
+        raise ValueError(f"tau must lie in (0, 1], got {cfg.tau!r}")
+    if isinstance(cfg.n_views, bool) or not isinstance(cfg.n_views, (int, np.integer)):
+        raise ValueError(f"n_views must be a positive integer, got {cfg.n_views!r}")
+    if cfg.n_views < 1:
+        raise ValueError(f"n_views must be a positive integer, got {cfg.n_views!r}")
+    if not (0.0 < float(cfg.clip_percentile) <= 100.0):
+        raise ValueError(f"clip_percentile must lie in (0, 100], got {cfg.clip_percentile!r}")
+    if cfg.view_selection not in ("fpp", "random", "top1"):
+        raise ValueError(
+            f"view_selection must be 'fpp', 'random' or 'top1', got {cfg.view_selection!r}"
+        )
+    if cfg.weighting not in ("score", "binary"):
+        raise ValueError(f"weighting must be 'score' or 'binary', got {cfg.weighting!r}")
+
+
+# --------------------------------------------------------------------------------------------
+# Result
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ViewShift:
+    """Diagnostics of one selected view's score-guided shift matrix H_e."""
+
+    name: str
+    n_positive: int  #: calibration texts whose score the view raised (u > 0)
+    cap: float  #: clipping cap c_e (nan when no positive u)
+    singular_values: np.ndarray  #: of H_e, descending, numerically non-zero only
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+    """The outcome of :func:`calibrate`: the selected correction and every diagnostic.
+
+    ``transform(z) = z − λ (z B) Bᵀ``; it is the identity when no correction was selected.
+    """
+
+    fpp: dict[str, float]  #: false-positive pressure of every candidate view (mapping order)
+    selected_views: tuple[str, ...]  #: views used for the shift estimate, in selection order
+    shifts: tuple[ViewShift, ...]  #: per selected view: positives, cap, singular values
+    #: rank r -> the non-zero-span eigenvalues γ of G_r, descending (with ``consensus=False``:
+    #: the squared top-r singular values of the pooled shift matrix)
+    consensus: dict[int, np.ndarray]
+    basis_dims: dict[int, int]  #: rank r -> number of consensus directions (columns of B_r)
+    objective: dict[tuple[int, float], float]  #: (r, λ) -> J(r, λ)
+    rank: int | None  #: selected r (None when no correction)
+    strength: float  #: selected λ (0.0 when no correction)
+    basis: np.ndarray  #: (d, k) orthonormal columns, zero outside ``block``; k = 0 if none
+    block: np.ndarray  #: the correctable column indices
+    dim: int  #: feature dimension d
+    config: CalibrationConfig
+    baseline_score: float  #: mean q(z0) over the calibration non-members
+
+    @property
+    def corrected(self) -> bool:
+        return self.basis.shape[1] > 0 and self.strength > 0.0
+
+    @property
+    def best_objective(self) -> float:
+        return max(self.objective.values()) if self.objective else 0.0
+
+    def transform(self, z: np.ndarray) -> np.ndarray:
+        """Apply the selected correction A* to features ``z`` of shape (m, d) (or (d,))."""
+        arr = np.asarray(z, dtype=np.float64)
+        single = arr.ndim == 1
+        if single:
+            arr = arr[None, :]
+        if arr.ndim != 2 or arr.shape[1] != self.dim:
+            raise ValueError(f"z must have shape (m, {self.dim}), got {np.shape(z)}")
+        if not self.corrected:
+            out = arr.copy()
+        else:
+            out = apply_correction(arr, self.basis[self.block], self.strength, self.block)
+        return out[0] if single else out
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-friendly summary (no arrays larger than the eigenvalue lists)."""
+        return {
+            "corrected": self.corrected,
+            "rank": self.rank,
+            "strength": self.strength,
+            "basis_dim": int(self.basis.shape[1]),
+            "selected_views": list(self.selected_views),
+            "fpp": {k: float(v) for k, v in self.fpp.items()},
+            "caps": {s.name: float(s.cap) for s in self.shifts},
+            "n_positive": {s.name: s.n_positive for s in self.shifts},
+            "consensus": {str(r): [float(g) for g in gam] for r, gam in self.consensus.items()},
+            "basis_dims": {str(r): k for r, k in self.basis_dims.items()},
+            "objective": {f"{r}/{lam:g}": float(j) for (r, lam), j in self.objective.items()},
+            "best_objective": self.best_objective,
+            "baseline_score": self.baseline_score,
+            "config": self.config.kwargs(),
+        }
+
+
+# --------------------------------------------------------------------------------------------
+# Pure building blocks
+# --------------------------------------------------------------------------------------------
+
+
+def false_positive_pressure(delta_q: np.ndarray) -> float:
+    """FPP(e) = mean over calibration non-members of max(Δq, 0) (paper Eq. fpp)."""
+    return float(np.maximum(np.asarray(delta_q, dtype=np.float64), 0.0).mean())
+
+
+def score_weights(
+    delta_q: np.ndarray, *, clip_percentile: float = 95.0, weighting: Weighting = "score"
+) -> tuple[np.ndarray, float]:
+    """Per-sample weights w and the cap c_e of one view.
+
+    ``weighting="score"``: u = max(Δq, 0), c = percentile(u[u > 0]) with numpy's default linear
+    rule, w = min(u, c). ``"binary"`` (ablation): w = 1 where Δq > 0, else 0 (c = 1).
+    Returns (w, c); c is nan when no sample has Δq > 0 (then w is all zero).
+    """
+    dq = np.asarray(delta_q, dtype=np.float64)
+    u = np.maximum(dq, 0.0)
+    positive = u > 0
+    if not positive.any():
+        return np.zeros_like(u), float("nan")
+    if weighting == "binary":
+        return positive.astype(np.float64), 1.0
+    cap = float(np.percentile(u[positive], clip_percentile))
+    return np.minimum(u, cap), cap
+
+
+def top_right_singular_vectors(h: np.ndarray, r: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top-``r`` right singular vectors of ``h`` as columns (k × r'), r' ≤ r, and all non-zero
+    singular values. r' is smaller than r when ``h`` has numerical rank below r."""
+    vt, s = _right_singular(h)
+    return vt[:r].T, s
+
+
+def _right_singular(h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of Vᵀ and singular values for the numerically non-zero part of h (economy SVD)."""
+    if h.size == 0:
+        return np.zeros((0, h.shape[1])), np.zeros(0)
+    _, s, vt = np.linalg.svd(h, full_matrices=False)
+    if s.size == 0 or s[0] == 0.0:
+        return np.zeros((0, h.shape[1])), np.zeros(0)
+    keep = s > s[0] * max(h.shape) * np.finfo(np.float64).eps
+    return vt[keep], s[keep]
+
+
+def consensus_basis(
+    view_bases: Sequence[np.ndarray], tau: float, n_views: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Eigen-decompose G = (1/m) Σ_e U_e U_eᵀ inside the span of the U_e and keep γ ≥ τ.
+
+    ``view_bases``: (k × r_e) matrices with orthonormal columns (r_e may be 0). ``n_views`` is m
+    (defaults to ``len(view_bases)``). Returns (B, γ): B (k × p) with the retained eigenvectors
+    as columns, γ all non-zero-span eigenvalues, descending.
+    """
+    m = len(view_bases) if n_views is None else n_views
+    if m < 1 or not view_bases:
+        raise ValueError("consensus needs at least one view")
+    k = view_bases[0].shape[0]
+    nonempty = [u for u in view_bases if u.shape[1] > 0]
+    if not nonempty:
+        return np.zeros((k, 0)), np.zeros(0)
+    w = np.concatenate(nonempty, axis=1)
+    q, r = np.linalg.qr(w, mode="reduced")
+    small = (r @ r.T) / m
+    gam, y = np.linalg.eigh((small + small.T) / 2.0)
+    order = np.argsort(gam)[::-1]
+    gam, y = np.clip(gam[order], 0.0, 1.0), y[:, order]
+    keep = gam >= tau - _GAMMA_TOL
+    return q @ y[:, keep], gam
+
+
+def apply_correction(
+    z: np.ndarray, basis_block: np.ndarray, strength: float, block: np.ndarray | None = None
+) -> np.ndarray:
+    """z A with A = I − λ B Bᵀ acting on the ``block`` columns only (B given in block coordinates).
+
+    Returns a new array; columns outside ``block`` are copied unchanged.
+    """
+    z = np.asarray(z, dtype=np.float64)
+    if basis_block.shape[1] == 0 or strength == 0.0:
+        return z.copy()
+    sel = _column_selector(block, z.shape[1])
+    return _subtract_in_block(z, sel, strength * ((z[:, sel] @ basis_block) @ basis_block.T))
+
+
+def _column_selector(block: np.ndarray | None, d: int) -> slice | np.ndarray:
+    """A slice when the block is one contiguous range (fast views instead of fancy indexing)."""
+    if block is None:
+        return slice(0, d)
+    if block.size and block[-1] - block[0] + 1 == block.size:
+        return slice(int(block[0]), int(block[-1]) + 1)
+    return block
+
+
+def _subtract_in_block(z: np.ndarray, sel: slice | np.ndarray, delta: np.ndarray) -> np.ndarray:
+    out = z.copy()
+    out[:, sel] -= delta
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# The algorithm
+# --------------------------------------------------------------------------------------------
+
+
+def calibrate(
+    z0: np.ndarray,
+    view_features: Mapping[str, np.ndarray],
+    score: ScoreFn,
+    *,
+    block: Sequence[int] | np.ndarray | slice | None = None,
+    ranks: Sequence[int] = (3, 4, 5, 6),
+    strengths: Sequence[float] = (0.7, 0.8, 0.9, 1.0),
+    tau: float = 0.95,
+    n_views: int = 3,
+    clip_percentile: float = 95.0,
+    view_selection: ViewSelection = "fpp",
+    weighting: Weighting = "score",
+    consensus: bool = True,
+    guard: bool = True,
+    seed: int = 0,
+) -> Calibration:
+    """Estimate and select CalibDCD's bounded correction on known non-members (Algorithm 1).
+
+    Args:
+        z0: (n, d) original-query features of the n calibration non-members, in the space the
+            classifier consumes (after its normalisation).
+        view_features: ordered mapping view name -> (n, d) features under that view; row i is
+            the same text as ``z0[i]``.
+        score: the fixed trained detector score, (m, d) -> (m,), higher = more member-like.
+        block: column indices the correction may touch (VeilProbe: the output-derived block), as
+            indices, a boolean mask or a slice; None = all columns.
+        ranks, strengths: the candidate grids R and Λ (paper: {3,4,5,6} × {0.7,0.8,0.9,1.0}).
+        tau: cross-view consensus threshold τ.
+        n_views: number of views kept by FPP ranking.
+        clip_percentile: per-view clipping percentile of the positive score increases.
+        view_selection: "fpp" (paper), "random" (seeded ablation) or "top1" (one top-FPP view).
+        weighting: "score" (paper) or "binary" (ablation: w = 1 where Δq > 0).
+        consensus: True (paper: projector averaging + threshold) or False (ablation: top-r right
+            singular vectors of the selected views' H_e stacked into one matrix).
+        guard: apply no correction when the best J ≤ 0 (paper); False forces the best candidate.
+        seed: seed of the random view selection.
+    """
+    cfg = CalibrationConfig(
+        ranks=tuple(ranks),
+        strengths=tuple(float(s) for s in strengths),
+        tau=float(tau),
+        n_views=n_views,
+        clip_percentile=float(clip_percentile),
+        view_selection=view_selection,
+        weighting=weighting,
+        consensus=consensus,
+        guard=guard,
+        seed=seed,
+    )
+    z0 = _as_features(z0, "z0")
+    n, d = z0.shape
+    if n < 2:
+        raise ValueError(f"z0 has {n} calibration text(s); calibration needs at least 2")
+    views = _check_views(view_features, z0.shape)
+    cols = _block_indices(block, d)
+    sel = _column_selector(cols, d)
+    n_sel = 1 if cfg.view_selection == "top1" else cfg.n_views
+    if n_sel > len(views):
+        raise ValueError(
+            f"n_views={n_sel} but only {len(views)} view(s) were given in view_features"
+        )
+
+    # Stage 1a: scores under e0 and every view; FPP ranking.
+    q0 = _call_score(score, z0, "z0")
+    delta_q = {name: _call_score(score, zv, f"view {name!r}") - q0 for name, zv in views.items()}
+    fpp = {name: false_positive_pressure(dq) for name, dq in delta_q.items()}
+    selected = _select_views(list(views), fpp, n_sel, cfg.view_selection, cfg.seed)
+
+    # Stage 1b: score-guided shift matrices and their right singular vectors (once, at max rank).
+    r_max = max(cfg.ranks)
+    shifts: list[ViewShift] = []
+    right_vectors: list[np.ndarray] = []  # per view: rows of Vᵀ (numerically non-zero part)
+    stacked_rows: list[np.ndarray] = []
+    for name in selected:
+        w, cap = score_weights(
+            delta_q[name], clip_percentile=cfg.clip_percentile, weighting=cfg.weighting
+        )
+        rows = np.flatnonzero(w > 0)
+        h = (views[name][rows] - z0[rows])[:, sel]
+        h *= np.sqrt(w[rows])[:, None]
+        if cfg.consensus:
+            vt, s = _right_singular(h)
+            right_vectors.append(vt[:r_max])
+        else:
+            s = _right_singular(h)[1]
+            stacked_rows.append(h)
+        shifts.append(ViewShift(name=name, n_positive=int(rows.size), cap=cap, singular_values=s))
+
+    # Stage 1c: a consensus basis per candidate rank (block coordinates).
+    bases: dict[int, np.ndarray] = {}
+    gammas: dict[int, np.ndarray] = {}
+    if cfg.consensus:
+        for r in dict.fromkeys(cfg.ranks):
+            bases[r], gammas[r] = consensus_basis(
+                [vt[:r].T for vt in right_vectors], cfg.tau, n_views=len(selected)
+            )
+    else:
+        pooled = np.concatenate(stacked_rows, axis=0)
+        vt_pooled, s_pooled = _right_singular(pooled)
+        for r in dict.fromkeys(cfg.ranks):
+            bases[r] = vt_pooled[:r].T
+            gammas[r] = s_pooled[:r] ** 2
+
+    # Stage 2: J(r, λ) for every candidate; first maximum in (ranks outer, strengths inner) order.
+    baseline = float(q0.mean())
+    objective: dict[tuple[int, float], float] = {}
+    best: tuple[int, float] | None = None
+    for r in cfg.ranks:
+        b = bases[r]
+        shift = None  # (z0 B) Bᵀ on the block, shared by every λ of this rank
+        for lam in cfg.strengths:
+            if (r, lam) in objective:
+                continue
+            if b.shape[1] == 0 or lam == 0.0:
+                j = 0.0  # A = I: the scores cannot change
+            else:
+                if shift is None:
+                    shift = (z0[:, sel] @ b) @ b.T
+                z_corr = _subtract_in_block(z0, sel, lam * shift)
+                j = float(np.mean(q0 - _call_score(score, z_corr, "corrected z0")))
+            objective[(r, lam)] = j
+            if best is None or j > objective[best]:
+                best = (r, lam)
+
+    assert best is not None
+    apply_it = bases[best[0]].shape[1] > 0 and best[1] > 0.0
+    if cfg.guard and objective[best] <= 0.0:
+        apply_it = False
+    basis = np.zeros((d, bases[best[0]].shape[1] if apply_it else 0))
+    if apply_it:
+        basis[cols] = bases[best[0]]
+    return Calibration(
+        fpp=fpp,
+        selected_views=tuple(selected),
+        shifts=tuple(shifts),
+        consensus=gammas,
+        basis_dims={r: int(b.shape[1]) for r, b in bases.items()},
+        objective=objective,
+        rank=best[0] if apply_it else None,
+        strength=best[1] if apply_it else 0.0,
+        basis=basis,
+        block=cols,
+        dim=d,
+        config=cfg,
+        baseline_score=baseline,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Validation and selection helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _as_features(z: Any, what: str) -> np.ndarray:
+    try:
+        arr = np.asarray(z, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{what} is not a numeric array: {exc}") from None
+    if arr.ndim != 2:
+        raise ValueError(f"{what} must be a 2-D array (n, d), got shape {arr.shape}")
+    if arr.shape[1] == 0:
+        raise ValueError(f"{what} has no feature columns")
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        i, j = np.argwhere(bad)[0]
+        raise ValueError(
+            f"{what} contains {int(bad.sum())} non-finite value(s) (NaN/inf), first at row {i}, "
+            f"column {j}"
+        )
+    return arr
+
+
+def _check_views(
+    view_features: Mapping[str, np.ndarray], shape: tuple[int, int]
+) -> dict[str, np.ndarray]:
+    if not isinstance(view_features, Mapping):
+        raise ValueError("view_features must be a mapping view name -> (n, d) array")
+    if not view_features:
+        raise ValueError("view_features is empty: calibration needs at least one controlled view")
+    out: dict[str, np.ndarray] = {}
+    for name, z in view_features.items():
+        arr = _as_features(z, f"view {name!r}")
+        if arr.shape != shape:
+            raise ValueError(
+                f"view {name!r} has shape {arr.shape}, but z0 has shape {shape}: each view must "
+                "hold the same texts (rows) and feature columns as z0"
+            )
+        out[str(name)] = arr
+    return out
+
+
+def _block_indices(block: Any, d: int) -> np.ndarray:
+    if block is None:
+        return np.arange(d)
+    if isinstance(block, slice):
+        idx = np.arange(d)[block]
+    else:
+        arr = np.asarray(block)
+        if arr.dtype == bool:
+            if arr.shape != (d,):
+                raise ValueError(f"block mask must have length d={d}, got shape {arr.shape}")
+            idx = np.flatnonzero(arr)
+        else:
+            if arr.ndim != 1 or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
+                raise ValueError("block must be None, a slice, a boolean mask or integer indices")
+            idx = arr.astype(np.intp)
+            out_of_range = idx[(idx < 0) | (idx >= d)]
+            if out_of_range.size:
+                raise ValueError(
+                    f"block index {int(out_of_range[0])} is out of range for d={d} "
+                    f"({out_of_range.size} out-of-range index(es))"
+                )
+            if np.unique(idx).size != idx.size:
+                raise ValueError("block contains duplicate column indices")
+    if idx.size == 0:
+        raise ValueError("block selects no columns")
+    return np.sort(idx)
+
+
+def _call_score(score: ScoreFn, z: np.ndarray, what: str) -> np.ndarray:
+    q = np.asarray(score(z), dtype=np.float64)
+    if q.ndim == 2 and q.shape[1] == 1:
+        q = q[:, 0]
+    if q.shape != (z.shape[0],):
+        raise ValueError(
+            f"score returned shape {q.shape} for {what} with {z.shape[0]} rows; "
+            f"expected ({z.shape[0]},)"
+        )
+    if not np.all(np.isfinite(q)):
+        raise ValueError(f"score returned non-finite values for {what}")
+    return q
+
+
+def _select_views(
+    names: list[str], fpp: Mapping[str, float], k: int, how: ViewSelection, seed: int
+) -> list[str]:
+    if how == "random":
+        rng = np.random.default_rng(seed)
+        return [names[i] for i in rng.choice(len(names), size=k, replace=False)]
+    # Largest FPP first; a stable sort keeps mapping order among ties.
+    order = sorted(range(len(names)), key=lambda i: -fpp[names[i]])
+    return [names[i] for i in order[:k]]

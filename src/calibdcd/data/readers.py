@@ -1,0 +1,201 @@
+"""Read raw records (dicts) from jsonl / json / csv / tsv / parquet files, with their locations.
+
+Readers do not interpret fields; they only report structural problems (a line that is not valid
+JSON, a JSON value that is not an object, a CSV row with the wrong number of fields). All such
+problems of a file are collected and raised together as one :class:`DataError`.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import gzip
+import io
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from calibdcd.data.validation import DataError, Location, Problem
+
+__all__ = ["SUPPORTED_SUFFIXES", "Record", "file_format", "read_records"]
+
+SUPPORTED_SUFFIXES = (".jsonl", ".ndjson", ".json", ".csv", ".tsv", ".parquet")
+
+# Some benchmark texts (BookMIA snippets, full papers) exceed csv's default 128 KiB field limit.
+csv.field_size_limit(2**31 - 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    location: Location
+    #: 0-based position of the record among the file's records (header excluded)
+    index: int
+    fields: dict[str, Any]
+
+
+def file_format(path: Path) -> tuple[str, bool]:
+    """``(format, gzipped)`` from the file name, e.g. ``("jsonl", True)`` for ``x.jsonl.gz``."""
+    name = path.name.lower()
+    gz = name.endswith(".gz")
+    if gz:
+        name = name[:-3]
+    for suffix in SUPPORTED_SUFFIXES:
+        if name.endswith(suffix):
+            fmt = suffix[1:]
+            return ("jsonl" if fmt == "ndjson" else fmt), gz
+    raise ValueError(
+        f"{path}: unsupported file type; expected one of "
+        f"{', '.join(SUPPORTED_SUFFIXES)} (optionally .gz, except parquet)"
+    )
+
+
+def _open_text(path: Path, gz: bool) -> io.TextIOBase:
+    # utf-8-sig drops a byte-order mark (arXivTection.csv starts with one)
+    if gz:
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig", newline="")
+    return open(path, encoding="utf-8-sig", newline="")
+
+
+def _read_jsonl(path: Path, gz: bool) -> tuple[list[Record], list[Problem], list[str]]:
+    records: list[Record] = []
+    problems: list[Problem] = []
+    columns: list[str] = []
+    # positions count every non-blank line, valid or not, so ids stay stable after a fix
+    position = -1
+    with _open_text(path, gz) as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue  # blank lines (e.g. a trailing newline) are not records
+            position += 1
+            loc = Location(str(path), lineno)
+            try:
+                obj = json.loads(raw)
+            except json.JSONDecodeError as e:
+                problems.append(Problem(loc, f"bad JSON line ({e.msg} at column {e.colno})"))
+                continue
+            if not isinstance(obj, dict):
+                problems.append(
+                    Problem(loc, f"JSON line is a {type(obj).__name__}, expected an object")
+                )
+                continue
+            if not columns:
+                columns = list(obj)
+            records.append(Record(loc, position, obj))
+    return records, problems, columns
+
+
+def _read_json(path: Path, gz: bool) -> tuple[list[Record], list[Problem], list[str]]:
+    with _open_text(path, gz) as fh:
+        text = fh.read()
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DataError(Problem(Location(str(path), e.lineno), f"bad JSON ({e.msg})")) from None
+    if isinstance(obj, dict) and isinstance(obj.get("data"), list):
+        obj = obj["data"]
+    if not isinstance(obj, list):
+        raise DataError(
+            Problem(Location(str(path), 1), "expected a JSON array of objects (or {'data': [...]})")
+        )
+    records, problems = [], []
+    columns: list[str] = []
+    for i, item in enumerate(obj):
+        loc = Location(str(path), i + 1, unit="item")
+        if not isinstance(item, dict):
+            problems.append(Problem(loc, f"item is a {type(item).__name__}, expected an object"))
+            continue
+        if not columns:
+            columns = list(item)
+        records.append(Record(loc, i, item))
+    return records, problems, columns
+
+
+def _read_csv(
+    path: Path, gz: bool, delimiter: str
+) -> tuple[list[Record], list[Problem], list[str]]:
+    records: list[Record] = []
+    problems: list[Problem] = []
+    with _open_text(path, gz) as fh:
+        reader = csv.reader(fh, delimiter=delimiter)
+        try:
+            header = next(reader)
+        except StopIteration:
+            raise DataError(Problem(Location(str(path), 1), "empty file (no header)")) from None
+        except csv.Error as e:
+            raise DataError(Problem(Location(str(path), 1), f"bad CSV header ({e})")) from None
+        header = [h.strip() for h in header]
+        dupes = {h for h in header if header.count(h) > 1}
+        if dupes:
+            raise DataError(
+                Problem(Location(str(path), 1), f"header repeats column(s) {sorted(dupes)}")
+            )
+        index = 0
+        while True:
+            start = reader.line_num + 1  # a quoted field may span several physical lines
+            try:
+                row = next(reader)
+            except StopIteration:
+                break
+            except csv.Error as e:
+                problems.append(Problem(Location(str(path), start), f"bad CSV row ({e})"))
+                break  # the reader cannot resynchronise reliably after a quoting error
+            if not row or (len(row) == 1 and not row[0].strip()):
+                continue  # blank line
+            loc = Location(str(path), start)
+            if len(row) != len(header):
+                problems.append(
+                    Problem(loc, f"row has {len(row)} fields but the header has {len(header)}")
+                )
+                index += 1
+                continue
+            records.append(Record(loc, index, dict(zip(header, row, strict=True))))
+            index += 1
+    return records, problems, header
+
+
+def _read_parquet(path: Path) -> tuple[list[Record], list[Problem], list[str]]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            f"reading {path} needs pyarrow: pip install 'calibdcd[data]' (or pyarrow)"
+        ) from e
+    table = pq.read_table(path)
+    columns = list(table.column_names)
+    records = [
+        Record(Location(str(path), i + 1, unit="row"), i, row)
+        for i, row in enumerate(table.to_pylist())
+    ]
+    return records, [], columns
+
+
+def read_records(path: str | Path) -> tuple[list[Record], list[str]]:
+    """All records of ``path`` and its column names (CSV header / first object's keys).
+
+    Raises :class:`DataError` listing every structural problem of the file.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    fmt, gz = file_format(path)
+    if fmt == "jsonl":
+        records, problems, columns = _read_jsonl(path, gz)
+    elif fmt == "json":
+        records, problems, columns = _read_json(path, gz)
+    elif fmt in ("csv", "tsv"):
+        records, problems, columns = _read_csv(path, gz, "," if fmt == "csv" else "\t")
+    else:
+        if gz:
+            raise ValueError(f"{path}: gzipped parquet is not supported (parquet is compressed)")
+        records, problems, columns = _read_parquet(path)
+    if problems:
+        raise DataError(problems)
+    return records, columns
+
+
+def rows_as_records(rows: Iterable[dict[str, Any]], source: str) -> tuple[list[Record], list[str]]:
+    """Wrap in-memory rows (e.g. from the Hugging Face hub) as records located by 1-based row."""
+    records = [Record(Location(source, i + 1, unit="row"), i, dict(r)) for i, r in enumerate(rows)]
+    columns = list(records[0].fields) if records else []
+    return records, columns

@@ -1,0 +1,722 @@
+"""Tests for calibdcd.data: loaders on the real benchmark copies, validation on hand-made bad
+files, and the paper's split protocol."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from calibdcd.cli import app
+from calibdcd.data import (
+    PAPER_SIZES,
+    Benchmark,
+    DataError,
+    DuplicateTextWarning,
+    HubUnavailableError,
+    Sample,
+    Split,
+    SplitConfig,
+    load_benchmark,
+    load_table,
+    make_split,
+    parse_label,
+    split_benchmark,
+    subsample,
+)
+from calibdcd.data.benchmarks import PAPER_POOLS
+
+
+# --- where the shared benchmark copies are ---------------------------------------------------
+def _shared_dir() -> Path:
+    env = os.environ.get("CALIBDCD_SHARED")
+    if env:
+        return Path(env)
+    beside_repo = Path(__file__).resolve().parents[1].parent / "shared"
+    return beside_repo if beside_repo.is_dir() else Path("/work/shared")
+
+
+DATA = _shared_dir() / "data"
+needs_data = pytest.mark.skipif(
+    not DATA.is_dir(),
+    reason=f"benchmark copies not found at {DATA} (set CALIBDCD_SHARED to the shared directory)",
+)
+
+
+def load_quiet(*args, **kwargs) -> Benchmark:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return load_benchmark(*args, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def booktection() -> Benchmark:
+    if not DATA.is_dir():
+        pytest.skip(f"benchmark copies not found at {DATA}")
+    return load_benchmark("booktection", path=DATA / "BookTection")
+
+
+# --- real benchmark files ----------------------------------------------------------------------
+@needs_data
+@pytest.mark.parametrize(
+    ("name", "rel", "split", "n1", "n0", "length"),
+    [
+        ("wikimia", "WikiMIA", None, 284, 258, 64),
+        ("wikimia", "WikiMIA", 128, 139, 111, 128),
+        ("wikimia", "WikiMIA/WikiMIA_length128.jsonl", None, 139, 111, 128),
+        ("wikimia", "WikiMIA/WikiMIA_length64.csv", None, 284, 258, 64),
+        ("wikimia-24", "WikiMIA-24", "32", 779, 779, 32),
+        ("wikimia-24", "WikiMIA-24", "WikiMIA_length256", 253, 253, 256),
+        ("bookmia", "BookMIA", None, 100, 100, 128),
+        ("arxivmia", "ArxivMIA", None, 1000, 1000, 128),
+        ("arxivmia", "ArxivMIA", "dev", 201, 199, 128),
+        ("arxivmia", "ArxivMIA/arxiv_mia_test.jsonl", None, 799, 801, 128),
+    ],
+)
+def test_real_benchmark_counts(name, rel, split, n1, n0, length):
+    bench = load_quiet(name, path=DATA / rel, split=split)
+    assert bench.counts() == {1: n1, 0: n0}
+    assert bench.default_length == length
+    assert len(set(bench.ids)) == len(bench)
+    assert all(s.text.strip() for s in bench)
+
+
+@needs_data
+def test_wikimia_csv_and_jsonl_agree():
+    a = load_benchmark("wikimia", path=DATA / "WikiMIA")
+    assert Path(a.source).name == "WikiMIA_length64.jsonl"  # jsonl preferred over csv
+    b = load_benchmark("wikimia", path=DATA / "WikiMIA" / "WikiMIA_length64.csv")
+    assert a.texts == b.texts
+    assert a.labels.tolist() == b.labels.tolist()
+    assert b.samples[0].meta == {"text_id": "0"}
+
+
+@needs_data
+def test_booktection_decop_format(booktection):
+    assert booktection.key == "booktection/medium"
+    assert booktection.counts() == {1: 3499, 0: 1985}
+    s = booktection.samples[0]
+    assert s.meta["answer"] == "A"
+    assert len(s.meta["paraphrases"]) == 3
+    assert s.text not in s.meta["paraphrases"]
+    assert s.meta["source_id"] == "A_Day_of_Fallen_Night_-_Samantha_Shannon"
+    assert s.text.startswith("Wulf said, Was I really the only one who lived?")
+    # the derived passages file holds the same verbatim passages in the same order
+    passages = load_benchmark(
+        "booktection", path=DATA / "BookTection" / "BookTection_medium_passages.jsonl"
+    )
+    assert passages.texts == booktection.texts
+    assert passages.labels.tolist() == booktection.labels.tolist()
+
+
+@needs_data
+def test_booktection_other_length_is_a_clear_error():
+    with pytest.raises(DataError, match=r"no rows with Length == 'small'.*medium"):
+        load_benchmark(
+            "booktection", path=DATA / "BookTection" / "BookTection_medium.csv", split="small"
+        )
+
+
+@needs_data
+def test_arxivtection_drops_the_blank_passage_with_a_warning():
+    with pytest.warns(UserWarning, match=r"dropped 1 record\(s\) with empty text \(line 615\)"):
+        bench = load_benchmark("arxivtection", path=DATA / "arXivTection")
+    assert len(bench) == PAPER_SIZES["arxivtection"] == 1548
+    assert bench.counts() == {1: 762, 0: 786}
+    assert bench.report.dropped_empty == (615,)
+    # the strict policy reports it as an error naming the file and line
+    with pytest.raises(DataError, match=r"arXivTection\.csv, line 615: empty text"):
+        load_benchmark("arxivtection", path=DATA / "arXivTection", on_empty="error")
+
+
+@needs_data
+def test_wikimia24_duplicates_reported_and_deduped():
+    path = DATA / "WikiMIA-24" / "WikiMIA-24_length32.jsonl"
+    with pytest.warns(DuplicateTextWarning, match=r"172 duplicate text\(s\)"):
+        bench = load_benchmark("wikimia-24", path=path)
+    assert len(bench) == 1558 and len(bench.report.duplicates) == 172
+    with pytest.warns(DuplicateTextWarning):
+        deduped = load_benchmark("wikimia-24", path=path, dedupe=True)
+    assert len(deduped) == len(set(bench.texts)) == 1386
+    assert deduped.report.conflicting_duplicates == ()
+    assert len(deduped.report.dropped_duplicates) == 172
+
+
+@needs_data
+@pytest.mark.parametrize("name", ["booktection", "arxivtection", "wikimia"])
+@pytest.mark.parametrize("seed", [0, 7])
+def test_paper_table_reproduced(name, seed, booktection):
+    dirs = {"arxivtection": "arXivTection", "wikimia": "WikiMIA"}
+    bench = booktection if name == "booktection" else load_quiet(name, path=DATA / dirs[name])
+    sp = split_benchmark(bench, seed=seed)
+    sizes = sp.sizes()
+    m, nm = PAPER_POOLS[name]
+    assert sizes["subsample"][0] == PAPER_SIZES[name]
+    assert sizes["supervised"] == (100, 50, 50)
+    assert sizes["evaluation"] == (m + nm, m, nm)
+    remaining_nm = nm  # paper protocol: the pool holds every non-supervised non-member
+    assert sizes["calibration"] == (remaining_nm // 2, 0, remaining_nm // 2)
+    strict = split_benchmark(bench, SplitConfig(protocol="strict"), seed=seed)
+    assert strict.sizes()["evaluation"] == (m + nm - nm // 2, m, nm - nm // 2)
+    np.testing.assert_array_equal(strict.supervised, sp.supervised)
+
+
+@needs_data
+def test_bookmia_local_subset_is_smaller_than_the_paper():
+    bench = load_benchmark("bookmia", path=DATA / "BookMIA")
+    assert bench.samples[0].meta["book"] == "The Call of the Wild.txt"
+    with pytest.warns(UserWarning, match="fewer than the requested subsample of 2000"):
+        sp = split_benchmark(bench, seed=0)
+    assert sp.sizes()["evaluation"] == (100, 50, 50)
+
+
+@needs_data
+def test_directory_without_the_split_file():
+    with pytest.raises(
+        FileNotFoundError, match=r"no file for benchmark 'wikimia' split 'length32'"
+    ):
+        load_benchmark("wikimia", path=DATA / "WikiMIA", split=32)
+    with pytest.raises(ValueError, match=r"unknown split 48; choose one of"):
+        load_benchmark("wikimia", path=DATA / "WikiMIA", split=48)
+
+
+# --- hub and registry --------------------------------------------------------------------------
+def test_hub_offline_error_names_a_local_path(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(HubUnavailableError, match=r"swj0419/WikiMIA.*HF_HUB_OFFLINE=1.*path="):
+        load_benchmark("WikiMIA", split=128)
+    with pytest.raises(HubUnavailableError, match="avduarte333/BookTection"):
+        load_benchmark("booktection")
+
+
+def test_hub_without_datasets_package_says_what_to_install(monkeypatch):
+    import importlib.util
+
+    if importlib.util.find_spec("datasets") is not None:
+        pytest.skip("`datasets` is installed here; this checks the message when it is missing")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    with pytest.raises(
+        HubUnavailableError, match=r"needs the `datasets` package.*calibdcd\[data\]"
+    ):
+        load_benchmark("arxivmia", split="dev")
+
+
+def test_unknown_name_lists_known_benchmarks():
+    with pytest.raises(ValueError, match=r"unknown benchmark 'nope'.*arxivtection.*wikimia"):
+        load_benchmark("nope")
+
+
+def test_import_is_light():
+    code = (
+        "import sys, calibdcd.data, calibdcd.cli; "
+        "print('torch' in sys.modules, 'datasets' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
+
+
+# --- validation on hand-made files -------------------------------------------------------------
+def write_jsonl(path: Path, rows: list) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path
+
+
+def test_generic_jsonl_with_custom_columns(tmp_path):
+    f = write_jsonl(
+        tmp_path / "mine.jsonl",
+        [{"body": "alpha text", "is_member": 1, "src": "x"}, {"body": "beta", "is_member": 0}],
+    )
+    bench = load_benchmark(f, text_field="body", label_field="is_member")
+    assert bench.name == "mine"
+    assert bench.texts == ["alpha text", "beta"]
+    assert bench.samples[0].meta == {"src": "x"}
+    assert bench.ids == ["0", "1"]
+
+
+def test_missing_label_names_file_and_line(tmp_path):
+    f = write_jsonl(tmp_path / "a.jsonl", [{"text": "ok", "label": 1}, {"text": "no label here"}])
+    with pytest.raises(DataError, match=r"a\.jsonl, line 2: missing label") as ei:
+        load_table(f)
+    assert (Path(ei.value.file).name, ei.value.line, ei.value.problem) == (
+        "a.jsonl",
+        2,
+        "missing label",
+    )
+
+
+@pytest.mark.parametrize("bad", [2, -1, 0.5, "yes", "member", [1]])
+def test_label_not_0_1(tmp_path, bad):
+    f = write_jsonl(
+        tmp_path / "b.jsonl", [{"text": "t1", "label": 0}, {"text": "t2", "label": bad}]
+    )
+    with pytest.raises(DataError, match=r"b\.jsonl, line 2: label .* is not 0/1"):
+        load_table(f)
+
+
+@pytest.mark.parametrize(
+    ("raw", "want"),
+    [
+        (1, 1),
+        (0, 0),
+        (True, 1),
+        (False, 0),
+        (1.0, 1),
+        (0.0, 0),
+        ("1", 1),
+        (" 0 ", 0),
+        ("1.0", 1),
+        ("TRUE", 1),
+        ("false", 0),
+    ],
+)
+def test_accepted_labels(raw, want):
+    assert parse_label(raw) == want
+
+
+@pytest.mark.parametrize("raw", [None, "", "  ", float("nan")])
+def test_missing_labels(raw):
+    with pytest.raises(ValueError, match="missing label"):
+        parse_label(raw)
+
+
+def test_label_map(tmp_path):
+    f = write_jsonl(
+        tmp_path / "m.jsonl", [{"text": "a", "y": "member"}, {"text": "b", "y": "non-member"}]
+    )
+    bench = load_table(f, label_field="y", label_map={"member": 1, "non-member": 0})
+    assert bench.labels.tolist() == [1, 0]
+    with pytest.raises(ValueError, match="not 0 or 1"):
+        parse_label("x", label_map={"x": 3})
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [("", "empty text"), ("  \n", "empty text (whitespace only)"), (None, "empty text (missing)")],
+)
+def test_empty_text(tmp_path, text, problem):
+    f = write_jsonl(
+        tmp_path / "e.jsonl",
+        [{"text": "fine", "label": 1}, {"text": text, "label": 0}, {"text": "x", "label": 0}],
+    )
+    with pytest.raises(DataError) as ei:
+        load_table(f)
+    assert (ei.value.line, ei.value.problem) == (2, problem)
+    with pytest.warns(UserWarning, match=r"dropped 1 record\(s\) with empty text \(line 2\)"):
+        bench = load_table(f, on_empty="drop")
+    assert bench.texts == ["fine", "x"] and bench.ids == ["0", "2"]  # ids keep source positions
+
+
+def test_text_not_a_string(tmp_path):
+    f = write_jsonl(tmp_path / "n.jsonl", [{"text": 12, "label": 1}])
+    with pytest.raises(DataError, match=r"line 1: text is not a string"):
+        load_table(f)
+
+
+def test_bad_json_lines_are_all_reported(tmp_path):
+    f = write_jsonl(
+        tmp_path / "j.jsonl",
+        [
+            {"text": "a", "label": 1},
+            '{"text": "b", "label": 0',
+            "",
+            "[1, 2]",
+            {"text": "c", "label": 0},
+        ],
+    )
+    with pytest.raises(DataError) as ei:
+        load_table(f)
+    err = ei.value
+    assert [(p.location.line, p.problem.split(" (")[0]) for p in err.problems] == [
+        (2, "bad JSON line"),
+        (4, "JSON line is a list, expected an object"),
+    ]
+    assert "2 problems in" in str(err)
+
+
+def test_all_record_problems_in_one_error(tmp_path):
+    f = write_jsonl(
+        tmp_path / "many.jsonl",
+        [
+            {"text": "", "label": 1},
+            {"text": "b", "label": 5},
+            {"text": "c"},
+            {"text": "d", "label": 0},
+        ],
+    )
+    with pytest.raises(DataError) as ei:
+        load_table(f)
+    assert [(p.location.line, p.problem) for p in ei.value.problems] == [
+        (1, "empty text"),
+        (
+            2,
+            "label 5 is not 0/1 (accepted: 0, 1, true, false, '0', '1') "
+            "(pass label_map to map other values)",
+        ),
+        (3, "missing label"),
+    ]
+
+
+def test_missing_text_column(tmp_path):
+    f = write_jsonl(tmp_path / "c.jsonl", [{"content": "a", "label": 1}])
+    with pytest.raises(
+        DataError,
+        match=r"no text column: looked for \['text', 'input', 'snippet'\], "
+        r"the file has \['content', 'label'\]",
+    ):
+        load_table(f)
+
+
+def test_duplicates_warn_and_dedupe(tmp_path):
+    rows = [
+        {"text": "same", "label": 1},
+        {"text": "other", "label": 0},
+        {"text": "same", "label": 1},
+        {"text": "clash", "label": 1},
+        {"text": "clash", "label": 0},
+    ]
+    f = write_jsonl(tmp_path / "d.jsonl", rows)
+    with pytest.warns(
+        DuplicateTextWarning,
+        match=r"2 duplicate text\(s\) \(line 3 repeats line 1, line 5 repeats line 4\); "
+        r"1 text\(s\) occur with both labels \(lines 4, 5\); pass dedupe=True",
+    ):
+        bench = load_table(f)
+    assert len(bench) == 5
+    with pytest.warns(DuplicateTextWarning, match="dropped"):
+        deduped = load_table(f, dedupe=True)
+    assert deduped.texts == ["same", "other"]  # first "same" kept, both "clash" dropped
+    assert deduped.report.dropped_duplicates == (3, 4, 5)
+
+
+def test_csv_line_numbers_count_multiline_fields(tmp_path):
+    f = tmp_path / "t.csv"
+    with open(f, "w", newline="", encoding="utf-8-sig") as fh:  # with a BOM, like arXivTection.csv
+        w = csv.writer(fh)
+        w.writerow(["text", "label"])
+        w.writerow(["first line\nsecond line\nthird", "1"])  # lines 2-4
+        w.writerow(["ok", "0"])  # line 5
+        w.writerow(["no label", ""])  # line 6
+    with pytest.raises(DataError, match=r"t\.csv, line 6: missing label"):
+        load_table(f)
+
+
+def test_csv_wrong_field_count(tmp_path):
+    f = tmp_path / "w.csv"
+    f.write_text("text,label\nhello,1\nbroken,0,extra\n")
+    with pytest.raises(DataError, match=r"w\.csv, line 3: row has 3 fields but the header has 2"):
+        load_table(f)
+
+
+def test_tsv_and_gzip(tmp_path):
+    f = tmp_path / "x.tsv"
+    f.write_text("input\tlabel\nhello world\t1\nbye\tfalse\n")
+    assert load_table(f).labels.tolist() == [1, 0]
+    g = tmp_path / "x.jsonl.gz"
+    with gzip.open(g, "wt") as fh:
+        fh.write(json.dumps({"text": "z", "label": "1"}) + "\n")
+    assert load_table(g).texts == ["z"]
+
+
+def test_parquet(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    f = tmp_path / "p.parquet"
+    pq.write_table(pa.table({"text": ["a", "b", "c"], "label": [True, False, None]}), f)
+    with pytest.raises(DataError, match=r"p\.parquet, row 3: missing label"):
+        load_table(f)
+    pq.write_table(pa.table({"text": ["a", "b"], "label": [1.0, 0.0], "k": [5, 6]}), f)
+    bench = load_table(f)
+    assert bench.labels.tolist() == [1, 0] and bench.samples[1].meta == {"k": 6}
+
+
+def test_id_field(tmp_path):
+    f = write_jsonl(
+        tmp_path / "i.jsonl",
+        [{"uid": "a", "text": "x", "label": 1}, {"uid": "a", "text": "y", "label": 0}],
+    )
+    with pytest.raises(DataError, match=r"line 2: id 'a' already used on line 1"):
+        load_table(f, id_field="uid")
+
+
+def test_unsupported_suffix(tmp_path):
+    f = tmp_path / "data.xlsx"
+    f.write_text("x")
+    with pytest.raises(ValueError, match="unsupported file type"):
+        load_table(f)
+
+
+def test_sample_and_benchmark_checks():
+    with pytest.raises(ValueError, match="label must be the int 0 or 1"):
+        Sample("a", "text", 2)
+    with pytest.raises(ValueError, match="label must be the int 0 or 1"):
+        Sample("a", "text", True)
+    s = Sample("a", "t", 1)
+    with pytest.raises(ValueError, match="sample id 'a' occurs at positions 0 and 1"):
+        Benchmark("b", (s, Sample("a", "u", 0)), source="mem")
+
+
+# --- the protocol --------------------------------------------------------------------------------
+def labels_of(n1: int, n0: int, seed: int = 0) -> np.ndarray:
+    lab = np.array([1] * n1 + [0] * n0)
+    return np.random.default_rng(seed).permutation(lab)
+
+
+def check_invariants(sp: Split, labels: np.ndarray) -> None:
+    sup, cal, ev, sub = (
+        set(a.tolist()) for a in (sp.supervised, sp.calibration, sp.evaluation, sp.subsample)
+    )
+    assert sup.isdisjoint(cal) and sup.isdisjoint(ev)
+    assert sup | cal | ev <= sub
+    assert (labels[sp.calibration] == 0).all()
+    assert (labels[sp.supervised] == 1).sum() == (labels[sp.supervised] == 0).sum()
+    if sp.protocol == "paper":
+        assert cal <= ev and ev == sub - sup
+    else:
+        assert cal.isdisjoint(ev) and ev == sub - sup - cal
+    for a in (sp.supervised, sp.calibration, sp.evaluation, sp.subsample):
+        assert (np.diff(a) > 0).all()  # sorted, no repeats
+
+
+@pytest.mark.parametrize("protocol", ["paper", "strict"])
+@pytest.mark.parametrize(("n1", "n0"), [(284, 258), (3499, 1985), (51, 52), (300, 121)])
+def test_split_invariants_and_sizes(protocol, n1, n0):
+    labels = labels_of(n1, n0)
+    sp = make_split(labels, SplitConfig(protocol=protocol), seed=3)
+    check_invariants(sp, labels)
+    remaining = n0 - 50
+    assert len(sp.calibration) == remaining // 2  # floor of half the remaining non-members
+    n_eval = n1 + n0 - 100 - (remaining // 2 if protocol == "strict" else 0)
+    assert len(sp.evaluation) == n_eval
+
+
+def test_split_is_deterministic_and_seed_dependent():
+    labels = labels_of(400, 300)
+    a = make_split(labels, seed=11)
+    b = make_split(labels, seed=11)
+    c = make_split(labels, seed=12)
+    for part in ("supervised", "calibration", "evaluation"):
+        np.testing.assert_array_equal(a.part(part), b.part(part))
+    assert not np.array_equal(a.supervised, c.supervised)
+    assert not np.array_equal(a.calibration, c.calibration)
+
+
+def test_steps_use_independent_streams():
+    labels = labels_of(400, 300)
+    a = make_split(labels, SplitConfig(calibration_fraction=0.5), seed=5)
+    b = make_split(labels, SplitConfig(calibration_fraction=0.3, protocol="strict"), seed=5)
+    np.testing.assert_array_equal(a.supervised, b.supervised)
+    assert len(b.calibration) == int(0.3 * 250)
+    c = make_split(labels, SplitConfig(n_calibration=10), seed=5)
+    assert len(c.calibration) == 10
+
+
+def test_subsample_equal_and_stratified():
+    labels = labels_of(3499, 1985)
+    eq = subsample(labels, 2000, seed=0)
+    assert len(eq) == 2000 and labels[eq].sum() == 1000
+    st = subsample(labels, 2000, seed=0, balance="stratified")
+    assert labels[st].sum() == round(2000 * 3499 / 5484)
+    assert not np.array_equal(eq, subsample(labels, 2000, seed=1))
+    np.testing.assert_array_equal(eq, subsample(labels, 2000, seed=0))
+    with pytest.raises(ValueError, match=r"needs 2000 non-members but the benchmark has 1985"):
+        subsample(labels, 4000, seed=0)
+    with pytest.warns(UserWarning, match="fewer than the requested subsample"):
+        assert len(subsample(labels, 10_000)) == len(labels)
+
+
+def test_subsample_config_resolution():
+    labels = labels_of(1200, 1100)
+    bench = Benchmark(
+        "booktection",
+        tuple(Sample(str(i), f"text {i}", int(y)) for i, y in enumerate(labels)),
+        source="memory",
+    )
+    assert split_benchmark(bench, seed=0).sizes()["subsample"] == (2000, 1000, 1000)
+    assert (
+        split_benchmark(bench, SplitConfig(subsample=None), seed=0).sizes()["subsample"][0] == 2300
+    )
+    assert split_benchmark(bench, SplitConfig(subsample=600), seed=0).sizes()["subsample"] == (
+        600,
+        300,
+        300,
+    )
+    sp = split_benchmark(bench, seed=0)
+    assert sp.part_ids("supervised") == [bench.ids[i] for i in sp.supervised]
+
+
+@pytest.mark.parametrize(
+    ("n1", "n0", "config", "match"),
+    [
+        (49, 300, SplitConfig(), r"needs 50 members .* has 49"),
+        (300, 50, SplitConfig(), r"needs 50 non-members \(plus at least 1 left for calibration\)"),
+        (300, 51, SplitConfig(), r"leaves no calibration non-member"),
+        (
+            300,
+            80,
+            SplitConfig(n_calibration=31),
+            r"n_calibration=31 but only 30 non-members remain",
+        ),
+        (50, 120, SplitConfig(), r"evaluation pool .* lacks a class"),
+        (60, 52, SplitConfig(protocol="strict", n_calibration=2), r"lacks a class"),
+    ],
+)
+def test_split_errors_when_a_class_is_too_small(n1, n0, config, match):
+    with pytest.raises(ValueError, match=match):
+        make_split(labels_of(n1, n0), config, seed=0)
+
+
+def test_split_config_validation():
+    with pytest.raises(ValueError, match="protocol must be"):
+        SplitConfig(protocol="loose")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="calibration_fraction"):
+        SplitConfig(calibration_fraction=1.0)
+    with pytest.raises(ValueError, match="subsample must be"):
+        SplitConfig(subsample=1)
+
+
+def test_split_rejects_broken_invariants():
+    labels = np.array([1, 1, 0, 0, 0])
+    everything = np.arange(5)
+    with pytest.raises(ValueError, match="supervised overlaps"):
+        Split(
+            everything, np.array([0, 2]), np.array([3]), np.array([0, 1, 3, 4]), labels, "paper", 0
+        )
+    with pytest.raises(ValueError, match="calibration contains members"):
+        Split(everything, np.array([0, 2]), np.array([1]), np.array([1, 3, 4]), labels, "paper", 0)
+    with pytest.raises(ValueError, match="'strict' removes calibration"):
+        Split(everything, np.array([0, 2]), np.array([3]), np.array([1, 3, 4]), labels, "strict", 0)
+
+
+# --- CLI ----------------------------------------------------------------------------------
+@needs_data
+def test_cli_show_wikimia():
+    res = CliRunner().invoke(app, ["data", "show", "wikimia", "--path", str(DATA / "WikiMIA")])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert "detector length  L = 64" in lines
+    assert any(line.split() == ["evaluation", "442", "234", "208"] for line in lines)
+    assert any(line.split() == ["calibration", "104", "0", "104"] for line in lines)
+    assert any(line.split()[:3] == ["member", "(1)", "284"] for line in lines)
+
+
+def test_cli_show_generic_file_and_errors(tmp_path, monkeypatch):
+    rows = [{"text": f"t{i} word", "label": i % 2} for i in range(240)]
+    f = write_jsonl(tmp_path / "g.jsonl", rows)
+    runner = CliRunner()
+    res = runner.invoke(app, ["data", "show", str(f), "--protocol", "strict"])
+    assert res.exit_code == 0, res.output
+    lines = [line.split() for line in res.output.splitlines()]
+    # 120/120 texts: 50 + 50 supervised, 35 of the 70 remaining non-members calibrate (strict)
+    assert ["evaluation", "105", "70", "35"] in lines
+    assert ["calibration", "35", "0", "35"] in lines
+    bad = write_jsonl(tmp_path / "bad.jsonl", [{"text": "x", "label": 3}])
+    res = runner.invoke(app, ["data", "show", str(bad)])
+    assert res.exit_code == 2 and "bad.jsonl, line 1: label 3 is not 0/1" in res.output
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    res = runner.invoke(app, ["data", "show", "bookmia"])
+    assert res.exit_code == 2 and "--path" in res.output
+
+
+def test_cli_list():
+    res = CliRunner().invoke(app, ["data", "list"])
+    assert res.exit_code == 0
+    names = [line.split()[0] for line in res.output.splitlines()]
+    assert names == ["wikimia", "wikimia-24", "bookmia", "booktection", "arxivtection", "arxivmia"]
+
+
+# --- HF-style layouts ----------------------------------------------------------------------
+def write_decop_csv(path: Path, rows: list[tuple[str, str, int, str]]) -> Path:
+    """A BookTection.csv in the hub's full format: (verbatim, book, label, length) per row; the
+    verbatim passage is placed at the option named by Answer."""
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(
+            ["ID", "Example_A", "Example_B", "Example_C", "Example_D", "Answer", "Label", "Length"]
+        )
+        for i, (text, book, label, length) in enumerate(rows):
+            answer = "ABCD"[i % 4]
+            options = [f"paraphrase {i}.{k}" for k in range(3)]
+            options.insert("ABCD".index(answer), text)
+            w.writerow([book, *options, answer, label, length])
+    return path
+
+
+def test_booktection_full_file_with_three_lengths(tmp_path):
+    rows = [
+        (f"{length} passage {i}", f"Book_{i % 3}", i % 2, length)
+        for length in ("small", "medium", "large")
+        for i in range(6)
+    ]
+    f = write_decop_csv(tmp_path / "BookTection.csv", rows)
+    bench = load_benchmark("booktection", path=tmp_path, split="large")
+    assert bench.key == "booktection/large" and bench.default_length == 256
+    assert bench.texts == [f"large passage {i}" for i in range(6)]  # verbatim = Example_<Answer>
+    assert bench.report.n_filtered == 12
+    s = bench.samples[1]
+    assert s.meta["answer"] == "B" and s.meta["length"] == "large"
+    assert s.meta["paraphrases"] == ["paraphrase 13.0", "paraphrase 13.1", "paraphrase 13.2"]
+    assert bench.ids == [str(i) for i in range(12, 18)]  # positions in the whole file
+    medium = load_benchmark("booktection", path=f)  # default subset
+    assert medium.texts[0] == "medium passage 0"
+    # a per-length file name selects its subset when split is not given
+    g = write_decop_csv(tmp_path / "BookTection_small.csv", rows[:6])
+    assert load_benchmark("booktection", path=g).key == "booktection/small"
+
+
+def test_parquet_shards_in_a_directory(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    for k in range(2):
+        texts = [f"shard {k} text {i}" for i in range(3)]
+        table = pa.table({"input": texts, "label": [1, 0, 1]})
+        pq.write_table(table, tmp_path / f"WikiMIA_length32-0000{k}-of-00002.parquet")
+    bench = load_benchmark("wikimia", path=tmp_path, split=32)
+    assert len(bench) == 6 and bench.ids == [str(i) for i in range(6)]
+    assert bench.texts[3] == "shard 1 text 0" and bench.default_length == 32
+
+
+def test_hub_rows_become_the_same_benchmark(monkeypatch):
+    """The hub cannot be reached here, so the download itself is replaced by rows in the hub's
+    format; everything after it (split names, field choice, validation) runs for real."""
+    calls = []
+
+    def fake_rows(repo, *, benchmark, config, split, revision):
+        calls.append((repo, config, split))
+        return [
+            {"book_id": 1, "book": "A.txt", "snippet_id": 0, "snippet": "old words", "label": 1},
+            {"book_id": 2, "book": "B.txt", "snippet_id": 0, "snippet": "new words", "label": 0},
+        ]
+
+    monkeypatch.setattr("calibdcd.data.benchmarks.load_hub_rows", fake_rows)
+    bench = load_benchmark("BookMIA")
+    assert calls == [("swj0419/BookMIA", None, "train")]
+    assert bench.source == "hf://datasets/swj0419/BookMIA/train"
+    assert bench.texts == ["old words", "new words"]
+    assert bench.samples[0].meta == {"book_id": 1, "book": "A.txt", "snippet_id": 0}
+    calls.clear()
+    with pytest.raises(
+        DataError, match=r"hf://datasets/swj0419/WikiMIA/WikiMIA_length128, line 1: no text column"
+    ):
+        load_benchmark("wikimia", split="128")  # rows have no `input` column
+    assert calls == [("swj0419/WikiMIA", None, "WikiMIA_length128")]
+
+
+def test_split_to_dict_uses_ids():
+    labels = labels_of(60, 80)
+    bench = Benchmark(
+        "x", tuple(Sample(f"s{i}", "t", int(y)) for i, y in enumerate(labels)), source="memory"
+    )
+    d = split_benchmark(bench, seed=2).to_dict()
+    assert d["protocol"] == "paper" and d["seed"] == 2
+    assert len(d["supervised"]) == 100 and all(i.startswith("s") for i in d["supervised"])
+    json.dumps(d)
