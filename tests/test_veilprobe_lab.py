@@ -1,7 +1,6 @@
 """VeilProbe end to end on the contamination lab's base model (real tiny models throughout).
 
-Uses the lab fixture ``lab_micro`` when the test suite provides it, else a prebuilt lab in
-``$CALIBDCD_LAB`` or /work/cache/lab-micro; skips when none exists.
+Uses the ``lab_micro`` fixture (built once into the cache), or a prebuilt lab in ``$CALIBDCD_LAB``.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from veilprobe_support import (
     balanced_subset,
     fast_config,
     ground_truth,
-    lab_dir,
+    lab_override,
     make_target,
     split_supervised,
 )
@@ -29,13 +28,7 @@ def auc(y, s):
 
 @pytest.fixture(scope="session")
 def vp_lab(request):
-    try:
-        return request.getfixturevalue("lab_micro")
-    except pytest.FixtureLookupError:
-        found = lab_dir()
-        if found is None:
-            pytest.skip("no contamination lab available (lab_micro fixture or CALIBDCD_LAB)")
-        return found
+    return lab_override() or request.getfixturevalue("lab_micro")
 
 
 @pytest.fixture(scope="session")

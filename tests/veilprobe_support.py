@@ -1,5 +1,4 @@
-"""Test support for the VeilProbe tests: a real local transformers causal LM behind the Target
-protocol (used until/unless ``calibdcd.targets.hf.HFTarget`` is available), and the lab loader."""
+"""Test support for the VeilProbe tests: the lab's texts and models, a small test config."""
 
 from __future__ import annotations
 
@@ -7,71 +6,12 @@ import json
 import os
 from pathlib import Path
 
-from calibdcd.targets.base import GenerationParams, validate_prompts
 
-
-class LocalCausalTarget:
-    """Completion-style generation with a local causal LM (left-padded batches, seeded per
-    sample index so the j-th completion of a prompt does not depend on the batch)."""
-
-    family = "lab"
-
-    def __init__(
-        self, model_dir: str | Path, batch_size: int = 32, add_special_tokens: bool = False
-    ):
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        torch.set_num_threads(min(2, torch.get_num_threads()))
-        self.path = Path(model_dir)
-        self.name = f"local:{self.path.resolve()}"
-        self.tok = AutoTokenizer.from_pretrained(str(self.path))
-        self.tok.padding_side = "left"
-        if self.tok.pad_token_id is None:
-            self.tok.pad_token = self.tok.eos_token
-        self.model = AutoModelForCausalLM.from_pretrained(str(self.path)).eval()
-        self.batch_size = batch_size
-        self.add_special_tokens = add_special_tokens
-
-    def generate(self, prompts, params: GenerationParams) -> list[list[str]]:
-        import torch
-
-        prompts = validate_prompts(prompts)
-        out: list[list[str]] = [[] for _ in prompts]
-        for j in range(params.n):
-            for k in range(0, len(prompts), self.batch_size):
-                chunk = prompts[k : k + self.batch_size]
-                if not self.add_special_tokens and self.tok.bos_token:
-                    # a document start, as in pre-training (documents are EOS/BOS-separated)
-                    chunk = [self.tok.bos_token + p for p in chunk]
-                enc = self.tok(
-                    chunk,
-                    return_tensors="pt",
-                    padding=True,
-                    add_special_tokens=self.add_special_tokens,
-                )
-                torch.manual_seed(params.seed * 1_000_003 + j * 7919 + k)
-                with torch.no_grad():
-                    gen = self.model.generate(
-                        **enc,
-                        max_new_tokens=params.max_new_tokens,
-                        do_sample=not params.greedy,
-                        temperature=params.temperature if not params.greedy else None,
-                        top_p=params.top_p,
-                        top_k=params.top_k or 0,
-                        pad_token_id=self.tok.pad_token_id,
-                    )
-                new = gen[:, enc["input_ids"].shape[1] :]
-                for i, row in enumerate(new):
-                    out[k + i].append(self.tok.decode(row, skip_special_tokens=True))
-        return out
-
-
-def lab_dir() -> Path | None:
-    """The prebuilt lab (``CALIBDCD_LAB`` or /work/cache/lab-micro) when present."""
-    for cand in (os.environ.get("CALIBDCD_LAB"), "/work/cache/lab-micro"):
-        if cand and (Path(cand) / "ground_truth.jsonl").exists():
-            return Path(cand)
+def lab_override() -> Path | None:
+    """A prebuilt lab named by ``$CALIBDCD_LAB`` (else the ``lab_micro`` fixture is used)."""
+    cand = os.environ.get("CALIBDCD_LAB")
+    if cand and (Path(cand) / "ground_truth.jsonl").exists():
+        return Path(cand)
     return None
 
 
@@ -122,12 +62,10 @@ def fast_config(cache_dir: str | Path):
 
 
 def make_target(model_dir: str | Path):
-    """The project's transformers backend when it is available, else :class:`LocalCausalTarget`."""
-    try:
-        from calibdcd.targets.hf import HFTarget
-    except ImportError:
-        return LocalCausalTarget(model_dir)
-    return HFTarget(str(model_dir))
+    """The project's transformers backend on a lab checkpoint (CPU, float32)."""
+    from calibdcd.targets.hf import HFTarget
+
+    return HFTarget(str(model_dir), device="cpu", batch_size=32)
 
 
 def balanced_subset(labels, per_class: int, seed: int = 0):
