@@ -271,7 +271,8 @@ class VeilProbeConfig:
     @classmethod
     def cpu(cls, **overrides: Any) -> VeilProbeConfig:
         """Minutes on two CPU cores: 96 new tokens, leave-one-out attribution, a 2-layer width-64
-        mapping model over 128 tokens, pads ignored in its loss; the classifier is unchanged."""
+        mapping model over 128 tokens (batch 4, lr 1e-3, pads ignored in its loss); the
+        classifier is unchanged."""
         base = cls(
             sampling=SamplingConfig(max_new_tokens=96),
             perturb=PerturbConfig(attribution=AttributionConfig(method="loo", max_tokens=192)),
@@ -283,7 +284,7 @@ class VeilProbeConfig:
                 intermediate_size=128,
                 max_length=128,
                 epochs=2,
-                batch_size=16,
+                batch_size=4,
                 learning_rate=1e-3,
                 labels_ignore_pad=True,
             ),
