@@ -68,6 +68,7 @@ def build_config(args):
         sampling = dataclasses.replace(sampling, max_new_tokens=args.max_new_tokens)
     if args.n_suffixes:
         sampling = dataclasses.replace(sampling, n_suffixes=args.n_suffixes)
+    sampling = dataclasses.replace(sampling, prompt_fraction=args.prompt_fraction)
     perturb = cfg.perturb
     if args.attribution:
         perturb = dataclasses.replace(
@@ -92,6 +93,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--attribution", choices=("loo", "gilot"), default=None)
     p.add_argument("--max-new-tokens", type=int, default=None)
     p.add_argument("--n-suffixes", type=int, default=None)
+    p.add_argument(
+        "--prompt-fraction",
+        type=float,
+        default=1.0,
+        help="1.0 = VeilProbe (whole text as prompt); <1 = first words only (extension)",
+    )
     p.add_argument("--per-class", type=int, default=50)
     p.add_argument("--seeds", default="0,1,2", help="supervised-split/classifier seeds")
     p.add_argument("--cache-dir", default=os.path.expanduser("~/.cache/calibdcd/bench-veilprobe"))

@@ -97,7 +97,7 @@ def test_a_view_changes_exactly_the_output_derived_blocks(vp_run):
 
 def test_perturbation_replaces_a_small_share_of_the_tokens(vp_run):
     r = vp_run
-    texts = r["texts"]
+    texts = [r["det"].query(t) for t in r["texts"]]
     perturbed = r["det"].perturbed(texts)
     changed = [p != t for p, t in zip(perturbed, texts, strict=True)]
     assert np.mean(changed) > 0.8

@@ -50,7 +50,9 @@ def fast_config(cache_dir: str | Path):
 
     cpu = VeilProbeConfig.cpu()
     return VeilProbeConfig.cpu(
-        sampling=SamplingConfig(max_new_tokens=32, n_suffixes=2),
+        # the lab's texts are whole documents that the model ends with EOS when prompted with
+        # all of them, so the tests prompt with the first half (an extension of VeilProbe)
+        sampling=SamplingConfig(max_new_tokens=32, n_suffixes=2, prompt_fraction=0.5),
         perturb=PerturbConfig(
             attribution=AttributionConfig(method="loo", max_tokens=128),
             mlm=MaskedLMConfig(hidden_size=64, intermediate_size=128, epochs=12),

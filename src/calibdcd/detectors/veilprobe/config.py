@@ -41,17 +41,28 @@ def _positive(name: str, value: Any) -> None:
 @dataclasses.dataclass(frozen=True)
 class SamplingConfig:
     """Module A: the whole text is the prompt (no prefix/suffix split), T = 0.2, 512 new tokens,
-    3 suffixes per text (the official reader expects ``Generate1..3``)."""
+    3 suffixes per text (the official reader expects ``Generate1..3``).
+
+    ``prompt_fraction < 1`` is an extension, not VeilProbe: the query is then the first
+    ``ceil(fraction * words)`` whitespace words of the text (like DPDLLM/SaMIA), and everything
+    downstream (perturbation, mapping-model input, features) uses that query. It helps when the
+    texts are complete documents that a model simply ends (e.g. the contamination lab).
+    """
 
     max_new_tokens: int = 512
     temperature: float = 0.2
     top_p: float = 1.0
     n_suffixes: int = 3
+    prompt_fraction: float = 1.0
     seed: int = 0
 
     def __post_init__(self) -> None:
         _positive("sampling.max_new_tokens", self.max_new_tokens)
         _positive("sampling.n_suffixes", self.n_suffixes)
+        if not (0.0 < self.prompt_fraction <= 1.0):
+            raise ValueError(
+                f"sampling.prompt_fraction must be in (0, 1], got {self.prompt_fraction!r}"
+            )
 
 
 @dataclasses.dataclass(frozen=True)

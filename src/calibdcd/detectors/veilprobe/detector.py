@@ -25,6 +25,7 @@ so exactly the output-derived blocks ``calibration_blocks = ("D", "dD")`` move (
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -84,7 +85,8 @@ class VeilProbe:
         self.timings: dict[str, float] = defaultdict(float)
         self._suffix_memo: dict[tuple[str, str, str], list[str]] = {}
         self._mapping: dict[str, MappingModel] = {}
-        self._pool: list[str] | None = None
+        self._pool: list[str] | None = None  # queries of the pool
+        self._raw_pool: list[str] | None = None
         self._perturber = KeyTokenPerturber(
             self.config.perturb, self.config.cache_path, progress=self.config.progress
         )
@@ -92,8 +94,13 @@ class VeilProbe:
 
     # -- protocol -----------------------------------------------------------------------------
     def query(self, text: str) -> str:
-        """e0(s) = s: the whole text is the prompt, no instruction, no template (Q5)."""
-        return text
+        """e0(s) = s: the whole text is the prompt, no instruction, no template (Q5).
+        With ``sampling.prompt_fraction < 1``, the first words of the text (an extension)."""
+        frac = self.config.sampling.prompt_fraction
+        if frac >= 1.0:
+            return text
+        words = text.split()
+        return " ".join(words[: max(1, math.ceil(frac * len(words)))])
 
     @property
     def blocks(self) -> dict[str, slice]:
@@ -106,9 +113,10 @@ class VeilProbe:
         return VeilProbeClassifier(self.config, cols, seed)
 
     def extract(self, texts: Sequence[str], target: Any, view: Any | None = None) -> Features:
-        texts = _check_texts(texts)
+        raw = _check_texts(texts)
         if _target_name(target) not in self._mapping:
-            self.prepare(self._pool or texts, target)
+            self.prepare(self._raw_pool or raw, target)
+        texts = [self.query(t) for t in raw]
         mm = self._mapping[_target_name(target)]
         perturbed = self.perturbed(texts)
         s_suf = self.suffixes(texts, target, view)
@@ -135,7 +143,8 @@ class VeilProbe:
     # -- steps ---------------------------------------------------------------------------------
     def prepare(self, pool: Sequence[str], target: Any) -> MappingModel:
         """Train (or load from cache) the mapping model for ``target`` on the candidate pool."""
-        pool = _check_texts(pool)
+        self._raw_pool = _check_texts(pool)
+        pool = [self.query(t) for t in self._raw_pool]
         self._pool = pool
         perturbed = self.perturbed(pool)
         s_suf = self.suffixes(pool, target)
@@ -153,6 +162,7 @@ class VeilProbe:
         return mm
 
     def perturbed(self, texts: Sequence[str]) -> list[str]:
+        # ``texts`` here (and in ``suffixes``) are queries e0(s), i.e. ``self.query(text)``
         """The key-token-perturbed copy r of each text (proxy/MLM trained on the pool if needed)."""
         todo = [t for t in dict.fromkeys(texts) if t not in self._perturbed]
         if todo:
