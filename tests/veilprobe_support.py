@@ -38,7 +38,6 @@ class PrefixView:
 
 def fast_config(cache_dir: str | Path):
     """A VeilProbe configuration small enough for the default test suite."""
-    import dataclasses
 
     from calibdcd.detectors.veilprobe import (
         AttributionConfig,
@@ -52,12 +51,12 @@ def fast_config(cache_dir: str | Path):
     return VeilProbeConfig.cpu(
         # the lab's texts are whole documents that the model ends with EOS when prompted with
         # all of them, so the tests prompt with the first half (an extension of VeilProbe)
-        sampling=SamplingConfig(max_new_tokens=32, n_suffixes=2, prompt_fraction=0.5),
+        sampling=SamplingConfig(max_new_tokens=64, n_suffixes=3, prompt_fraction=0.5),
         perturb=PerturbConfig(
             attribution=AttributionConfig(method="loo", max_tokens=128),
             mlm=MaskedLMConfig(hidden_size=64, intermediate_size=128, epochs=12),
         ),
-        mapping=dataclasses.replace(cpu.mapping, max_length=96),
+        mapping=cpu.mapping,
         cache_dir=str(cache_dir),
         progress=False,
     )
