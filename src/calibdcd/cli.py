@@ -27,7 +27,10 @@ def version() -> None:
     typer.echo(__version__)
 
 
+from calibdcd.detectors.veilprobe.cli import app as _veilprobe_app  # noqa: E402
 from calibdcd.views_cli import views_command  # noqa: E402
+
+app.add_typer(_veilprobe_app, name="veilprobe")
 
 app.command("views")(views_command)
 
