@@ -13,7 +13,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	# exactly this torch: the CPU wheel on local disk (any other spec pulls a CUDA build)
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[hf,serve,dev]'
+	$(PY) -m pip install -q -e '.[hf,serve,dev,report]'
 	touch $@
 
 test: $(VENV)/.installed

@@ -71,6 +71,21 @@ class DetectorSpec:
     description: str
 
 
+def resolve_lab_refs(value: Any, *, build: bool = True) -> Any:
+    """Replace ``"lab:<preset>/<path>"`` strings (anywhere in nested options) by the path inside
+    that lab (e.g. DPDLLM's reference LM ``lab:small/base``); left as is when the lab is not
+    built and ``build`` is False."""
+    if isinstance(value, str) and value.startswith("lab:"):
+        preset, _, rel = value[4:].partition("/")
+        lab = resolve_lab(preset, build=build)
+        return value if lab is None else str(lab / rel)
+    if isinstance(value, Mapping):
+        return {k: resolve_lab_refs(v, build=build) for k, v in value.items()}
+    if isinstance(value, list):
+        return [resolve_lab_refs(v, build=build) for v in value]
+    return value
+
+
 def _veilprobe(entry: DetectorEntry, benchmark: str, cache_dir: str) -> Any:
     from calibdcd.detectors.veilprobe import VeilProbe, VeilProbeConfig
 
@@ -137,8 +152,13 @@ def detector_available(name: str) -> bool:
         return False
 
 
-def build_detector(entry: DetectorEntry, benchmark: str, cache_dir: str) -> Any:
+def build_detector(
+    entry: DetectorEntry, benchmark: str, cache_dir: str, *, build_labs: bool = True
+) -> Any:
     """The detector of ``entry`` configured for ``benchmark`` (e.g. DPDLLM's L)."""
+    entry = dataclasses.replace(
+        entry, options=resolve_lab_refs(dict(entry.options), build=build_labs)
+    )
     try:
         spec = DETECTORS[entry.name]
     except KeyError:

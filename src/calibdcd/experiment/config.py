@@ -339,7 +339,7 @@ def _resolve_path(p: str | None, base: Path | None) -> str | None:
     path = Path(p).expanduser()
     if not path.is_absolute() and base is not None:
         path = base / path
-    return str(path)
+    return os.path.normpath(str(path))
 
 
 # --------------------------------------------------------------------------------------------

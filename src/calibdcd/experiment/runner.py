@@ -284,6 +284,17 @@ def dry_run(cfg: ExperimentConfig) -> tuple[list[str], list[str]]:
                 continue
             where = f"{t.options['base_url']} model {t.model}"
         fam = t.family or "from the checkpoint"
+        if t.family is not None:
+            try:
+                from calibdcd.views import view_bank
+
+                codes = [v.code for v in view_bank(t.family, system=cfg.view_system)]
+                fam += f" (views {' '.join(codes)})"
+            except ImportError:
+                pass
+            except ValueError as exc:
+                problems.append(f"{key}.family: {exc}")
+                continue
         lines.append(f"  {key}: {t.backend} {where}; family {fam}; base {t.base or '-'}")
     # detectors
     bench_names = sorted({b.name for b in cfg.benchmarks})
@@ -301,7 +312,7 @@ def dry_run(cfg: ExperimentConfig) -> tuple[list[str], list[str]]:
             continue
         try:
             for bn in bench_names:
-                det = build_detector(d, bn, cfg.cache_dir)
+                det = build_detector(d, bn, cfg.cache_dir, build_labs=False)
             lines.append(
                 f"  {key}: {DETECTORS[d.name].description}; correctable blocks "
                 f"{getattr(det, 'calibration_blocks', None) or 'all'}"
