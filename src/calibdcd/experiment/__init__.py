@@ -17,13 +17,21 @@ from calibdcd.experiment.analyses import (
 )
 from calibdcd.experiment.config import ConfigError, ExperimentConfig, load_config, parse_config
 from calibdcd.experiment.runner import dry_run, grid, run_experiment
-from calibdcd.experiment.setting import RunContext, Setting, run_setting
+from calibdcd.experiment.setting import (
+    PreparedSetting,
+    RunContext,
+    Setting,
+    prepare_setting,
+    run_analyses,
+    run_setting,
+)
 
 __all__ = [
     "CalibrationProblem",
     "ConfigError",
     "ExperimentConfig",
     "Outcome",
+    "PreparedSetting",
     "RunContext",
     "Setting",
     "ablation_configs",
@@ -33,6 +41,8 @@ __all__ = [
     "grid",
     "load_config",
     "parse_config",
+    "prepare_setting",
+    "run_analyses",
     "run_experiment",
     "run_setting",
     "threshold_at_fpr",

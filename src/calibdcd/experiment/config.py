@@ -169,9 +169,42 @@ class ExperimentConfig:
         return len(self.benchmarks) * len(self.targets) * len(self.detectors) * len(self.seeds)
 
     def as_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        out["calibration"] = self.calibration.kwargs()
-        return _plain(out)
+        """The resolved config in the YAML schema (``load_config`` reads it back unchanged)."""
+
+        def entry(e: Any, drop: tuple[str, ...] = ()) -> dict[str, Any]:
+            d = _plain(dataclasses.asdict(e))
+            return {k: v for k, v in d.items() if k not in drop and v not in (None, {}, "")}
+
+        benches = []
+        for b in self.benchmarks:
+            d = entry(b, ("subsample",))
+            d["subsample"] = "all" if b.subsample is None else b.subsample
+            benches.append(d)
+        split: dict[str, Any] = {
+            "n_supervised_per_class": self.n_supervised_per_class,
+            "calibration_fraction": self.calibration_fraction,
+            "balance": self.balance,
+        }
+        if self.n_calibration is not None:
+            split["n_calibration"] = self.n_calibration
+        out: dict[str, Any] = {
+            "name": self.name,
+            "seeds": list(self.seeds),
+            "protocol": self.protocol,
+            "split": split,
+            "benchmarks": benches,
+            "targets": [entry(t) for t in self.targets],
+            "detectors": [entry(d) for d in self.detectors],
+            "calibration": _plain(self.calibration.kwargs()),
+            "evaluation": dataclasses.asdict(self.evaluation),
+            "analyses": dataclasses.asdict(self.analyses),
+            "view_system": self.view_system,
+            "calibration_space": self.calibration_space,
+            "cache_dir": self.cache_dir,
+        }
+        if self.output is not None:
+            out["output"] = self.output
+        return out
 
     def target(self, name: str) -> TargetEntry:
         for t in self.targets:

@@ -55,25 +55,31 @@ def grid(cfg: ExperimentConfig) -> list[Setting]:
 
 
 def _git_commit() -> dict[str, Any]:
-    repo = Path(__file__).resolve().parents[3]
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(repo), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-        dirty = subprocess.run(
-            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return {"commit": None, "dirty": None}
-    if head.returncode != 0:
-        return {"commit": None, "dirty": None}
-    return {"commit": head.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
+    """HEAD of the repository holding the code (else of the working directory) + dirty flag."""
+    for repo in (Path(__file__).resolve().parents[3], Path.cwd()):
+        try:
+            head = subprocess.run(
+                ["git", "-C", str(repo), "rev-parse", "HEAD"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            )
+            if head.returncode != 0:
+                continue
+            dirty = subprocess.run(
+                ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            )
+        except (OSError, subprocess.SubprocessError):
+            continue
+        return {
+            "commit": head.stdout.strip(),
+            "dirty": bool(dirty.stdout.strip()),
+            "repo": str(repo),
+        }
+    return {"commit": None, "dirty": None, "repo": None}
 
 
 def environment() -> dict[str, Any]:

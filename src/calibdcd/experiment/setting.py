@@ -35,6 +35,7 @@ import numpy as np
 from calibdcd.calibration import Calibration
 from calibdcd.experiment.analyses import (
     CalibrationProblem,
+    Outcome,
     ablation_configs,
     fixed_config,
     fp_recovery,
@@ -59,7 +60,15 @@ from calibdcd.experiment.config import (
 from calibdcd.experiment.store import ArrayCache, digest, read_json, write_csv, write_json
 from calibdcd.metrics import Interval, bootstrap_ci, tpr_at_fpr
 
-__all__ = ["RunContext", "Setting", "run_setting", "setting_hash"]
+__all__ = [
+    "PreparedSetting",
+    "RunContext",
+    "Setting",
+    "prepare_setting",
+    "run_analyses",
+    "run_setting",
+    "setting_hash",
+]
 
 RESULT = "result.json"
 
@@ -251,36 +260,30 @@ def _block_columns(
     return np.array(sorted(idx), dtype=np.intp)
 
 
-def _cal_summary(cal: Calibration) -> dict[str, Any]:
-    return cal.summary()
+@dataclasses.dataclass
+class PreparedSetting:
+    """A setting after the data protocol, feature extraction and the original classifier: the
+    :class:`CalibrationProblem` plus what the result files need."""
+
+    setting: Setting
+    benchmark: Any
+    split: Any
+    problem: CalibrationProblem
+    views: list[Any]
+    sup_used: np.ndarray  #: benchmark indices of the supervised texts kept (finite features)
+    rest_used: np.ndarray  #: benchmark indices of the other subsample texts kept
+    z_rest_used: np.ndarray
+    eval_used: np.ndarray  #: benchmark indices of the evaluation pool, in problem row order
+    n_dropped: int
+    feature_dim: int
+    feature_seconds: float
+    extractions: int
 
 
-def run_setting(
-    setting: Setting,
-    cfg: ExperimentConfig,
-    run_dir: Path,
-    ctx: RunContext,
-    *,
-    status: Callable[[str], None] | None = None,
-) -> dict[str, Any]:
-    """Run one setting (or return its stored result when already complete)."""
-    from calibdcd.data import SplitConfig, split_benchmark
+def split_config(setting: Setting, cfg: ExperimentConfig) -> Any:
+    from calibdcd.data import SplitConfig
 
-    out = Path(run_dir) / "settings" / setting.id
-    shash = setting_hash(setting, cfg)
-    done = out / RESULT
-    if done.is_file():
-        try:
-            prev = read_json(done)
-            if prev.get("setting_hash") == shash:
-                prev["skipped"] = True
-                return prev
-        except (OSError, ValueError):
-            pass
-    say = status or (lambda s: None)
-    t_start = time.perf_counter()
-    bench = ctx.benchmark(setting.benchmark)
-    split_cfg = SplitConfig(
+    return SplitConfig(
         protocol=cfg.protocol,
         subsample=setting.benchmark.subsample,  # type: ignore[arg-type]
         balance=cfg.balance,
@@ -288,9 +291,24 @@ def run_setting(
         calibration_fraction=cfg.calibration_fraction,
         n_calibration=cfg.n_calibration,
     )
+
+
+def prepare_setting(
+    setting: Setting,
+    cfg: ExperimentConfig,
+    ctx: RunContext,
+    *,
+    status: Callable[[str], None] | None = None,
+) -> PreparedSetting:
+    """Split, features (from the cache when present; the target is loaded only on a miss) and
+    the original classifier of one setting. Re-running it on a complete run queries nothing."""
+    from calibdcd.data import split_benchmark
+
+    say = status or (lambda s: None)
+    bench = ctx.benchmark(setting.benchmark)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        split = split_benchmark(bench, split_cfg, seed=setting.seed)
+        split = split_benchmark(bench, split_config(setting, cfg), seed=setting.seed)
     texts = bench.texts
     labels = np.asarray(bench.labels)
     sup = np.asarray(split.supervised)
@@ -317,31 +335,30 @@ def run_setting(
 
     # rows with missing features (e.g. a failed generation recorded as a gap) are dropped
     ok_rest = np.all(np.isfinite(z_rest), axis=1)
-    ok_cal = ok_rest[[pos_rest[int(i)] for i in cal_idx]].copy()
+    cal_rows = np.array([pos_rest[int(i)] for i in cal_idx], dtype=np.intp)
+    ok_cal = ok_rest[cal_rows].copy()
     for zv in z_views.values():
         ok_cal &= np.all(np.isfinite(zv), axis=1)
     ok_sup = np.all(np.isfinite(z_sup), axis=1)
-    n_dropped = int((~ok_sup).sum() + (~ok_rest).sum())
-    z_cal = z_rest[[pos_rest[int(i)] for i in cal_idx]][ok_cal]
+    z_cal = z_rest[cal_rows][ok_cal]
     z_views = {k: v[ok_cal] for k, v in z_views.items()}
-    ev_rows = np.array([pos_rest[int(i)] for i in ev_idx])
+    ev_rows = np.array([pos_rest[int(i)] for i in ev_idx], dtype=np.intp)
     ev_keep = ok_rest[ev_rows]
-    z_eval, y_eval, ev_used = z_rest[ev_rows][ev_keep], labels[ev_idx][ev_keep], ev_idx[ev_keep]
+    z_eval, y_eval = z_rest[ev_rows][ev_keep], labels[ev_idx][ev_keep]
     z_sup_ok, y_sup = z_sup[ok_sup], labels[sup][ok_sup]
 
-    # original classifier (cached by its training inputs)
     say("classifier")
-    det_key = ext.det_key
     seed = setting.seed
 
     def new_clf() -> Any:
         return detector.new_classifier(seed)
 
-    clf_key = digest("classifier/v1", det_key, z_sup_ok, y_sup, seed)
+    clf_key = digest("classifier/v1", ext.det_key, z_sup_ok, y_sup, seed)
     clf0 = ctx.arrays.load_object("models", clf_key)
     if clf0 is None:
         clf0 = new_clf().fit(z_sup_ok, y_sup)
         ctx.arrays.save_object("models", clf_key, clf0)
+    space = resolve_space(clf0, cfg.calibration_space)
 
     def model_cache(kind: str, cal: Calibration, build: Callable[[], Any]) -> Any:
         key = digest(f"{kind}/v1", clf_key, cal.basis, cal.strength, space)
@@ -351,7 +368,6 @@ def run_setting(
             ctx.arrays.save_object("models", key, m)
         return m
 
-    space = resolve_space(clf0, cfg.calibration_space)
     block = _block_columns(
         ext.blocks, getattr(detector, "calibration_blocks", None), z_sup.shape[1]
     )
@@ -369,6 +385,68 @@ def run_setting(
         fpr=cfg.evaluation.fpr,
         model_cache=model_cache,
     )
+    return PreparedSetting(
+        setting=setting,
+        benchmark=bench,
+        split=split,
+        problem=problem,
+        views=views,
+        sup_used=sup[ok_sup],
+        rest_used=rest[ok_rest],
+        z_rest_used=z_rest[ok_rest],
+        eval_used=ev_idx[ev_keep],
+        n_dropped=int((~ok_sup).sum() + (~ok_rest).sum()),
+        feature_dim=int(z_sup.shape[1]),
+        feature_seconds=ext.seconds,
+        extractions=ext.extracted,
+    )
+
+
+def run_analyses(prep: PreparedSetting, main: Outcome, cfg: ExperimentConfig) -> dict[str, Any]:
+    """The per-setting analyses of the config (ablations, fixed configuration, FP recovery)."""
+    problem, seed, an = prep.problem, prep.setting.seed, cfg.analyses
+    out: dict[str, Any] = {}
+    if an.ablations:
+        abl: dict[str, Any] = {
+            name: problem.run(c).summary()
+            for name, c in ablation_configs(cfg.calibration, seed).items()
+        }
+        full = full_correction_config(cfg.calibration, main.calibration)
+        abl["fixed_full"] = problem.run(full).summary() if full is not None else None
+        out["ablations"] = abl
+    if an.adaptive_vs_fixed:
+        fixed = problem.run(fixed_config(cfg.calibration, an.fixed_rank, an.fixed_strength))
+        out["fixed"] = fixed.summary()
+        out["fixed"]["config"] = {"rank": an.fixed_rank, "strength": an.fixed_strength}
+    if an.fp_recovery:
+        out["fp_recovery"] = fp_recovery(problem, main)
+    return out
+
+
+def run_setting(
+    setting: Setting,
+    cfg: ExperimentConfig,
+    run_dir: Path,
+    ctx: RunContext,
+    *,
+    status: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Run one setting (or return its stored result when already complete)."""
+    out = Path(run_dir) / "settings" / setting.id
+    shash = setting_hash(setting, cfg)
+    done = out / RESULT
+    if done.is_file():
+        try:
+            prev = read_json(done)
+            if prev.get("setting_hash") == shash:
+                prev["skipped"] = True
+                return prev
+        except (OSError, ValueError):
+            pass
+    say = status or (lambda s: None)
+    t_start = time.perf_counter()
+    prep = prepare_setting(setting, cfg, ctx, status=say)
+    problem, seed = prep.problem, setting.seed
     say("calibration")
     main = problem.run(cfg.calibration)
     fpr = cfg.evaluation.fpr
@@ -376,6 +454,7 @@ def run_setting(
     def tpr(y: np.ndarray, s: np.ndarray) -> float:
         return tpr_at_fpr(y, s, fpr)
 
+    y_eval = problem.y_eval
     before = {
         "auc": _interval(y_eval, problem.scores_before, _auc, cfg, seed),
         "tpr": _interval(y_eval, problem.scores_before, tpr, cfg, seed),
@@ -384,34 +463,20 @@ def run_setting(
         "auc": _interval(y_eval, main.scores, _auc, cfg, seed),
         "tpr": _interval(y_eval, main.scores, tpr, cfg, seed),
     }
+    say("analyses")
+    analyses = run_analyses(prep, main, cfg)
 
-    analyses: dict[str, Any] = {}
-    an = cfg.analyses
-    if an.ablations:
-        say("ablations")
-        abl = {
-            name: problem.run(c).summary()
-            for name, c in ablation_configs(cfg.calibration, seed).items()
-        }
-        full = full_correction_config(cfg.calibration, main.calibration)
-        abl["fixed_full"] = problem.run(full).summary() if full is not None else None
-        analyses["ablations"] = abl
-    if an.adaptive_vs_fixed:
-        say("fixed configuration")
-        analyses["fixed"] = problem.run(
-            fixed_config(cfg.calibration, an.fixed_rank, an.fixed_strength)
-        ).summary()
-        analyses["fixed"]["config"] = {"rank": an.fixed_rank, "strength": an.fixed_strength}
-    if an.fp_recovery:
-        analyses["fp_recovery"] = fp_recovery(problem, main)
-
-    # per-text scores: every text of the subsample, its part, and both detectors' scores
+    # per-text scores: every kept text of the subsample, its part, and both detectors' scores
     final = problem.final_scorer(main.calibration, main.classifier)
-    all_idx = np.concatenate([sup[ok_sup], rest[ok_rest]])
-    z_all = np.concatenate([z_sup_ok, z_rest[ok_rest]])
-    s_before = np.asarray(clf0.score(z_all), dtype=np.float64)
+    bench, split = prep.benchmark, prep.split
+    labels = np.asarray(bench.labels)
+    all_idx = np.concatenate([prep.sup_used, prep.rest_used])
+    z_all = np.concatenate([problem.z_sup, prep.z_rest_used])
+    s_before = np.asarray(problem.original.score(z_all), dtype=np.float64)
     s_after = final(z_all)
-    cal_set, ev_set, sup_set = set(cal_idx.tolist()), set(ev_used.tolist()), set(sup.tolist())
+    cal_set = set(np.asarray(split.calibration).tolist())
+    ev_set = set(prep.eval_used.tolist())
+    sup_set = set(prep.sup_used.tolist())
     rows = []
     for i, b, a in zip(all_idx, s_before, s_after, strict=True):
         i = int(i)
@@ -448,25 +513,22 @@ def run_setting(
         "seed": seed,
         "protocol": cfg.protocol,
         "sizes": {
-            "supervised": [len(y_sup), int(y_sup.sum())],
-            "calibration": [len(z_cal), 0],
+            "supervised": [len(problem.y_sup), int(problem.y_sup.sum())],
+            "calibration": [len(problem.z_cal), 0],
             "evaluation": [len(y_eval), int(y_eval.sum())],
-            "dropped": n_dropped,
+            "dropped": prep.n_dropped,
         },
-        "feature_dim": int(z_sup.shape[1]),
-        "block_dim": int(z_sup.shape[1] if block is None else len(block)),
-        "space": space,
+        "feature_dim": prep.feature_dim,
+        "block_dim": prep.feature_dim if problem.block is None else len(problem.block),
+        "space": problem.space,
         "fpr": fpr,
         "before": before,
         "after": after,
-        "calibration": _cal_summary(main.calibration),
+        "calibration": main.calibration.summary(),
         "analyses": analyses,
-        "views": {v.code: v.name for v in views},
-        "timings": {
-            "total": time.perf_counter() - t_start,
-            "features": ext.seconds,
-        },
-        "feature_extractions": ext.extracted,
+        "views": {v.code: v.name for v in prep.views},
+        "timings": {"total": time.perf_counter() - t_start, "features": prep.feature_seconds},
+        "feature_extractions": prep.extractions,
         "skipped": False,
     }
     write_json(done, result)

@@ -86,7 +86,10 @@ def write_csv(path: Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) 
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(header)
     for r in rows:
-        w.writerow(["" if v is None else (f"{v:.6g}" if isinstance(v, float) else v) for v in r])
+        # floats round-trip exactly (repr), so thresholds recomputed from the file agree
+        w.writerow(
+            ["" if v is None else (repr(float(v)) if isinstance(v, float) else v) for v in r]
+        )
     atomic_write_text(path, buf.getvalue())
 
 
