@@ -17,6 +17,10 @@ app.add_typer(_data_app, name="data")
 app.command("run")(run_command)
 app.command("report")(report_command)
 
+from calibdcd.lab.cli import app as _lab_app  # noqa: E402
+
+app.add_typer(_lab_app, name="lab")
+
 
 @app.command()
 def version() -> None:
@@ -24,6 +28,11 @@ def version() -> None:
     from calibdcd import __version__
 
     typer.echo(__version__)
+
+
+from calibdcd.views_cli import views_command  # noqa: E402
+
+app.command("views")(views_command)
 
 
 def main() -> None:  # pragma: no cover - entry point

@@ -1,0 +1,376 @@
+"""Build a contamination lab: pool split, tokenizer, pre-training, post-training, ground truth.
+
+:func:`build_lab` always builds (into a temporary sibling directory, renamed into place only
+when complete). :func:`ensure_lab` builds into a cache directory keyed by preset, seed and a
+hash of the resolved config and pool, at most once across concurrent processes (file lock), and
+returns the cached lab afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import json
+import os
+import platform
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from calibdcd.lab.chat import ENDOFTEXT, PAD, get_style
+from calibdcd.lab.config import LabConfig, config_hash, resolve_config
+from calibdcd.lab.pool import (
+    PoolText,
+    Split,
+    clean_pool,
+    default_pool,
+    load_pool,
+    pool_fingerprint,
+    split_pool,
+)
+
+__all__ = ["build_lab", "default_cache_root", "ensure_lab", "is_complete_lab", "prepare_split"]
+
+
+def default_cache_root() -> Path:
+    """``$CALIBDCD_CACHE`` or ``~/.cache/calibdcd``."""
+    env = os.environ.get("CALIBDCD_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "calibdcd"
+
+
+def is_complete_lab(path: str | Path) -> bool:
+    meta = Path(path) / "lab.json"
+    if not meta.is_file():
+        return False
+    try:
+        return bool(json.loads(meta.read_text()).get("complete"))
+    except (json.JSONDecodeError, OSError):
+        return False
+
+
+def _load_texts(pool: str | Path | None, cfg: LabConfig) -> tuple[list[PoolText], dict[str, Any]]:
+    if pool is None:
+        raw = default_pool(cfg.pool.min_words, cfg.pool.max_words)
+        spec = {"source": "cpython-docs", "python": platform.python_version()}
+    else:
+        raw = load_pool(pool, cfg.pool.text_field)
+        spec = {"source": str(Path(pool).resolve())}
+    texts = clean_pool(raw, cfg.pool)
+    spec.update({"raw_texts": len(raw), "clean_texts": len(texts), "sha": pool_fingerprint(texts)})
+    return texts, spec
+
+
+def prepare_split(
+    preset: str = "micro", *, seed: int = 0, pool: str | Path | None = None, **overrides: Any
+) -> tuple[LabConfig, Split, dict[str, Any]]:
+    """The resolved config, the member/non-member/background split and the pool description."""
+    cfg = resolve_config(preset, **overrides)
+    texts, spec = _load_texts(pool, cfg)
+    return cfg, split_pool(texts, cfg.pretrain.n_members, seed), spec
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in ("calibdcd", "torch", "transformers", "tokenizers", "numpy"):
+        try:
+            mod = __import__(name)
+            out[name] = str(getattr(mod, "__version__", "?"))
+        except ImportError:
+            pass
+    return out
+
+
+def _dir_size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def _save_model(model, tok, out: Path, style_name: str | None, meta: dict[str, Any]) -> None:
+    from transformers import GenerationConfig
+
+    from calibdcd.lab.tokenizer import style_tokenizer
+
+    out.mkdir(parents=True)
+    stok = style_tokenizer(tok, style_name)
+    style = get_style(style_name or "qwen2.5")
+    stop = [stok.convert_tokens_to_ids(t) for t in style.stop_tokens]
+    if style_name is None:
+        stop = [stok.convert_tokens_to_ids(ENDOFTEXT)]
+    # do_sample=True so OpenAI-compatible servers honour temperature/top_p/seed per request;
+    # the lab's own evaluation always passes an explicit greedy config.
+    model.generation_config = GenerationConfig(
+        do_sample=True,
+        temperature=1.0,
+        top_p=1.0,
+        bos_token_id=stok.convert_tokens_to_ids(stok.bos_token),
+        eos_token_id=stop,
+        pad_token_id=stok.convert_tokens_to_ids(PAD),
+    )
+    model.config.bos_token_id = stok.convert_tokens_to_ids(stok.bos_token)
+    model.config.eos_token_id = stop[0]
+    model.save_pretrained(out)
+    stok.save_pretrained(out)
+    info = {
+        "family": "lab" if style_name is None else style.lab_family,
+        "role": "base" if style_name is None else "post-trained",
+        "chat_style": style.name,
+        "target_family": "lab" if style_name is None else style.name,
+        "stop_tokens": list(style.stop_tokens) if style_name else [ENDOFTEXT],
+        "parameters": sum(p.numel() for p in model.parameters()),
+        **meta,
+    }
+    (out / "calibdcd.json").write_text(json.dumps(info, indent=2) + "\n")
+
+
+def _build_into(
+    tmp: Path, cfg: LabConfig, split: Split, pool_spec: dict[str, Any], seed: int, progress: bool
+) -> dict[str, Any]:
+    import torch
+
+    from calibdcd.lab.sftdata import make_conversations, tokenize_conversations
+    from calibdcd.lab.tokenizer import train_tokenizer
+    from calibdcd.lab.train import build_model, pick_device, pretrain, sft
+
+    timings: dict[str, float] = {}
+    t_all = time.perf_counter()
+    if cfg.num_threads > 0:
+        torch.set_num_threads(cfg.num_threads)
+    device = pick_device(cfg.device)
+    pt = cfg.pretrain
+
+    t = time.perf_counter()
+    tok = train_tokenizer([x.text for x in split.background], cfg.model.vocab_size)
+    timings["tokenizer"] = time.perf_counter() - t
+
+    rng = random.Random(f"calibdcd-lab-background-{seed}")
+    bg = list(split.background)
+    rng.shuffle(bg)
+    pre_bg = bg[: pt.n_background]
+    enc = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
+    member_ids = [enc(x.text) for x in split.members]
+    docs = [ids for ids in member_ids for _ in range(pt.repeats)] + [enc(x.text) for x in pre_bg]
+
+    vocab = len(tok)
+    vocab_padded = ((vocab + 63) // 64) * 64
+    special = {
+        "bos": tok.convert_tokens_to_ids(ENDOFTEXT),
+        "eos": tok.convert_tokens_to_ids(ENDOFTEXT),
+        "pad": tok.convert_tokens_to_ids(PAD),
+    }
+    model = build_model(cfg.model, vocab_padded, special, seed)
+    stats: dict[str, Any] = {}
+    st = pretrain(model, docs, special["eos"], pt, seed=seed, device=device, progress=progress)
+    stats["base"] = st.as_dict()
+    timings["pretrain"] = st.seconds
+    model.to("cpu")
+    _save_model(model, tok, tmp / "base", None, {"training": stats["base"]})
+
+    convs_all = make_conversations(bg, cfg.sft.n_examples, seed)
+    n_replay = round(cfg.sft.replay_fraction * cfg.sft.n_examples)
+    replay = bg[:n_replay]
+    for i, style_name in enumerate(cfg.styles):
+        style = get_style(style_name)
+        examples = tokenize_conversations(convs_all, replay, style, tok, cfg.sft.max_len)
+        chat_model = copy.deepcopy(model)
+        st = sft(
+            chat_model,
+            examples,
+            special["pad"],
+            cfg.sft,
+            seed=seed + 1000 * (i + 1),
+            device=device,
+            progress=progress,
+            desc=f"sft {style.dirname}",
+        )
+        stats[style.dirname] = {**st.as_dict(), "examples": len(examples)}
+        timings[f"sft_{style.dirname}"] = st.seconds
+        chat_model.to("cpu")
+        _save_model(
+            chat_model,
+            tok,
+            tmp / style.dirname,
+            style_name,
+            {"training": stats[style.dirname], "post_trained_from": "base"},
+        )
+        del chat_model
+
+    with (tmp / "ground_truth.jsonl").open("w", encoding="utf-8") as fh:
+        rows = [(x, 1, pt.repeats) for x in split.members] + [(x, 0, 0) for x in split.nonmembers]
+        for k, (x, label, reps) in enumerate(rows):
+            rec = {
+                "id": f"{'m' if label else 'n'}{k if label else k - len(split.members):04d}",
+                "text": x.text,
+                "label": label,
+                "repeats": reps,
+                "source": x.source,
+            }
+            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    timings["build"] = time.perf_counter() - t_all
+    return {
+        "stats": stats,
+        "timings": {k: round(v, 2) for k, v in timings.items()},
+        "device": str(device),
+        "corpus": {
+            "members": len(split.members),
+            "nonmembers": len(split.nonmembers),
+            "background_available": len(split.background),
+            "background_pretrain": len(pre_bg),
+            "pretrain_tokens_per_epoch": sum(len(d) + 1 for d in docs),
+            "sft_examples": cfg.sft.n_examples,
+            "sft_replay_documents": n_replay,
+            "vocab_size": vocab,
+        },
+    }
+
+
+def build_lab(
+    preset: str,
+    out_dir: str | Path,
+    *,
+    seed: int = 0,
+    pool: str | Path | None = None,
+    progress: bool = True,
+    **overrides: Any,
+) -> Path:
+    """Build a lab into ``out_dir`` and return its path.
+
+    ``overrides`` change the preset's config (see :func:`calibdcd.lab.config.resolve_config`).
+    The lab is assembled in a temporary sibling directory and renamed into place when complete;
+    an existing complete lab at ``out_dir`` is replaced, any other non-empty directory is an
+    error.
+    """
+    out_dir = Path(out_dir)
+    if not progress:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / "lab.json").exists():
+        raise ValueError(f"out_dir {out_dir} exists, is not empty and is not a lab; refusing")
+    cfg, split, pool_spec = prepare_split(preset, seed=seed, pool=pool, **overrides)
+    key = config_hash(cfg, seed, pool_spec["sha"])
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        t0 = time.perf_counter()
+        info = _build_into(tmp, cfg, split, pool_spec, seed, progress)
+        meta: dict[str, Any] = {
+            "complete": False,
+            "preset": preset,
+            "seed": seed,
+            "config_hash": key,
+            "config": cfg.to_dict(),
+            "overrides": {k: v for k, v in overrides.items()},
+            "pool": pool_spec,
+            "seeds": {
+                "split": f"calibdcd-lab-split-{seed}",
+                "model_init": seed,
+                "pretrain_packing": f"calibdcd-lab-pack-{seed}",
+                "sft_data": f"calibdcd-lab-sftdata-{seed}",
+            },
+            "versions": _versions(),
+            "platform": platform.platform(),
+            "argv": sys.argv,
+            **info,
+        }
+        if cfg.check:
+            from calibdcd.lab.evaluate import check_lab
+
+            t = time.perf_counter()
+            meta["check"] = check_lab(tmp, cfg.evaluation, device=cfg.device, progress=progress)
+            meta["timings"]["check"] = round(time.perf_counter() - t, 2)
+        meta["timings"]["total"] = round(time.perf_counter() - t0, 2)
+        meta["sizes"] = {p.name: _dir_size(p) for p in sorted(tmp.iterdir()) if p.is_dir()}
+        meta["sizes"]["total"] = _dir_size(tmp)
+        meta["complete"] = True
+        (tmp / "lab.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
+        tmp.chmod(0o755)
+        if out_dir.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
+            old.rmdir()
+            out_dir.rename(old)
+            tmp.rename(out_dir)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def lab_cache_dir(
+    preset: str,
+    *,
+    seed: int = 0,
+    root: str | Path | None = None,
+    pool: str | Path | None = None,
+    **overrides: Any,
+) -> Path:
+    """Where :func:`ensure_lab` keeps this lab: ``<root>/lab/<preset>-s<seed>-<hash>``."""
+    cfg = resolve_config(preset, **overrides)
+    _, spec = _load_texts(pool, cfg)
+    base = Path(root) if root is not None else default_cache_root()
+    return base / "lab" / f"{preset}-s{seed}-{config_hash(cfg, seed, spec['sha'])}"
+
+
+def ensure_lab(
+    preset: str,
+    *,
+    seed: int = 0,
+    root: str | Path | None = None,
+    pool: str | Path | None = None,
+    progress: bool = True,
+    **overrides: Any,
+) -> Path:
+    """The cached lab for ``(preset, seed, config)``; built once if missing (process-safe)."""
+    target = lab_cache_dir(preset, seed=seed, root=root, pool=pool, **overrides)
+    if is_complete_lab(target):
+        return target
+    with _file_lock(target.parent / f".{target.name}.lock"):
+        if is_complete_lab(target):
+            return target
+        if target.exists():  # an incomplete leftover (should not happen: builds are atomic)
+            shutil.rmtree(target)
+        build_lab(preset, target, seed=seed, pool=pool, progress=progress, **overrides)
+    return target
+
+
+def config_of(lab_dir: str | Path) -> LabConfig:
+    """The resolved config a lab was built with (from its lab.json)."""
+    from calibdcd.lab.config import (
+        EvalConfig,
+        ModelConfig,
+        PoolConfig,
+        PretrainConfig,
+        SFTConfig,
+    )
+
+    data = json.loads((Path(lab_dir) / "lab.json").read_text())["config"]
+    kinds = {
+        "model": ModelConfig,
+        "pool": PoolConfig,
+        "pretrain": PretrainConfig,
+        "sft": SFTConfig,
+        "evaluation": EvalConfig,
+    }
+    fields = {f.name for f in dataclasses.fields(LabConfig)}
+    kw = {k: (kinds[k](**v) if k in kinds else v) for k, v in data.items() if k in fields}
+    kw["styles"] = tuple(kw.get("styles", ()))
+    return LabConfig(**kw)

@@ -1,0 +1,84 @@
+"""``calibdcd lab build|check``."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+app = typer.Typer(help="The controlled contamination lab (tiny LMs with known members).")
+
+
+@app.command()
+def build(
+    out: Annotated[Path, typer.Option("--out", help="Directory to write the lab into.")],
+    preset: Annotated[str, typer.Option(help="micro | small | base (GPU).")] = "micro",
+    pool: Annotated[
+        Optional[Path],  # noqa: UP045 - typer needs Optional on py3.10
+        typer.Option(help="jsonl/json/csv of texts (default: prose from CPython's own docs)."),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed for split, initialisation, data order.")] = 0,
+    device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N | mps.")] = "auto",
+    check: Annotated[bool, typer.Option(help="Run `lab check` and store it in lab.json.")] = True,
+    set_: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option("--set", help="Config override section.field=value (--set sft.lr=2e-4)."),
+    ] = None,
+    quiet: Annotated[bool, typer.Option(help="No progress bars.")] = False,
+) -> None:
+    """Build a lab: base model, post-trained chat variants, ground truth, lab.json."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from calibdcd.lab import build_lab, format_check
+
+    overrides: dict[str, object] = {"device": device, "check": check}
+    for item in set_ or []:
+        key, sep, value = item.partition("=")
+        if not sep or "." not in key:
+            raise typer.BadParameter(f"--set {item!r}: expected section.field=value")
+        section, field = key.split(".", 1)
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError:
+            parsed = value
+        overrides[f"{section}__{field}"] = parsed
+    path = build_lab(preset, out, seed=seed, pool=pool, progress=not quiet, **overrides)
+    meta = json.loads((path / "lab.json").read_text())
+    typer.echo(f"lab written to {path} ({meta['timings']['total']:.0f} s)")
+    if "check" in meta:
+        typer.echo(format_check(meta["check"]))
+
+
+@app.command("check")
+def check_cmd(
+    lab_dir: Annotated[Path, typer.Argument(help="A lab directory.")],
+    model: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option(help="Only these model dirs (repeatable)."),
+    ] = None,
+    mode: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option(help="raw and/or chat (default both)."),
+    ] = None,
+    n: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option(help="At most N members and N non-members."),
+    ] = None,
+    device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N | mps.")] = "auto",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the full JSON report.")] = False,
+) -> None:
+    """Loss AUC and black-box continuation AUCs (ROUGE-L, exact prefix) of every lab model."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import dataclasses
+
+    from calibdcd.lab.evaluate import check_lab, format_check, lab_eval_config
+
+    cfg = lab_eval_config(lab_dir)
+    if n is not None:
+        cfg = dataclasses.replace(cfg, n_per_class=n)
+    report = check_lab(
+        lab_dir, cfg, models=model or None, modes=tuple(mode or ("raw", "chat")), device=device
+    )
+    typer.echo(json.dumps(report, indent=2) if as_json else format_check(report))

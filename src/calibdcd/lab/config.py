@@ -1,0 +1,220 @@
+"""Typed configuration of the contamination lab and its presets.
+
+A lab is fully determined by ``(LabConfig, seed, pool)``; :func:`config_hash` keys the cache on
+exactly these. Presets:
+
+``micro``
+    Test fixture: a 2.1M-parameter Llama (d192, 3 layers), 150 members x 16 repeats, 2 epochs at
+    2 x 256 tokens per step (32 exposures per member; the measured cliff is at ~24), 200
+    background texts, three short chat SFTs. Built in ~3 min on 2 CPU cores.
+``small``
+    Demo: a 4.3M-parameter Llama (d256, 4 layers), 250 members x 16 repeats, 3 epochs (48
+    exposures), 800 background texts. ~10 min on 2 CPU cores.
+``base``
+    For a GPU: a 30M-parameter Llama (d512, 8 layers), 1000 members, vocab 8192; the same
+    recipe (small optimiser batch is what makes verbatim memorisation happen).
+
+The measurements behind these numbers are in ``research/lab-blackbox.md``: the optimiser batch
+(2 sequences of 256 tokens) and >= 32 exposures per member are what make the black-box
+(greedy-continuation) signal strong; model size matters much less.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Any
+
+__all__ = [
+    "PRESETS",
+    "EvalConfig",
+    "LabConfig",
+    "ModelConfig",
+    "PoolConfig",
+    "PretrainConfig",
+    "SFTConfig",
+    "config_hash",
+    "resolve_config",
+]
+
+#: bump when a code change alters what a given config builds (invalidates cached labs)
+LAB_FORMAT_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """A tiny Llama with tied embeddings and a byte-level BPE vocabulary."""
+
+    hidden_size: int = 192
+    num_layers: int = 3
+    num_heads: int = 3
+    intermediate_size: int = 512
+    vocab_size: int = 4096
+    max_position_embeddings: int = 512
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolConfig:
+    """How the text pool is cleaned and split.
+
+    Texts are whitespace-normalised, de-duplicated on their first and last ``dedup_words``
+    lowercase words, dropped when shorter than ``min_words`` and cut to at most ``max_words``
+    (at a sentence end when there is one after ``min_words``).
+    """
+
+    min_words: int = 40
+    max_words: int = 120
+    dedup_words: int = 10
+    text_field: str | None = None  # jsonl/csv column; None = auto ("text", "input", ...)
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainConfig:
+    """Pre-training with known members.
+
+    Each member appears ``repeats`` times per epoch; each background text once per epoch. Every
+    epoch reshuffles the documents and repacks them (so copies land at different offsets).
+    Documents are separated by ``<|endoftext|>``.
+    """
+
+    n_members: int = 150
+    repeats: int = 16
+    n_background: int = 200
+    epochs: int = 2
+    batch_size: int = 2
+    seq_len: int = 256
+    lr: float = 2e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 40
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTConfig:
+    """Post-training (supervised chat fine-tuning) of the base into each chat style.
+
+    The loss is on assistant turns only. ``replay_fraction`` of the examples are plain
+    background documents trained as language modelling (a data-mix knob that keeps more of the
+    base model). The default strength is chosen so the black-box membership signal drops
+    measurably but stays clearly above chance (see ``lab check``).
+    """
+
+    n_examples: int = 480
+    epochs: int = 1
+    batch_size: int = 16
+    lr: float = 5e-4
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 5
+    weight_decay: float = 0.0
+    max_len: int = 320
+    replay_fraction: float = 0.0
+    grad_clip: float = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+    """The ``lab check`` protocol (greedy decoding, explicit; see :mod:`calibdcd.lab.evaluate`)."""
+
+    max_ref_words: int = 48
+    new_tokens_per_word: float = 1.7
+    max_new_tokens: int = 96
+    batch_size: int = 32
+    continue_instruction: str = "Continue the text:"
+    n_per_class: int | None = None  # evaluate at most this many members and non-members
+
+
+@dataclasses.dataclass(frozen=True)
+class LabConfig:
+    preset: str = "micro"
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    pool: PoolConfig = dataclasses.field(default_factory=PoolConfig)
+    pretrain: PretrainConfig = dataclasses.field(default_factory=PretrainConfig)
+    sft: SFTConfig = dataclasses.field(default_factory=SFTConfig)
+    evaluation: EvalConfig = dataclasses.field(default_factory=EvalConfig)
+    #: chat styles to post-train ("qwen2.5", "llama3.1", "deepseek-r1-distill-qwen")
+    styles: tuple[str, ...] = ("qwen2.5", "llama3.1", "deepseek-r1-distill-qwen")
+    #: run ``lab check`` at the end of the build and store it in lab.json
+    check: bool = True
+    device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:1" | "mps"
+    num_threads: int = 2  # CPU threads for torch (0 = leave torch's default)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+PRESETS: dict[str, LabConfig] = {
+    "micro": LabConfig(preset="micro"),
+    "small": LabConfig(
+        preset="small",
+        model=ModelConfig(hidden_size=256, num_layers=4, num_heads=4, intermediate_size=704),
+        pretrain=PretrainConfig(n_members=250, n_background=800, epochs=3),
+        sft=SFTConfig(n_examples=960),
+    ),
+    "base": LabConfig(
+        preset="base",
+        model=ModelConfig(
+            hidden_size=512, num_layers=8, num_heads=8, intermediate_size=1408, vocab_size=8192
+        ),
+        pretrain=PretrainConfig(n_members=1000, n_background=4000, epochs=3),
+        sft=SFTConfig(n_examples=4000),
+        num_threads=0,
+    ),
+}
+
+_SECTIONS = ("model", "pool", "pretrain", "sft", "evaluation")
+
+
+def _replace(obj: Any, changes: dict[str, Any], where: str) -> Any:
+    names = {f.name for f in dataclasses.fields(obj)}
+    bad = sorted(set(changes) - names)
+    if bad:
+        raise ValueError(f"unknown {where} setting(s) {bad}; valid: {sorted(names)}")
+    return dataclasses.replace(obj, **changes)
+
+
+def resolve_config(preset: str, **overrides: Any) -> LabConfig:
+    """The preset's config with ``overrides`` applied.
+
+    An override is a top-level field (``check=False``, ``styles=("qwen2.5",)``), a section
+    given as a dict (``sft={"lr": 1e-4}``) or a section field spelled ``section__field``
+    (``pretrain__epochs=1``).
+    """
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
+    cfg = PRESETS[preset]
+    section_changes: dict[str, dict[str, Any]] = {}
+    top: dict[str, Any] = {}
+    for key, value in overrides.items():
+        if "__" in key:
+            section, field = key.split("__", 1)
+            if section not in _SECTIONS:
+                raise ValueError(f"unknown config section {section!r} in override {key!r}")
+            section_changes.setdefault(section, {})[field] = value
+        elif key in _SECTIONS and isinstance(value, dict):
+            section_changes.setdefault(key, {}).update(value)
+        else:
+            top[key] = value
+    for section, changes in section_changes.items():
+        top[section] = _replace(getattr(cfg, section), changes, section)
+    if "styles" in top:
+        top["styles"] = tuple(top["styles"])
+    return _replace(cfg, top, "lab")
+
+
+def config_hash(cfg: LabConfig, seed: int, pool_fingerprint: str) -> str:
+    """A short stable hash of everything that determines a built lab."""
+    payload = {
+        "format": LAB_FORMAT_VERSION,
+        "config": cfg.to_dict(),
+        "seed": seed,
+        "pool": pool_fingerprint,
+    }
+    # device and threads change speed, not the intended result; keep them out of the key
+    payload["config"].pop("device", None)
+    payload["config"].pop("num_threads", None)
+    blob = json.dumps(payload, sort_keys=True, default=list).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]

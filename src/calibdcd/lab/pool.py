@@ -1,0 +1,270 @@
+"""The lab's text pool and its member / non-member / background split.
+
+Default pool: English prose that ships with CPython itself, so every machine with Python has it
+and nothing is downloaded or committed: the paragraphs of ``pydoc_data.topics`` (the language
+reference topics behind ``help()``) and the prose paragraphs of the standard library's module,
+class and function docstrings (read with :mod:`ast`, nothing is imported). PSF licence.
+The exact pool therefore depends on the Python version; ``lab.json`` records it.
+
+``--pool`` takes any ``.jsonl``/``.json``/``.csv`` of texts instead (labels in it are ignored).
+
+Split: candidates for evaluation are drawn uniformly at random (seeded) from the cleaned pool;
+the first half of a random permutation of them are members, the rest non-members, so members
+and non-members are i.i.d. from one distribution. Everything else is background: seen once per
+epoch in pre-training, used to train the tokenizer and to build the post-training data. Neither
+the tokenizer nor the post-training ever sees a candidate.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import dataclasses
+import functools
+import hashlib
+import json
+import random
+import re
+import sysconfig
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from calibdcd.lab.config import PoolConfig
+
+__all__ = [
+    "PoolText",
+    "Split",
+    "clean_pool",
+    "default_pool",
+    "load_pool",
+    "pool_fingerprint",
+    "split_pool",
+]
+
+_TEXT_FIELDS = ("text", "input", "snippet", "passage", "content", "document", "Example_A")
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolText:
+    text: str
+    source: str  # where it came from (file:line, or stdlib module / pydoc topic)
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+    members: list[PoolText]
+    nonmembers: list[PoolText]
+    background: list[PoolText]  # all non-candidate texts (tokenizer, pre-training, SFT)
+
+
+# --------------------------------------------------------------------------- default pool
+
+_SKIP_DIRS = ("test/", "idlelib/", "lib2to3/", "site-packages/", "dist-packages/", "turtledemo/")
+
+
+def _is_prose(paragraph: str) -> bool:
+    lines = paragraph.strip().splitlines()
+    if not lines:
+        return False
+    if any(
+        line.lstrip().startswith((">>>", "...", "$", "|", "+-", "*", "-", ":")) for line in lines
+    ):
+        return False
+    words = paragraph.split()
+    if len(words) < 12:
+        return False
+    plain = sum(c.isalpha() or c.isspace() or c in ",.;'\"()-?!" for c in paragraph)
+    if plain / len(paragraph) < 0.93:
+        return False
+    return bool(re.search(r"[.!?]['\")]?$", paragraph.strip()))
+
+
+def _paragraphs(text: str) -> list[str]:
+    return [p for p in re.split(r"\n\s*\n", text) if p.strip()]
+
+
+def _stdlib_docstring_paragraphs() -> Iterable[tuple[str, str]]:
+    root = Path(sysconfig.get_paths()["stdlib"])
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith(_SKIP_DIRS) or "/test" in rel:
+            continue
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError, ValueError, OSError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                doc = ast.get_docstring(node)
+                if doc:
+                    name = getattr(node, "name", "")
+                    for para in _paragraphs(doc):
+                        yield (f"{rel}:{name}" if name else rel), para
+
+
+def _pydoc_topic_paragraphs() -> Iterable[tuple[str, str]]:
+    try:
+        from pydoc_data.topics import topics
+    except ImportError:  # some distributions strip pydoc_data
+        return
+    for key in sorted(topics):
+        for para in _paragraphs(topics[key]):
+            yield f"pydoc:{key}", para
+
+
+def default_pool(min_words: int = 40, max_words: int = 120) -> list[PoolText]:
+    """Prose paragraphs from CPython's own documentation, merged into texts of at least
+    ``min_words`` words (cached per process; see :func:`_default_pool`)."""
+    return list(_default_pool(min_words, max_words))
+
+
+@functools.lru_cache(maxsize=4)
+def _default_pool(min_words: int, max_words: int) -> tuple[PoolText, ...]:
+    """Prose paragraphs of ``pydoc_data.topics`` and of stdlib docstrings.
+
+    Consecutive prose paragraphs of one docstring / topic are joined until a text has at least
+    ``min_words`` words; texts never cross sources. Deterministic for a Python version.
+    """
+    out: list[PoolText] = []
+    groups: dict[str, list[str]] = {}
+    order: list[str] = []
+    for source, para in [*_pydoc_topic_paragraphs(), *_stdlib_docstring_paragraphs()]:
+        if not _is_prose(para):
+            continue
+        if source not in groups:
+            groups[source] = []
+            order.append(source)
+        groups[source].append(" ".join(para.split()))
+    for source in order:
+        buf: list[str] = []
+        for para in groups[source]:
+            buf.append(para)
+            if sum(len(p.split()) for p in buf) >= min_words:
+                out.append(PoolText(" ".join(buf), source))
+                buf = []
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------- user pools
+
+
+def load_pool(path: str | Path, text_field: str | None = None) -> list[PoolText]:
+    """Texts from a ``.jsonl`` (one object or string per line), ``.json`` (a list) or ``.csv``.
+
+    ``text_field`` names the column; by default the first of ``text``, ``input``, ``snippet``,
+    ``passage``, ``content``, ``document``, ``Example_A`` that is present.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"pool file {path} does not exist")
+    suffix = path.suffix.lower()
+    rows: list[tuple[str, object]] = []
+    if suffix == ".jsonl":
+        with path.open(encoding="utf-8") as fh:
+            for i, line in enumerate(fh, 1):
+                if line.strip():
+                    try:
+                        rows.append((f"{path.name}:{i}", json.loads(line)))
+                    except json.JSONDecodeError as exc:
+                        raise ValueError(f"{path}:{i}: invalid JSON ({exc.msg})") from None
+    elif suffix == ".json":
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, list):
+            raise ValueError(f"{path}: a .json pool must hold a list of texts or objects")
+        rows = [(f"{path.name}[{i}]", r) for i, r in enumerate(data)]
+    elif suffix in (".csv", ".tsv"):
+        csv.field_size_limit(1 << 26)
+        with path.open(encoding="utf-8", newline="") as fh:
+            reader = csv.DictReader(fh, delimiter="\t" if suffix == ".tsv" else ",")
+            rows = [(f"{path.name}:{i + 2}", r) for i, r in enumerate(reader)]
+    else:
+        raise ValueError(f"pool file {path}: unsupported extension {suffix!r} (jsonl, json, csv)")
+    out: list[PoolText] = []
+    field = text_field
+    for where, row in rows:
+        if isinstance(row, str):
+            text = row
+        elif isinstance(row, dict):
+            if field is None:
+                field = next((f for f in _TEXT_FIELDS if f in row), None)
+                if field is None:
+                    raise ValueError(
+                        f"{where}: no text field found (tried {list(_TEXT_FIELDS)}); "
+                        "pass text_field"
+                    )
+            if field not in row:
+                raise ValueError(f"{where}: missing field {field!r}")
+            text = row[field]
+            if not isinstance(text, str):
+                raise ValueError(f"{where}: field {field!r} is not a string")
+        else:
+            raise ValueError(f"{where}: expected a string or an object, got {type(row).__name__}")
+        out.append(PoolText(text, where))
+    return out
+
+
+# --------------------------------------------------------------------------- cleaning, split
+
+
+def _words(text: str) -> list[str]:
+    return text.split()
+
+
+def _cut(text: str, min_words: int, max_words: int) -> str | None:
+    words = _words(text)
+    if len(words) < min_words:
+        return None
+    if len(words) <= max_words:
+        return " ".join(words)
+    # cut at the last sentence end within [min_words, max_words], else hard at max_words
+    for end in range(max_words, min_words - 1, -1):
+        if re.search(r"[.!?]['\")]?$", words[end - 1]):
+            return " ".join(words[:end])
+    return " ".join(words[:max_words])
+
+
+def clean_pool(texts: Sequence[PoolText], cfg: PoolConfig) -> list[PoolText]:
+    """Normalise, length-filter and de-duplicate (first/last ``dedup_words`` words), in order."""
+    seen_head: set[str] = set()
+    seen_tail: set[str] = set()
+    out: list[PoolText] = []
+    for item in texts:
+        text = _cut(item.text, cfg.min_words, cfg.max_words)
+        if text is None:
+            continue
+        low = text.lower().split()
+        head = " ".join(low[: cfg.dedup_words])
+        tail = " ".join(low[-cfg.dedup_words :])
+        if head in seen_head or tail in seen_tail:
+            continue
+        seen_head.add(head)
+        seen_tail.add(tail)
+        out.append(PoolText(text, item.source))
+    return out
+
+
+def pool_fingerprint(texts: Sequence[PoolText]) -> str:
+    h = hashlib.sha256()
+    for t in texts:
+        h.update(t.text.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def split_pool(texts: Sequence[PoolText], n_members: int, seed: int) -> Split:
+    """Draw ``2 * n_members`` candidates at random; half members, half non-members (i.i.d.)."""
+    if n_members < 1:
+        raise ValueError(f"n_members must be >= 1, got {n_members}")
+    if len(texts) < 2 * n_members + 1:
+        raise ValueError(
+            f"the pool has {len(texts)} usable texts after cleaning, but n_members={n_members} "
+            f"needs more than {2 * n_members}; lower pretrain.n_members or use a bigger pool"
+        )
+    rng = random.Random(f"calibdcd-lab-split-{seed}")
+    order = list(range(len(texts)))
+    rng.shuffle(order)
+    cand = order[: 2 * n_members]
+    members = [texts[i] for i in cand[:n_members]]
+    nonmembers = [texts[i] for i in cand[n_members:]]
+    background = [texts[i] for i in sorted(order[2 * n_members :])]
+    return Split(members, nonmembers, background)

@@ -1,0 +1,268 @@
+"""Pre-training and post-training loops for the lab's tiny Llama models (torch).
+
+Plain loops rather than ``transformers.Trainer`` so the recipe is explicit and cheap: AdamW,
+linear warm-up then cosine decay to ``min_lr_ratio`` of the peak, gradient clipping, bf16
+autocast where the device supports it, tqdm progress bars.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from calibdcd.lab.config import ModelConfig, PretrainConfig, SFTConfig
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "SFTExample",
+    "TrainStats",
+    "autocast",
+    "build_model",
+    "lr_at",
+    "pick_device",
+    "pretrain",
+    "sft",
+]
+
+
+@dataclass
+class TrainStats:
+    steps: int
+    tokens: int
+    seconds: float
+    first_loss: float
+    last_loss: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "steps": self.steps,
+            "tokens": self.tokens,
+            "seconds": round(self.seconds, 2),
+            "tokens_per_second": round(self.tokens / max(self.seconds, 1e-9), 1),
+            "first_loss": round(self.first_loss, 4),
+            "last_loss": round(self.last_loss, 4),
+        }
+
+
+@dataclass(frozen=True)
+class SFTExample:
+    """Token ids and labels (-100 where no loss: prompt tokens)."""
+
+    input_ids: list[int]
+    labels: list[int]
+
+
+def pick_device(device: str = "auto") -> torch.device:
+    """``auto`` = cuda if available, then mps, else cpu."""
+    import torch
+
+    if device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        dev = torch.device(device)
+    except RuntimeError as exc:
+        raise ValueError(f"device {device!r} is not a valid torch device") from exc
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} requested but CUDA is not available")
+    return dev
+
+
+def autocast(device: torch.device):
+    """bf16 autocast on CPU and on CUDA devices that support bf16; fp32 otherwise (mps)."""
+    import contextlib
+
+    import torch
+
+    if device.type == "cpu":
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def build_model(cfg: ModelConfig, vocab_size: int, special_ids: dict[str, int], seed: int):
+    """A freshly initialised ``LlamaForCausalLM`` (tied embeddings), seeded."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    if cfg.hidden_size % cfg.num_heads:
+        raise ValueError(
+            f"model.hidden_size={cfg.hidden_size} must be divisible by num_heads={cfg.num_heads}"
+        )
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_heads,
+        max_position_embeddings=cfg.max_position_embeddings,
+        tie_word_embeddings=True,
+        rope_theta=10000.0,
+        bos_token_id=special_ids["bos"],
+        eos_token_id=special_ids["eos"],
+        pad_token_id=special_ids["pad"],
+    )
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(config)
+
+
+def lr_at(step: int, total: int, peak: float, warmup: int, min_ratio: float) -> float:
+    """Linear warm-up to ``peak`` over ``warmup`` steps, then cosine down to ``min_ratio*peak``."""
+    if warmup > 0 and step < warmup:
+        return peak * (step + 1) / warmup
+    span = max(total - warmup, 1)
+    progress = min(max(step - warmup, 0) / span, 1.0)
+    return peak * (min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+def _optimizer(model, lr: float, weight_decay: float, betas: tuple[float, float]):
+    import torch
+
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    groups = [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=lr, betas=betas)
+
+
+def _packed_epoch(docs: Sequence[Sequence[int]], sep: int, seq_len: int, rng: random.Random):
+    order = list(range(len(docs)))
+    rng.shuffle(order)
+    stream: list[int] = []
+    for i in order:
+        stream.append(sep)
+        stream.extend(docs[i])
+    n = len(stream) // seq_len
+    return [stream[j * seq_len : (j + 1) * seq_len] for j in range(n)]
+
+
+def pretrain(
+    model,
+    docs: Sequence[Sequence[int]],
+    sep_id: int,
+    cfg: PretrainConfig,
+    *,
+    seed: int,
+    device: torch.device,
+    progress: bool = True,
+    desc: str = "pretrain",
+) -> TrainStats:
+    """Causal-LM pre-training on ``docs`` (each already repeated as wanted), repacked per epoch."""
+    import torch
+    from tqdm.auto import tqdm
+
+    rng = random.Random(f"calibdcd-lab-pack-{seed}")
+    torch.manual_seed(seed)
+    tokens_per_epoch = sum(len(d) + 1 for d in docs)
+    steps_per_epoch = tokens_per_epoch // cfg.seq_len // cfg.batch_size
+    total = steps_per_epoch * cfg.epochs
+    if total < 1:
+        raise ValueError("pretraining corpus is smaller than one batch; add texts or repeats")
+    warmup = min(cfg.warmup_steps, max(total // 20, 1))
+    model.to(device).train()
+    opt = _optimizer(model, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2))
+    step, first, last, ema = 0, float("nan"), float("nan"), None
+    t0 = time.perf_counter()
+    bar = tqdm(total=total, desc=desc, disable=not progress, unit="step", leave=False)
+    for _epoch in range(cfg.epochs):
+        chunks = _packed_epoch(docs, sep_id, cfg.seq_len, rng)
+        for b in range(steps_per_epoch):
+            batch = torch.tensor(
+                chunks[b * cfg.batch_size : (b + 1) * cfg.batch_size], device=device
+            )
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step, total, cfg.lr, warmup, cfg.min_lr_ratio)
+            with autocast(device):
+                loss = model(input_ids=batch, labels=batch).loss
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            opt.step()
+            value = float(loss.detach())
+            first = value if step == 0 else first
+            ema = value if ema is None else 0.98 * ema + 0.02 * value
+            last = ema
+            step += 1
+            bar.update(1)
+            if step % 50 == 0:
+                bar.set_postfix(loss=f"{ema:.3f}")
+    bar.close()
+    model.eval()
+    return TrainStats(
+        step, step * cfg.batch_size * cfg.seq_len, time.perf_counter() - t0, first, last
+    )
+
+
+def sft(
+    model,
+    examples: Sequence[SFTExample],
+    pad_id: int,
+    cfg: SFTConfig,
+    *,
+    seed: int,
+    device: torch.device,
+    progress: bool = True,
+    desc: str = "sft",
+) -> TrainStats:
+    """Supervised fine-tuning; loss only where ``labels != -100`` (assistant turns)."""
+    import torch
+    from tqdm.auto import tqdm
+
+    rng = random.Random(f"calibdcd-lab-sft-{seed}")
+    torch.manual_seed(seed)
+    n_batches = math.ceil(len(examples) / cfg.batch_size)
+    total = n_batches * cfg.epochs
+    if total < 1:
+        raise ValueError("no post-training examples")
+    model.to(device).train()
+    opt = _optimizer(model, cfg.lr, cfg.weight_decay, (0.9, 0.95))
+    step, first, last, ema, tokens = 0, float("nan"), float("nan"), None, 0
+    t0 = time.perf_counter()
+    bar = tqdm(total=total, desc=desc, disable=not progress, unit="step", leave=False)
+    for _epoch in range(cfg.epochs):
+        order = list(range(len(examples)))
+        rng.shuffle(order)
+        for b in range(n_batches):
+            items = [examples[i] for i in order[b * cfg.batch_size : (b + 1) * cfg.batch_size]]
+            width = max(len(e.input_ids) for e in items)
+            ids = torch.full((len(items), width), pad_id, dtype=torch.long)
+            labels = torch.full((len(items), width), -100, dtype=torch.long)
+            mask = torch.zeros((len(items), width), dtype=torch.long)
+            for r, e in enumerate(items):
+                n = len(e.input_ids)
+                ids[r, :n] = torch.tensor(e.input_ids)
+                labels[r, :n] = torch.tensor(e.labels)
+                mask[r, :n] = 1
+            ids, labels, mask = ids.to(device), labels.to(device), mask.to(device)
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step, total, cfg.lr, cfg.warmup_steps, cfg.min_lr_ratio)
+            with autocast(device):
+                loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            opt.step()
+            value = float(loss.detach())
+            first = value if step == 0 else first
+            ema = value if ema is None else 0.9 * ema + 0.1 * value
+            last = ema
+            tokens += int(mask.sum())
+            step += 1
+            bar.update(1)
+            bar.set_postfix(loss=f"{ema:.3f}")
+    bar.close()
+    model.eval()
+    return TrainStats(step, tokens, time.perf_counter() - t0, first, last)

@@ -1,0 +1,277 @@
+"""A persistent SQLite generation cache that wraps any :class:`~calibdcd.targets.base.Target`.
+
+Every completion is stored under ``sha256([target.name, prompt, max_new_tokens, temperature, top_p,
+top_k, seed, sample index])``. Only the misses go to the wrapped target, in chunks of
+``chunk_size`` completions; each chunk is committed in its own transaction, so a run killed at any
+point (even ``kill -9``) keeps every finished chunk and never leaves a corrupt file (SQLite's WAL
+journal is atomic). Several processes can share one file: WAL mode lets readers run during a
+write, writers wait up to ``timeout`` seconds for each other, and when two processes generate the
+same completion the first one stored wins (both then return that stored text).
+
+Greedy decoding (``temperature == 0``) ignores top-p, top-k, the seed and the sample index, so
+those are normalised out of its key: the ``n`` greedy samples of a prompt are one entry.
+
+Wrapped targets that offer ``generate_indexed(prompts, sample_indices, params)`` (the built-in
+backends do) are asked for exactly the missing samples; for any other target the cache asks for
+``n = 1 + the largest missing index`` and stores every sample it gets back.
+
+The API key of a remote target never reaches the cache: only ``target.name``, prompts, parameters
+and completions are stored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from calibdcd.targets.base import GenerationParams, Target, validate_prompts
+
+__all__ = ["CacheStats", "CachedTarget", "cache_key"]
+
+_SCHEMA_VERSION = 1
+_SQL_VARS = 500  # keys per SELECT ... IN (...)
+
+
+@dataclasses.dataclass
+class CacheStats:
+    """``hits``: requested completions served from the file; ``misses``: completions the wrapped
+    target generated; ``target_calls``: calls made to the wrapped target (one per chunk)."""
+
+    hits: int = 0
+    misses: int = 0
+    target_calls: int = 0
+
+    @property
+    def hit_rate(self) -> float:
+        total = self.hits + self.misses
+        return self.hits / total if total else 0.0
+
+
+def _key_params(params: GenerationParams, sample: int) -> tuple[dict[str, Any], int]:
+    if params.greedy:
+        return {
+            "max_new_tokens": params.max_new_tokens,
+            "temperature": 0.0,
+            "top_p": 1.0,
+            "top_k": None,
+            "seed": 0,
+        }, 0
+    return {
+        "max_new_tokens": params.max_new_tokens,
+        "temperature": float(params.temperature),
+        "top_p": float(params.top_p),
+        "top_k": params.top_k,
+        "seed": params.seed,
+    }, sample
+
+
+def cache_key(target_name: str, prompt: str, params: GenerationParams, sample: int) -> str:
+    """The cache key of sample ``sample`` of ``prompt`` under ``params`` for target ``name``."""
+    kp, s = _key_params(params, sample)
+    blob = json.dumps([target_name, prompt, kp, s], ensure_ascii=False, sort_keys=True)
+    return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class CachedTarget:
+    """``CachedTarget(target, "gen.sqlite")`` is a Target that remembers every completion."""
+
+    def __init__(
+        self,
+        target: Target,
+        path: str | os.PathLike[str],
+        *,
+        chunk_size: int = 64,
+        timeout: float = 120.0,
+    ) -> None:
+        if not hasattr(target, "generate") or not isinstance(getattr(target, "name", None), str):
+            raise ValueError("target must be a Target with a str `name` and a `generate` method")
+        if not isinstance(chunk_size, int) or chunk_size < 1:
+            raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
+        self.target = target
+        self.name: str = target.name
+        self.family: str | None = getattr(target, "family", None)
+        self.path = Path(path)
+        self.chunk_size = chunk_size
+        self._lock = threading.Lock()
+        self._stats = CacheStats()
+        if self.path.parent and not self.path.parent.exists():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._conn = sqlite3.connect(
+                str(self.path), timeout=timeout, isolation_level=None, check_same_thread=False
+            )
+            self._conn.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            with self._transaction():
+                self._conn.execute(
+                    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+                )
+                self._conn.execute(
+                    "INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
+                    (str(_SCHEMA_VERSION),),
+                )
+                self._conn.execute(
+                    "CREATE TABLE IF NOT EXISTS completions ("
+                    " key TEXT PRIMARY KEY, target TEXT NOT NULL, prompt TEXT NOT NULL,"
+                    " params TEXT NOT NULL, sample INTEGER NOT NULL, completion TEXT NOT NULL,"
+                    " created REAL NOT NULL)"
+                )
+            (ver,) = self._conn.execute(
+                "SELECT value FROM meta WHERE key='schema_version'"
+            ).fetchone()
+        except sqlite3.DatabaseError as e:
+            raise ValueError(f"path: {str(self.path)!r} is not a usable SQLite cache ({e})") from e
+        if int(ver) != _SCHEMA_VERSION:
+            raise ValueError(f"path: {str(self.path)!r} has cache schema {ver}, expected 1")
+
+    # -- plumbing --
+
+    def _transaction(self) -> Any:
+        conn = self._conn
+
+        class _Tx:
+            def __enter__(self) -> None:
+                conn.execute("BEGIN IMMEDIATE")
+
+            def __exit__(self, exc_type: Any, *_: Any) -> None:
+                conn.execute("ROLLBACK" if exc_type else "COMMIT")
+
+        return _Tx()
+
+    def _lookup(self, keys: Sequence[str]) -> dict[str, str]:
+        found: dict[str, str] = {}
+        uniq = list(dict.fromkeys(keys))
+        for i in range(0, len(uniq), _SQL_VARS):
+            part = uniq[i : i + _SQL_VARS]
+            marks = ",".join("?" * len(part))
+            q = f"SELECT key, completion FROM completions WHERE key IN ({marks})"
+            found.update(self._conn.execute(q, part).fetchall())
+        return found
+
+    def _store(self, rows: list[tuple[str, str, GenerationParams, int, str]]) -> None:
+        now = time.time()
+        with self._transaction():
+            self._conn.executemany(
+                "INSERT OR IGNORE INTO completions VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        k,
+                        self.name,
+                        p,
+                        json.dumps(_key_params(prm, s)[0], sort_keys=True),
+                        _key_params(prm, s)[1],
+                        text,
+                        now,
+                    )
+                    for k, p, prm, s, text in rows
+                ],
+            )
+
+    def _generate_missing(
+        self, missing: list[tuple[str, int]], params: GenerationParams
+    ) -> Iterator[list[tuple[str, str, GenerationParams, int, str]]]:
+        indexed = getattr(self.target, "generate_indexed", None)
+        if callable(indexed):
+            for i in range(0, len(missing), self.chunk_size):
+                chunk = missing[i : i + self.chunk_size]
+                self._stats.target_calls += 1
+                texts = indexed([p for p, _ in chunk], [s for _, s in chunk], params)
+                if len(texts) != len(chunk):
+                    raise RuntimeError(
+                        f"{self.name}: generate_indexed returned {len(texts)} texts for "
+                        f"{len(chunk)} requests"
+                    )
+                got = [(p, s, t) for (p, s), t in zip(chunk, texts, strict=True)]
+                yield [(cache_key(self.name, p, params, s), p, params, s, t) for p, s, t in got]
+            return
+        # plain Target: whole prompts, n = 1 + the largest missing index of the chunk
+        by_prompt: dict[str, int] = {}
+        for p, s in missing:
+            by_prompt[p] = max(by_prompt.get(p, 0), s + 1)
+        chunk_prompts: list[str] = []
+        rows = 0
+        items = list(by_prompt.items())
+        for j, (p, need) in enumerate(items):
+            chunk_prompts.append(p)
+            rows += need
+            if rows < self.chunk_size and j < len(items) - 1:
+                continue
+            n = max(by_prompt[q] for q in chunk_prompts)
+            self._stats.target_calls += 1
+            outs = self.target.generate(chunk_prompts, dataclasses.replace(params, n=n))
+            yield [
+                (cache_key(self.name, q, params, s), q, params, s, outs[k][s])
+                for k, q in enumerate(chunk_prompts)
+                for s in range(n)
+            ]
+            chunk_prompts, rows = [], 0
+
+    # -- the Target API --
+
+    def generate(self, prompts: Sequence[str], params: GenerationParams) -> list[list[str]]:
+        prompts = validate_prompts(prompts)
+        if not isinstance(params, GenerationParams):
+            raise ValueError(f"params must be a GenerationParams, got {type(params).__name__}")
+        flat = self._get([(p, s) for p in prompts for s in range(params.n)], params)
+        n = params.n
+        return [flat[k * n : (k + 1) * n] for k in range(len(prompts))]
+
+    def generate_indexed(
+        self, prompts: Sequence[str], sample_indices: Sequence[int], params: GenerationParams
+    ) -> list[str]:
+        prompts = validate_prompts(prompts)
+        idx = list(sample_indices)
+        if len(idx) != len(prompts) or any(not isinstance(i, int) or i < 0 for i in idx):
+            raise ValueError("sample_indices must hold one integer >= 0 per prompt")
+        return self._get(list(zip(prompts, idx, strict=True)), params)
+
+    def _get(self, rows: list[tuple[str, int]], params: GenerationParams) -> list[str]:
+        with self._lock:
+            keys = [cache_key(self.name, p, params, s) for p, s in rows]
+            found = self._lookup(keys)
+            self._stats.hits += sum(k in found for k in keys)
+            missing_keys: dict[str, tuple[str, int]] = {}
+            for k, (p, s) in zip(keys, rows, strict=True):
+                if k not in found and k not in missing_keys:
+                    missing_keys[k] = (p, 0) if params.greedy else (p, s)
+            pending = dict(missing_keys)
+            for stored in self._generate_missing(list(missing_keys.values()), params):
+                self._store(stored)
+                wanted = [k for k, *_ in stored if pending.pop(k, None) is not None]
+                self._stats.misses += len(wanted)
+                found.update(self._lookup(wanted))  # first writer wins across processes
+            return [found[k] for k in keys]
+
+    # -- misc --
+
+    @property
+    def stats(self) -> CacheStats:
+        return dataclasses.replace(self._stats)
+
+    def reset_stats(self) -> None:
+        self._stats = CacheStats()
+
+    def __len__(self) -> int:
+        (n,) = self._conn.execute("SELECT COUNT(*) FROM completions").fetchone()
+        return int(n)
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> CachedTarget:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"CachedTarget({self.target!r}, path={str(self.path)!r})"

@@ -1,0 +1,482 @@
+"""The transformers backend: a local causal LM as a black-box Target.
+
+Generation uses calibdcd's own decoding loop (KV cache, left padding, EOS stop) instead of
+``model.generate`` so that **a sampled completion depends only on (prompt, parameters, seed, sample
+index)**: every row draws its randomness from a counter-based stream,
+``u_t = blake2b(blake2b(seed, sample index, prompt), t)`` mapped to [0, 1), one uniform per decoding
+step, used for inverse-CDF sampling over the temperature/top-k/top-p filtered distribution sorted
+by probability. Nothing depends on the batch, its order, ``n``, the device's RNG or torch's RNG
+state. The only remaining source of batch dependence is floating-point: a row's logits can differ
+in the last bits between batch compositions (padding, kernel blocking). That flips a token only
+when ``u`` lands within ~1e-7 of a CDF boundary (fp32), which the tests never observe on CPU fp32;
+with bf16 on GPUs it is rarer than 1e-3 per token. The generation cache makes results stable anyway.
+
+Other choices:
+* Greedy decoding (``temperature == 0``) takes the first arg-max; its ``n`` samples are identical
+  and are computed once.
+* Prompts are encoded with ``add_special_tokens=True`` (the tokenizer adds its BOS, as vLLM and
+  SGLang do for ``/v1/completions``); completions are decoded relative to the prompt
+  (``decode(prompt + new)[len(decode(prompt)):]``) with ``skip_special_tokens=True`` by default; the
+  EOS token that stops a row is not part of its completion.
+* ``name`` = ``hf:<model dir or GGUF file name>@<content hash of weights, config and tokenizer
+  files>/<dtype>``. It is path-independent (a copied checkpoint keeps its cache) and changes when
+  the weights change. The hash is computed once per file (memoised by path, size and mtime).
+* GGUF checkpoints (a ``.gguf`` path, or a directory holding one GGUF and no ``config.json``) are
+  dequantised once and saved as a plain safetensors checkpoint in the cache directory
+  (``save_pretrained`` refuses GGUF-loaded models, so the model is rebuilt from its config first).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from calibdcd.targets.base import GenerationParams, register_backend, validate_prompts
+from calibdcd.targets.tiny import default_cache_dir
+
+__all__ = [
+    "HFTarget",
+    "convert_gguf",
+    "detect_family",
+    "fingerprint_checkpoint",
+    "resolve_device",
+    "resolve_dtype",
+    "row_uniform",
+]
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_FINGERPRINTED = re.compile(
+    r"(\.safetensors|\.bin|\.pt|\.gguf|\.model|\.jinja|\.tiktoken|merges\.txt|vocab\.(json|txt)"
+    r"|config\.json|tokenizer\.json|tokenizer_config\.json|special_tokens_map\.json)$"
+)
+
+
+# --- device, dtype -------------------------------------------------------------------------------
+
+
+def resolve_device(device: str = "auto") -> str:
+    """``"auto"`` → ``cuda`` if available, else ``mps``, else ``cpu``; other values are checked."""
+    import torch
+
+    if device == "auto":
+        if torch.cuda.is_available():
+            return "cuda"
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return "mps"
+        return "cpu"
+    kind = device.split(":")[0]
+    if kind not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda[:i]' or 'mps', got {device!r}")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r} but CUDA is not available")
+    return device
+
+
+def resolve_dtype(dtype: Any, device: str) -> Any:
+    """``"auto"`` → bfloat16 on CUDA (when supported), float32 on CPU and MPS."""
+    import torch
+
+    if dtype == "auto":
+        if device.startswith("cuda") and torch.cuda.is_bf16_supported():
+            return torch.bfloat16
+        return torch.float32
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    names = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+             "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}  # fmt: skip
+    if dtype not in names:
+        raise ValueError(f"dtype must be 'auto' or one of {sorted(names)}, got {dtype!r}")
+    return names[dtype]
+
+
+# --- identity ------------------------------------------------------------------------------------
+
+
+def _file_sha256(path: Path, memo_dir: Path) -> str:
+    st = path.stat()
+    memo_key = hashlib.sha256(f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}".encode())
+    memo = memo_dir / memo_key.hexdigest()[:32]
+    if memo.exists():
+        return memo.read_text().strip()
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    digest = h.hexdigest()
+    memo_dir.mkdir(parents=True, exist_ok=True)
+    tmp = memo.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(digest)
+    os.replace(tmp, memo)
+    return digest
+
+
+def fingerprint_checkpoint(path: str | Path, cache_dir: str | Path | None = None) -> str:
+    """Content hash of a checkpoint: its weights, config and tokenizer files (or one file)."""
+    p = Path(path)
+    memo_dir = Path(cache_dir or default_cache_dir()) / "fingerprints"
+    files = [p] if p.is_file() else sorted(f for f in p.iterdir() if f.is_file())
+    files = [f for f in files if p.is_file() or _FINGERPRINTED.search(f.name)]
+    if not files:
+        raise ValueError(f"model: no checkpoint files found in {str(p)!r}")
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f"{f.name}\0{_file_sha256(f, memo_dir)}\0".encode())
+    return h.hexdigest()
+
+
+# --- GGUF ----------------------------------------------------------------------------------------
+
+
+def convert_gguf(gguf_path: str | Path, cache_dir: str | Path | None = None) -> Path:
+    """Dequantise a GGUF file once into a plain transformers checkpoint (safetensors + tokenizer)
+    under ``<cache_dir>/gguf/<stem>-<hash>``; later calls return the cached copy."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    src = Path(gguf_path).resolve()
+    fp = fingerprint_checkpoint(src, cache_dir)[:16]
+    root = Path(cache_dir or default_cache_dir()) / "gguf"
+    final = root / f"{src.stem}-{fp}"
+    if (final / "config.json").exists():
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=root))
+    try:
+        tok = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
+        loaded = AutoModelForCausalLM.from_pretrained(
+            str(src.parent), gguf_file=src.name, dtype=torch.float32
+        )
+        cfg = loaded.config.to_dict()
+        cfg.pop("quantization_config", None)
+        plain = AutoModelForCausalLM.from_config(type(loaded.config).from_dict(cfg))
+        missing, unexpected = plain.load_state_dict(loaded.state_dict(), strict=False)
+        if unexpected or [k for k in missing if "lm_head" not in k]:
+            raise ValueError(
+                f"model: GGUF conversion of {str(src)!r} lost weights "
+                f"(missing={missing}, unexpected={unexpected})"
+            )
+        if loaded.generation_config is not None:
+            plain.generation_config = loaded.generation_config
+        plain.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        (tmp / "calibdcd-source.json").write_text(json.dumps({"gguf": str(src)}))
+        try:
+            tmp.rename(final)
+        except OSError:  # converted concurrently by another process
+            pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+# --- family --------------------------------------------------------------------------------------
+
+
+def detect_family(model_dir: str | Path, config: Any = None, tokenizer: Any = None) -> str | None:
+    """The chat family used to pick boundary views: ``calibdcd.json`` (``{"family": ...}``, as the
+    lab writes it) wins; else inferred from the config's ``model_type``, the chat template and the
+    directory name; ``None`` when unknown (views then come from the tokenizer's chat template)."""
+    d = Path(model_dir)
+    meta = d / "calibdcd.json"
+    if meta.is_file():
+        try:
+            fam = json.loads(meta.read_text()).get("family")
+        except (json.JSONDecodeError, AttributeError) as e:
+            raise ValueError(f"{meta}: not a JSON object with a 'family' field ({e})") from e
+        if fam:
+            return str(fam)
+    name = d.name.lower()
+    mt = str(getattr(config, "model_type", "") or "").lower()
+    tmpl = str(getattr(tokenizer, "chat_template", "") or "")
+    if "deepseek-r1-distill-qwen" in name or ("<｜Assistant｜>" in tmpl and mt == "qwen2"):
+        return "deepseek-r1-distill-qwen"
+    if re.search(r"llama-?3\.1", name) or (mt == "llama" and "<|start_header_id|>" in tmpl):
+        return "llama3.1"
+    if re.search(r"qwen2\.5", name) or (mt == "qwen2" and "<|im_start|>" in tmpl):
+        return "qwen2.5"
+    return None
+
+
+# --- randomness ----------------------------------------------------------------------------------
+
+
+def _row_key(prompt: str, seed: int, sample: int) -> bytes:
+    h = hashlib.blake2b(f"{seed}\0{sample}\0".encode(), digest_size=16)
+    h.update(prompt.encode("utf-8", "surrogatepass"))
+    return h.digest()
+
+
+def row_uniform(key: bytes, step: int) -> float:
+    """The uniform in [0, 1) that decoding step ``step`` of a row uses (counter-based stream)."""
+    d = hashlib.blake2b(key + step.to_bytes(8, "little"), digest_size=8).digest()
+    return int.from_bytes(d, "little") / 2.0**64
+
+
+# --- the target ----------------------------------------------------------------------------------
+
+
+@register_backend("hf")
+class HFTarget:
+    """A local transformers causal LM (checkpoint directory, hub id available offline, or GGUF).
+
+    ``batch_size`` counts generated sequences (prompt x sample) per forward pass.
+    ``model_kwargs`` go to ``from_pretrained`` (e.g. ``attn_implementation``, ``device_map``).
+    """
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str],
+        *,
+        device: str = "auto",
+        dtype: Any = "auto",
+        batch_size: int = 16,
+        family: str | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        skip_special_tokens: bool = True,
+        progress: bool = False,
+        model_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        if not isinstance(model, (str, os.PathLike)) or not str(model):
+            raise ValueError(f"model must be a path (str or PathLike), got {model!r}")
+        self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
+        source = self._resolve_source(str(model))
+        load_dir = self._load_dir(source)
+        self.device = resolve_device(device)
+        self.dtype = resolve_dtype(dtype, self.device)
+        self.batch_size = batch_size
+        self.skip_special_tokens = skip_special_tokens
+        self.progress = progress
+        self.tokenizer = AutoTokenizer.from_pretrained(str(load_dir))
+        kwargs = dict(model_kwargs or {})
+        self.model = AutoModelForCausalLM.from_pretrained(str(load_dir), dtype=self.dtype, **kwargs)
+        if "device_map" not in kwargs:
+            self.model.to(self.device)
+        self.model.eval()
+        self.model_dir = load_dir
+        self.eos_ids = self._eos_ids()
+        if not self.eos_ids:
+            raise ValueError(f"model: {str(model)!r} defines no EOS token (config or tokenizer)")
+        self.pad_id = next(
+            i
+            for i in (self.tokenizer.pad_token_id, *sorted(self.eos_ids), 0)
+            if i is not None and i >= 0
+        )
+        label = source.name if source.is_file() else source.resolve().name
+        fp = fingerprint_checkpoint(source, self.cache_dir)[:16]
+        dname = str(self.dtype).replace("torch.", "")
+        self.name = f"hf:{label}@{fp}/{dname}" + ("" if skip_special_tokens else "/raw-special")
+        fam_dir = source if source.is_dir() else load_dir
+        self.family = family or detect_family(fam_dir, self.model.config, self.tokenizer)
+        if family is None and self.family is None and source.is_file():
+            self.family = detect_family(
+                Path(source.stem), self.model.config, self.tokenizer
+            )  # name-based only
+        self._torch = torch
+
+    # -- loading helpers --
+
+    def _resolve_source(self, model: str) -> Path:
+        p = Path(model).expanduser()
+        if p.exists():
+            return p
+        if _HUB_ID.match(model) and not model.startswith((".", "/")):
+            try:
+                from huggingface_hub import snapshot_download
+
+                return Path(snapshot_download(model))
+            except Exception as e:
+                raise ValueError(
+                    f"model: {model!r} is not an existing path and could not be fetched from the "
+                    f"hub ({type(e).__name__}); pass a local checkpoint directory or .gguf file"
+                ) from None
+        raise ValueError(f"model: path {model!r} does not exist")
+
+    def _load_dir(self, source: Path) -> Path:
+        if source.is_file():
+            if source.suffix.lower() != ".gguf":
+                raise ValueError(
+                    f"model: {str(source)!r} is a file but not a .gguf; pass a checkpoint directory"
+                )
+            return convert_gguf(source, self.cache_dir)
+        if (source / "config.json").is_file():
+            return source
+        ggufs = sorted(source.glob("*.gguf"))
+        if len(ggufs) == 1:
+            return convert_gguf(ggufs[0], self.cache_dir)
+        raise ValueError(
+            f"model: {str(source)!r} has no config.json and not exactly one .gguf file "
+            f"(found {len(ggufs)})"
+        )
+
+    def _eos_ids(self) -> set[int]:
+        ids: set[int] = set()
+        for src in (self.model.generation_config, self.model.config):
+            e = getattr(src, "eos_token_id", None) if src is not None else None
+            if isinstance(e, int):
+                ids.add(e)
+            elif isinstance(e, (list, tuple)):
+                ids.update(int(x) for x in e)
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(int(self.tokenizer.eos_token_id))
+        return ids
+
+    def __repr__(self) -> str:
+        return f"HFTarget(name={self.name!r}, family={self.family!r}, device={self.device!r})"
+
+    # -- the Target API --
+
+    def generate(self, prompts: Sequence[str], params: GenerationParams) -> list[list[str]]:
+        """``params.n`` completions per prompt; sample i of a prompt is reproducible on its own."""
+        prompts = validate_prompts(prompts)
+        _check_params(params)
+        rows = [(p, i) for p in prompts for i in range(params.n)]
+        flat = self._generate_rows(rows, params)
+        return [flat[k * params.n : (k + 1) * params.n] for k in range(len(prompts))]
+
+    def generate_indexed(
+        self, prompts: Sequence[str], sample_indices: Sequence[int], params: GenerationParams
+    ) -> list[str]:
+        """One completion per (prompt, sample index) pair: exactly sample ``sample_indices[j]``
+        of ``generate([prompts[j]], params)`` (``params.n`` is ignored). Used by the cache to
+        generate only the missing samples."""
+        prompts = validate_prompts(prompts)
+        _check_params(params)
+        idx = list(sample_indices)
+        if len(idx) != len(prompts) or any(not isinstance(i, int) or i < 0 for i in idx):
+            raise ValueError("sample_indices must hold one integer >= 0 per prompt")
+        return self._generate_rows(list(zip(prompts, idx, strict=True)), params)
+
+    # -- decoding --
+
+    def _generate_rows(self, rows: list[tuple[str, int]], params: GenerationParams) -> list[str]:
+        from tqdm.auto import tqdm
+
+        torch = self._torch
+        if params.greedy:  # identical samples: one row per prompt
+            rows_eff = [(p, 0) for p, _ in rows]
+        else:
+            rows_eff = rows
+        unique = list(dict.fromkeys(rows_eff))
+        prompt_list = list(dict.fromkeys(p for p, _ in unique))
+        enc = self.tokenizer(prompt_list, add_special_tokens=True)["input_ids"]
+        ids_of = dict(zip(prompt_list, enc, strict=True))
+        for k, p in enumerate(prompt_list):
+            if not ids_of[p]:
+                raise ValueError(
+                    f"prompts: prompt #{k} ({p[:40]!r}) encodes to no tokens and the tokenizer "
+                    "adds no BOS; give a non-empty prompt"
+                )
+        # longest first: similar lengths share a batch, little padding
+        order = sorted(range(len(unique)), key=lambda r: -len(ids_of[unique[r][0]]))
+        results: dict[tuple[str, int], str] = {}
+        batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        with torch.inference_mode():
+            for batch in tqdm(batches, desc="generate", disable=not self.progress):
+                items = [unique[r] for r in batch]
+                texts = self._decode_batch(
+                    [ids_of[p] for p, _ in items],
+                    [_row_key(p, params.seed, i) for p, i in items],
+                    params,
+                )
+                results.update(zip(items, texts, strict=True))
+        return [results[r] for r in rows_eff]
+
+    def _decode_batch(
+        self, ids: list[list[int]], keys: list[bytes], params: GenerationParams
+    ) -> list[str]:
+        torch = self._torch
+        dev = self.model.device if hasattr(self.model, "device") else self.device
+        b, width = len(ids), max(len(x) for x in ids)
+        input_ids = torch.full((b, width), self.pad_id, dtype=torch.long)
+        attn = torch.zeros((b, width), dtype=torch.long)
+        for r, x in enumerate(ids):
+            input_ids[r, width - len(x) :] = torch.tensor(x)
+            attn[r, width - len(x) :] = 1
+        input_ids, attn = input_ids.to(dev), attn.to(dev)
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attn,
+            position_ids=pos,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        past = out.past_key_values
+        logits = out.logits[:, -1, :]
+        pos = pos[:, -1:]
+        alive = list(range(b))
+        new: list[list[int]] = [[] for _ in range(b)]
+        for step in range(params.max_new_tokens):
+            tok = self._pick(logits, [keys[r] for r in alive], step, params)
+            tok_list = tok.tolist()
+            keep = []
+            for j, r in enumerate(alive):
+                if tok_list[j] not in self.eos_ids:
+                    new[r].append(tok_list[j])
+                    keep.append(j)
+            if not keep or step == params.max_new_tokens - 1:
+                break
+            if len(keep) < len(alive):  # drop finished rows from the batch and the KV cache
+                sel = torch.tensor(keep, device=attn.device)
+                past.batch_select_indices(sel)
+                attn, pos, tok = attn[sel], pos[sel], tok[sel]
+                alive = [alive[j] for j in keep]
+            attn = torch.cat([attn, attn.new_ones((len(alive), 1))], dim=1)
+            pos = pos + 1
+            out = self.model(
+                input_ids=tok[:, None],
+                attention_mask=attn,
+                position_ids=pos,
+                past_key_values=past,
+                use_cache=True,
+            )
+            past = out.past_key_values
+            logits = out.logits[:, -1, :]
+        return [self._detok(ids[r], new[r]) for r in range(b)]
+
+    def _pick(self, logits: Any, keys: list[bytes], step: int, params: GenerationParams) -> Any:
+        torch = self._torch
+        if params.greedy:
+            return logits.argmax(dim=-1)
+        wide = torch.float32 if logits.device.type == "mps" else torch.float64
+        x = logits.to(wide) / params.temperature
+        if params.top_k is not None and params.top_k < x.shape[-1]:
+            vals, idx = torch.topk(x, params.top_k, dim=-1, sorted=True)
+        else:
+            vals, idx = torch.sort(x, dim=-1, descending=True, stable=True)
+        probs = torch.softmax(vals, dim=-1)
+        if params.top_p < 1.0:
+            before = torch.cumsum(probs, dim=-1) - probs  # mass strictly before each token
+            probs = probs * (before < params.top_p)
+        cdf = torch.cumsum(probs, dim=-1)
+        u = torch.tensor([row_uniform(k, step) for k in keys], dtype=wide, device=x.device)
+        j = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)
+        j = j.clamp(max=cdf.shape[-1] - 1)
+        return idx.gather(-1, j).squeeze(-1)
+
+    def _detok(self, prompt_ids: list[int], new_ids: list[int]) -> str:
+        if not new_ids:
+            return ""
+        skip = self.skip_special_tokens
+        head = self.tokenizer.decode(prompt_ids, skip_special_tokens=skip)
+        full = self.tokenizer.decode(prompt_ids + new_ids, skip_special_tokens=skip)
+        if full.startswith(head):
+            return full[len(head) :]
+        return self.tokenizer.decode(new_ids, skip_special_tokens=skip)
+
+
+def _check_params(params: GenerationParams) -> None:
+    if not isinstance(params, GenerationParams):
+        raise ValueError(f"params must be a GenerationParams, got {type(params).__name__}")

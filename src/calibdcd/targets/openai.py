@@ -1,0 +1,314 @@
+"""The OpenAI-compatible backend: any server with ``POST /v1/completions`` (vLLM, SGLang, TGI,
+``transformers serve``, hosted APIs) as a black-box Target.
+
+* Raw prompts: views need exact prompt strings, so the completions endpoint is used, never chat.
+* One prompt and one sample per request. ``transformers serve`` rejects prompt lists and ignores
+  ``n``; vLLM with ``n > 1`` draws all samples from one seeded stream, so sample ``i`` would depend
+  on ``n``. Instead sample ``i`` of a prompt is requested with its own seed
+  ``request_seed(seed, i)`` (31 bits of ``blake2b("{seed}:{i}")``), which keeps every sample
+  reproducible on its own and the cache exact (as far as the server is: vLLM/SGLang seed each
+  request's own generator; ``transformers serve`` seeds torch's global RNG per request, so its
+  samples are reproducible only with ``concurrency=1``). Greedy requests (``temperature == 0``)
+  are sent once per prompt and their result repeated ``n`` times.
+* ``top_k`` is sent only when set (it is not an OpenAI field; vLLM/SGLang/TGI accept it).
+  ``extra_body`` adds server-specific fields.
+* Bounded concurrency (``asyncio`` + ``httpx``, ``concurrency`` requests in flight).
+* Retries (at most ``max_retries`` per request) with exponential backoff and jitter on 429
+  (``Retry-After`` honoured, seconds or HTTP date), 5xx, timeouts, connection errors and malformed
+  response bodies; any other 4xx raises :class:`OpenAITargetError` at once.
+  ``retries`` / ``retry_reasons`` count them.
+* The API key is read from the environment variable ``api_key_env`` at request time and only put
+  in the ``Authorization`` header: it is never stored on the object, in ``name``, in errors, logs
+  or cache files. Without the variable no header is sent (local servers).
+* ``name`` = ``openai:<model>`` (or the ``name`` argument). The served model id is the identity,
+  not the URL, so a restarted server on another port keeps its cache; pass ``name=`` with a
+  weights fingerprint when the model id does not pin the weights.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import email.utils
+import hashlib
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import urlparse
+
+from calibdcd.targets.base import GenerationParams, register_backend, validate_prompts
+
+__all__ = ["OpenAITarget", "OpenAITargetError", "request_seed"]
+
+log = logging.getLogger(__name__)
+
+
+class OpenAITargetError(RuntimeError):
+    """A request that cannot succeed (non-retryable 4xx, or retries exhausted)."""
+
+
+class _Retryable(Exception):
+    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+def request_seed(seed: int, sample: int) -> int:
+    """The server-side seed for sample ``sample`` of a request with ``params.seed == seed``."""
+    d = hashlib.blake2b(f"{seed}:{sample}".encode(), digest_size=4).digest()
+    return int.from_bytes(d, "little") & 0x7FFFFFFF
+
+
+def _parse_retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+@register_backend("openai")
+class OpenAITarget:
+    """A model behind an OpenAI-compatible ``/v1/completions`` endpoint."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key_env: str | None = "OPENAI_API_KEY",
+        concurrency: int = 8,
+        timeout: float = 120.0,
+        max_retries: int = 8,
+        backoff_base: float = 0.5,
+        backoff_max: float = 30.0,
+        family: str | None = None,
+        name: str | None = None,
+        extra_body: dict[str, Any] | None = None,
+        progress: bool = False,
+    ) -> None:
+        if not isinstance(base_url, str) or urlparse(base_url).scheme not in ("http", "https"):
+            raise ValueError(f"base_url must be an http(s) URL, got {base_url!r}")
+        if not isinstance(model, str) or not model:
+            raise ValueError(
+                f"model must be a non-empty string (the served model id), got {model!r}"
+            )
+        if not isinstance(concurrency, int) or concurrency < 1:
+            raise ValueError(f"concurrency must be an integer >= 1, got {concurrency!r}")
+        if not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+        if not isinstance(max_retries, int) or max_retries < 0:
+            raise ValueError(f"max_retries must be an integer >= 0, got {max_retries!r}")
+        if extra_body is not None and not isinstance(extra_body, dict):
+            raise ValueError("extra_body must be a dict of extra request fields")
+        url = base_url.rstrip("/")
+        self.url = url + ("/completions" if url.endswith("/v1") else "/v1/completions")
+        self.model = model
+        self.api_key_env = api_key_env
+        self.concurrency = concurrency
+        self.timeout = float(timeout)
+        self.max_retries = max_retries
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.extra_body = dict(extra_body or {})
+        self.progress = progress
+        self.name = name or f"openai:{model}"
+        if family is None:
+            from calibdcd.targets.hf import detect_family  # torch-free helper
+
+            family = detect_family(model.rstrip("/").split("@")[0])
+        self.family = family
+        self.requests = 0  # HTTP attempts sent
+        self.retries = 0
+        self.retry_reasons: collections.Counter[str] = collections.Counter()
+        self._count_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"OpenAITarget(url={self.url!r}, model={self.model!r}, name={self.name!r})"
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests,
+            "retries": self.retries,
+            "retry_reasons": dict(self.retry_reasons),
+        }
+
+    # -- the Target API --
+
+    def generate(self, prompts: Sequence[str], params: GenerationParams) -> list[list[str]]:
+        prompts = validate_prompts(prompts)
+        _check_params(params)
+        rows = [(p, i) for p in prompts for i in range(params.n)]
+        flat = self._run(rows, params)
+        return [flat[k * params.n : (k + 1) * params.n] for k in range(len(prompts))]
+
+    def generate_indexed(
+        self, prompts: Sequence[str], sample_indices: Sequence[int], params: GenerationParams
+    ) -> list[str]:
+        """Sample ``sample_indices[j]`` of ``prompts[j]`` (``params.n`` is ignored)."""
+        prompts = validate_prompts(prompts)
+        _check_params(params)
+        idx = list(sample_indices)
+        if len(idx) != len(prompts) or any(not isinstance(i, int) or i < 0 for i in idx):
+            raise ValueError("sample_indices must hold one integer >= 0 per prompt")
+        return self._run(list(zip(prompts, idx, strict=True)), params)
+
+    async def agenerate(self, prompts: Sequence[str], params: GenerationParams) -> list[list[str]]:
+        """``generate`` for callers already inside an event loop."""
+        prompts = validate_prompts(prompts)
+        _check_params(params)
+        rows = [(p, i) for p in prompts for i in range(params.n)]
+        flat = await self._arun(rows, params)
+        return [flat[k * params.n : (k + 1) * params.n] for k in range(len(prompts))]
+
+    # -- machinery --
+
+    def _run(self, rows: list[tuple[str, int]], params: GenerationParams) -> list[str]:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self._arun(rows, params))
+        # called from inside a running loop (e.g. Jupyter): run ours in a worker thread
+        box: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                box["out"] = asyncio.run(self._arun(rows, params))
+            except BaseException as e:
+                box["err"] = e
+
+        t = threading.Thread(target=work)
+        t.start()
+        t.join()
+        if "err" in box:
+            raise box["err"]
+        return box["out"]
+
+    async def _arun(self, rows: list[tuple[str, int]], params: GenerationParams) -> list[str]:
+        import httpx
+        from tqdm.auto import tqdm
+
+        eff = [(p, 0) if params.greedy else (p, i) for p, i in rows]
+        unique = list(dict.fromkeys(eff))
+        sem = asyncio.Semaphore(self.concurrency)
+        limits = httpx.Limits(
+            max_connections=self.concurrency, max_keepalive_connections=self.concurrency
+        )
+        bar = tqdm(total=len(unique), desc="requests", disable=not self.progress)
+        async with httpx.AsyncClient(timeout=self.timeout, limits=limits) as client:
+
+            async def one(row: tuple[str, int]) -> str:
+                async with sem:
+                    text = await self._request(client, row[0], row[1], params)
+                bar.update(1)
+                return text
+
+            tasks = [asyncio.ensure_future(one(r)) for r in unique]
+            try:
+                texts = await asyncio.gather(*tasks)
+            except BaseException:
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                raise
+            finally:
+                bar.close()
+        got = dict(zip(unique, texts, strict=True))
+        return [got[r] for r in eff]
+
+    def _body(self, prompt: str, sample: int, params: GenerationParams) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "prompt": prompt,
+            "max_tokens": params.max_new_tokens,
+            "temperature": float(params.temperature),
+            "top_p": float(params.top_p),
+            "seed": request_seed(params.seed, sample),
+        }
+        if params.top_k is not None:
+            body["top_k"] = params.top_k
+        body.update(self.extra_body)
+        return body
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json"}
+        key = os.environ.get(self.api_key_env) if self.api_key_env else None
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        return headers
+
+    def _count(self, reason: str | None) -> None:
+        with self._count_lock:
+            if reason is None:
+                self.requests += 1
+            else:
+                self.retries += 1
+                self.retry_reasons[reason] += 1
+
+    async def _request(
+        self, client: Any, prompt: str, sample: int, params: GenerationParams
+    ) -> str:
+        body = self._body(prompt, sample, params)
+        for attempt in range(self.max_retries + 1):
+            try:
+                return await self._attempt(client, body)
+            except _Retryable as e:
+                if attempt == self.max_retries:
+                    raise OpenAITargetError(
+                        f"{self.url}: giving up after {self.max_retries} retries "
+                        f"(last failure: {e.reason})"
+                    ) from None
+                self._count(e.reason.split(":")[0])
+                delay = min(self.backoff_max, self.backoff_base * 2**attempt)
+                delay *= 0.5 + random.random() / 2  # jitter: spread simultaneous retries
+                if e.retry_after is not None:
+                    delay = max(delay, min(e.retry_after, 10 * self.backoff_max))
+                log.debug("retrying %s in %.2fs (%s)", self.url, delay, e.reason)
+                await asyncio.sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _attempt(self, client: Any, body: dict[str, Any]) -> str:
+        import httpx
+
+        self._count(None)
+        try:
+            resp = await client.post(self.url, json=body, headers=self._headers())
+        except httpx.TimeoutException as e:
+            raise _Retryable(f"timeout: {type(e).__name__}") from None
+        except httpx.TransportError as e:  # connection refused/reset, dropped, protocol errors
+            raise _Retryable(f"connection: {type(e).__name__}") from None
+        status = resp.status_code
+        if status == 429:
+            raise _Retryable("429", _parse_retry_after(resp.headers.get("retry-after")))
+        if status >= 500:
+            raise _Retryable(f"5xx: {status}", _parse_retry_after(resp.headers.get("retry-after")))
+        if status >= 400:
+            raise OpenAITargetError(
+                f"{self.url} answered {status} (not retried): {resp.text[:500]}"
+            )
+        try:
+            data = resp.json()
+            choice = data["choices"][0]
+            text = choice["text"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise _Retryable("malformed: response is not a completions JSON") from None
+        if not isinstance(text, str):
+            raise _Retryable("malformed: choices[0].text is not a string")
+        return text
+
+
+def _check_params(params: GenerationParams) -> None:
+    if not isinstance(params, GenerationParams):
+        raise ValueError(f"params must be a GenerationParams, got {type(params).__name__}")

@@ -1,0 +1,43 @@
+"""Shared fixtures: the lab models and paths to the shared benchmark copies."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def shared_dir() -> Path:
+    """``$CALIBDCD_SHARED``, else ``../shared`` beside the repository, else ``/work/shared``."""
+    env = os.environ.get("CALIBDCD_SHARED")
+    if env:
+        return Path(env)
+    beside = Path(__file__).resolve().parents[1].parent / "shared"
+    return beside if beside.is_dir() else Path("/work/shared")
+
+
+def shared_data(*parts: str) -> Path:
+    """A path under the shared benchmark data directory (``shared_data("WikiMIA", "x.jsonl")``)."""
+    return shared_dir().joinpath("data", *parts)
+
+
+@pytest.fixture(scope="session")
+def shared_data_dir() -> Path:
+    """The shared benchmark copies (``<shared>/data``); skips the test when absent."""
+    path = shared_data()
+    if not path.is_dir():
+        pytest.skip(f"shared benchmark data not found at {path}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def lab_micro() -> Path:
+    """The micro lab (base + chat-qwen/chat-llama/chat-reasoning), built once into the cache
+    (``$CALIBDCD_CACHE`` or ``~/.cache/calibdcd``) and reused by every test and later runs."""
+    from calibdcd.lab import ensure_lab
+
+    return ensure_lab("micro", progress=False)

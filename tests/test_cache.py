@@ -1,0 +1,228 @@
+"""The persistent SQLite generation cache: hits, keys, kill -9 resume, shared files."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from calibdcd.targets import GenerationParams
+from calibdcd.targets.cache import CachedTarget, cache_key
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+P = GenerationParams(max_new_tokens=8, temperature=0.8, top_p=0.9, n=3, seed=5)
+
+
+class HashTarget:
+    """A real (pure-Python, deterministic) target: sample i of a prompt is a hash of its inputs.
+    It records every (prompt, sample) it is asked for, so tests can count generations."""
+
+    family = None
+
+    def __init__(self, name: str = "hash-lm", delay: float = 0.0):
+        self.name = name
+        self.delay = delay
+        self.calls: list[tuple[str, int]] = []
+
+    def _text(self, prompt: str, params: GenerationParams, i: int) -> str:
+        blob = f"{prompt}|{params.temperature}|{params.top_p}|{params.top_k}|{params.seed}|{i}"
+        return hashlib.sha1(blob.encode()).hexdigest()[: params.max_new_tokens]
+
+    def generate(self, prompts, params):
+        time.sleep(self.delay)
+        self.calls += [(p, i) for p in prompts for i in range(params.n)]
+        return [[self._text(p, params, i) for i in range(params.n)] for p in prompts]
+
+
+def test_hits_misses_and_identical_results(tmp_path):
+    inner = HashTarget()
+    prompts = [f"text {i}" for i in range(10)]
+    with CachedTarget(inner, tmp_path / "c.sqlite", chunk_size=4) as cached:
+        assert cached.name == inner.name
+        first = cached.generate(prompts, P)
+        assert first == inner.generate(prompts, P)  # same as the uncached target
+        inner.calls.clear()
+        assert cached.stats.misses == 30 and cached.stats.hits == 0
+        again = cached.generate(prompts, P)
+        assert again == first and inner.calls == []
+        assert cached.stats.hits == 30 and cached.stats.misses == 30
+        # a wider request: only the new prompts and the new sample indices are generated
+        wider = cached.generate([*prompts, "new"], dataclasses.replace(P, n=4))
+        assert [w[:3] for w in wider[:10]] == first
+        assert cached.stats.misses == 30 + 1 * 4 + 10  # "new" x4 and sample 3 of old prompts
+        assert len(cached) == 44
+    # persistent: a new process-level object sees the same file
+    with CachedTarget(HashTarget(), tmp_path / "c.sqlite") as again2:
+        assert again2.generate(prompts, P) == first
+        assert again2.stats.misses == 0
+
+
+def test_key_covers_every_parameter_and_target(tmp_path):
+    base = cache_key("m", "p", P, 0)
+    variants = [
+        cache_key("m2", "p", P, 0),
+        cache_key("m", "p ", P, 0),
+        cache_key("m", "p", P, 1),
+        *(
+            cache_key("m", "p", dataclasses.replace(P, **{f: v}), 0)
+            for f, v in [
+                ("max_new_tokens", 9),
+                ("temperature", 0.9),
+                ("top_p", 0.8),
+                ("top_k", 5),
+                ("seed", 6),
+            ]
+        ),
+    ]
+    assert len({base, *variants}) == len(variants) + 1
+    assert cache_key("m", "p", dataclasses.replace(P, n=7), 0) == base  # n is not a key part
+    g = GenerationParams(max_new_tokens=8, temperature=0.0, n=3, seed=1, top_p=0.5)
+    g2 = GenerationParams(max_new_tokens=8, temperature=0.0, seed=9)
+    assert cache_key("m", "p", g, 2) == cache_key("m", "p", g2, 0)  # greedy: one entry
+
+
+def test_greedy_generates_once_per_prompt(tmp_path):
+    inner = HashTarget()
+    g = GenerationParams(max_new_tokens=8, temperature=0.0, n=3)
+    with CachedTarget(inner, tmp_path / "g.sqlite") as cached:
+        out = cached.generate(["a", "b", "a"], g)
+        assert out[0] == out[2] and len(set(out[0])) == 1
+        assert cached.stats.misses == 2 and len(cached) == 2
+
+
+def test_bad_arguments(tmp_path):
+    bad = tmp_path / "not-a-db.sqlite"
+    bad.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(ValueError, match="path"):
+        CachedTarget(HashTarget(), bad)
+    with pytest.raises(ValueError, match="chunk_size"):
+        CachedTarget(HashTarget(), tmp_path / "x.sqlite", chunk_size=0)
+    with pytest.raises(ValueError, match="target"):
+        CachedTarget(object(), tmp_path / "x.sqlite")  # type: ignore[arg-type]
+    with CachedTarget(HashTarget(), tmp_path / "y.sqlite") as c:
+        with pytest.raises(ValueError, match="prompts"):
+            c.generate([], P)
+        with pytest.raises(ValueError, match=r"prompts\[0\]"):
+            c.generate([None], P)  # type: ignore[list-item]
+
+
+_WORKER = textwrap.dedent(
+    """
+    import sys, time, hashlib
+    sys.path.insert(0, {src!r})
+    from calibdcd.targets import GenerationParams
+    from calibdcd.targets.cache import CachedTarget
+
+    class SlowHash:
+        name, family = "slow-hash", None
+        def generate(self, prompts, params):
+            time.sleep({delay})
+            with open({log!r}, "a") as f:
+                for p in prompts:
+                    f.write(p + "\\n")
+            return [[hashlib.sha1(f"{{p}}|{{i}}".encode()).hexdigest() for i in range(params.n)]
+                    for p in prompts]
+
+    prompts = [f"p{{i:03d}}" for i in range({n_prompts})]
+    params = GenerationParams(max_new_tokens=8, temperature=1.0, n=2, seed=3)
+    with CachedTarget(SlowHash(), {db!r}, chunk_size={chunk}) as c:
+        out = c.generate(prompts, params)
+    with open({out!r}, "w") as f:
+        f.write(repr(out))
+    """
+)
+
+
+def _worker(tmp_path: Path, tag: str, delay: float, db: Path, n_prompts: int = 40, chunk: int = 4):
+    script = tmp_path / f"worker_{tag}.py"
+    log, out = tmp_path / f"{tag}.log", tmp_path / f"{tag}.out"
+    script.write_text(
+        _WORKER.format(
+            src=SRC,
+            delay=delay,
+            log=str(log),
+            db=str(db),
+            chunk=chunk,
+            out=str(out),
+            n_prompts=n_prompts,
+        )
+    )
+    return script, log, out
+
+
+def _lines(p: Path) -> list[str]:
+    return p.read_text().split() if p.exists() else []
+
+
+def test_kill9_resume_redoes_no_completed_generation(tmp_path):
+    db = tmp_path / "kill.sqlite"
+    script, log, out = _worker(tmp_path, "run", 0.15, db)
+    proc = subprocess.Popen([sys.executable, str(script)])
+    deadline = time.time() + 30
+    while len(_lines(log)) < 12 and time.time() < deadline:  # let >= 3 chunks through
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not out.exists(), "worker finished before it was killed"
+    requested_before = _lines(log)
+    con = sqlite3.connect(db)
+    assert con.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    stored = {r[0] for r in con.execute("SELECT prompt FROM completions")}
+    con.close()
+    assert stored and stored <= set(requested_before)
+    # restart: finishes, and never asks the target again for a stored prompt
+    log.write_text("")
+    subprocess.run([sys.executable, str(script)], check=True, timeout=60)
+    requested_after = _lines(log)
+    assert not (set(requested_after) & stored)
+    assert len(requested_after) == len(set(requested_after)) == 40 - len(stored)
+    # and the result equals an uninterrupted run
+    s2, _, out2 = _worker(tmp_path, "fresh", 0.0, tmp_path / "fresh.sqlite")
+    subprocess.run([sys.executable, str(s2)], check=True, timeout=60)
+    assert out.read_text() == out2.read_text()
+
+
+def test_two_processes_share_one_file(tmp_path):
+    db = tmp_path / "shared.sqlite"
+    procs, outs, logs = [], [], []
+    for tag in ("a", "b"):
+        script, log, out = _worker(tmp_path, tag, 0.01, db, n_prompts=60, chunk=3)
+        procs.append(subprocess.Popen([sys.executable, str(script)]))
+        outs.append(out)
+        logs.append(log)
+    for p in procs:
+        assert p.wait(timeout=120) == 0
+    assert outs[0].read_text() == outs[1].read_text()
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT COUNT(*) FROM completions").fetchone() == (120,)
+    assert con.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    con.close()
+
+
+def test_cached_real_model_equals_fresh_generation(tmp_path):
+    torch = pytest.importorskip("torch")
+    from calibdcd.targets.hf import HFTarget
+    from calibdcd.targets.tiny import cached_tiny_lm, synthetic_sentences
+
+    torch.set_num_threads(2)
+    target = HFTarget(cached_tiny_lm(), device="cpu", batch_size=8)
+    prompts = [s[:12] for s in synthetic_sentences(6, seed=4)]
+    params = GenerationParams(max_new_tokens=10, temperature=1.0, top_p=0.95, n=2, seed=1)
+    fresh = target.generate(prompts, params)
+    with CachedTarget(target, tmp_path / "hf.sqlite", chunk_size=5) as cached:
+        # chunks of 5 rows cut prompts' samples apart: still the same texts
+        assert cached.generate(prompts, params) == fresh
+        assert cached.stats.target_calls == 3 and cached.stats.misses == 12
+        more = cached.generate(prompts, dataclasses.replace(params, n=3))
+        assert [m[:2] for m in more] == fresh
+        assert cached.stats.misses == 12 + 6  # only sample index 2 was generated
+        assert more == target.generate(prompts, dataclasses.replace(params, n=3))

@@ -1,0 +1,253 @@
+"""The contamination lab: split, tokenizer, layout, chat formats, membership signal (micro)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from calibdcd.lab import CHAT_STYLES, render_chat, split_reasoning
+from calibdcd.lab.build import build_lab, ensure_lab, is_complete_lab, prepare_split
+from calibdcd.lab.chat import SPECIAL_TOKENS
+from calibdcd.lab.config import EvalConfig, PoolConfig, resolve_config
+from calibdcd.lab.evaluate import check_model, load_ground_truth, split_for_continuation
+from calibdcd.lab.pool import PoolText, clean_pool, load_pool
+from calibdcd.lab.scoring import auc, prefix_match, rouge_l, words
+
+STYLE_DIRS = {s.dirname: s for s in CHAT_STYLES.values()}
+
+# --------------------------------------------------------------------------- pure functions
+
+
+def test_rouge_l_and_prefix_match():
+    ref = words("The cat sat on the mat.")
+    assert rouge_l(ref, ref) == 1.0
+    assert rouge_l([], ref) == 0.0
+    # LCS of (the cat on mat) vs (the cat sat on the mat) = 4; P = 4/4, R = 4/6
+    assert rouge_l(words("the cat on mat"), ref) == pytest.approx(2 * 1 * (4 / 6) / (1 + 4 / 6))
+    assert prefix_match(words("the cat sat under it"), ref) == 3
+    assert prefix_match(words("a cat"), ref) == 0
+
+
+def test_auc_matches_sklearn_with_ties():
+    from sklearn.metrics import roc_auc_score
+
+    rng = random.Random(0)
+    labels = [rng.randint(0, 1) for _ in range(200)]
+    scores = [rng.choice([0, 1, 2, 3]) + 0.5 * y for y in labels]  # heavy ties
+    assert auc(labels, scores) == pytest.approx(roc_auc_score(labels, scores))
+    assert auc([1, 0], [1.0, 0.0]) == 1.0
+    assert auc([1, 0], [0.5, 0.5]) == 0.5
+    with pytest.raises(ValueError, match="at least one member"):
+        auc([1, 1], [0.1, 0.2])
+
+
+def test_chat_renderers_agree_with_jinja_templates():
+    from jinja2 import Environment
+
+    env = Environment()
+    convs = [
+        [{"role": "user", "content": "Hi."}],
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi."}],
+        [
+            {"role": "user", "content": "Q1"},
+            {"role": "assistant", "content": "<think>\nr\n</think>\n\nA1"},
+            {"role": "user", "content": "Q2"},
+        ],
+    ]
+    for style in CHAT_STYLES.values():
+        tpl = env.from_string(style.template)
+        for msgs in convs:
+            for gen in (False, True):
+                want = tpl.render(
+                    messages=msgs, add_generation_prompt=gen, bos_token=style.bos_token
+                )
+                assert render_chat(style, msgs, gen) == want, (style.name, msgs, gen)
+    r1 = render_chat("deepseek-r1-distill-qwen", convs[2], True)
+    assert "A1" in r1 and "\nr\n" not in r1  # earlier reasoning is dropped, like R1-Distill
+    assert r1.endswith("<｜Assistant｜><think>\n")
+    assert split_reasoning("plan\n</think>\n\nanswer") == ("plan\n", "answer")
+    assert split_reasoning("never closed") == ("never closed", "")
+
+
+def test_split_for_continuation():
+    prefix, ref = split_for_continuation("a b c d e f g", max_ref_words=3)
+    assert (prefix, ref) == ("a b c", "d e f")
+
+
+# --------------------------------------------------------------------------- pool and split
+
+
+def test_split_is_deterministic_iid_and_disjoint():
+    cfg, s0, spec = prepare_split("micro", seed=0)
+    _, s0b, spec_b = prepare_split("micro", seed=0)
+    _, s1, _ = prepare_split("micro", seed=1)
+    assert spec["sha"] == spec_b["sha"]
+    assert [x.text for x in s0.members] == [x.text for x in s0b.members]
+    assert [x.text for x in s0.nonmembers] == [x.text for x in s0b.nonmembers]
+    assert [x.text for x in s0.members] != [x.text for x in s1.members]
+    n = cfg.pretrain.n_members
+    assert len(s0.members) == len(s0.nonmembers) == n
+    m, nm, bg = ({x.text for x in part} for part in (s0.members, s0.nonmembers, s0.background))
+    assert len(m) == len(nm) == n
+    assert not (m & nm) and not (m & bg) and not (nm & bg)
+    # i.i.d. halves of one pool: no length shift between members and non-members
+    mean = lambda xs: sum(len(x.text.split()) for x in xs) / len(xs)  # noqa: E731
+    assert abs(mean(s0.members) - mean(s0.nonmembers)) < 8
+
+
+def test_pool_files_and_errors(tmp_path, shared_data_dir):
+    wiki = load_pool(shared_data_dir / "WikiMIA" / "WikiMIA_length64.jsonl")
+    wiki_csv = load_pool(shared_data_dir / "WikiMIA" / "WikiMIA_length64.csv")
+    assert len(wiki) == len(wiki_csv) == 542
+    assert [w.text for w in wiki[:5]] == [w.text for w in wiki_csv[:5]]
+    assert len(clean_pool(wiki, PoolConfig())) > 500
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "ok"}\n{oops\n')
+    with pytest.raises(ValueError, match=r"bad.jsonl:2"):
+        load_pool(bad)
+    nofield = tmp_path / "n.jsonl"
+    nofield.write_text('{"body": "x"}\n')
+    with pytest.raises(ValueError, match="no text field"):
+        load_pool(nofield)
+    # de-duplication on the opening words, length filter
+    texts = [PoolText(" ".join(["w"] * 50), "a"), PoolText(" ".join(["w"] * 60), "b")]
+    assert len(clean_pool(texts, PoolConfig())) == 1
+    assert clean_pool([PoolText("too short", "c")], PoolConfig()) == []
+
+
+def test_config_overrides():
+    cfg = resolve_config("micro", sft__lr=1e-4, pretrain={"epochs": 1}, check=False)
+    assert cfg.sft.lr == 1e-4 and cfg.pretrain.epochs == 1 and cfg.check is False
+    with pytest.raises(ValueError, match="unknown sft setting"):
+        resolve_config("micro", sft__nope=1)
+    with pytest.raises(ValueError, match="unknown preset"):
+        resolve_config("huge")
+
+
+def test_failed_build_leaves_nothing(tmp_path):
+    out = tmp_path / "lab"
+    with pytest.raises(ValueError, match="divisible"):
+        build_lab("micro", out, progress=False, model__num_heads=5, check=False)
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+# --------------------------------------------------------------------------- the micro lab
+
+
+def test_tokenizer_trained_on_background_only(lab_micro):
+    from transformers import AutoTokenizer
+
+    from calibdcd.lab.tokenizer import train_tokenizer
+
+    cfg, split, _ = prepare_split("micro", seed=0)
+    lab_tok = AutoTokenizer.from_pretrained(lab_micro / "base")
+    bg_tok = train_tokenizer([x.text for x in split.background], cfg.model.vocab_size)
+    # the lab's tokenizer is exactly the one trained on background texts alone
+    assert lab_tok.get_vocab() == bg_tok.get_vocab()
+    nonmember_texts = {x.text for x in split.nonmembers}
+    assert nonmember_texts.isdisjoint(x.text for x in split.background)
+    gt = load_ground_truth(lab_micro)
+    assert {x.text for x in gt if x.label == 0} == nonmember_texts
+
+
+def test_lab_layout_and_metadata(lab_micro):
+    assert is_complete_lab(lab_micro)
+    assert ensure_lab("micro") == lab_micro  # cached: no rebuild
+    meta = json.loads((lab_micro / "lab.json").read_text())
+    for key in ("config", "seed", "versions", "timings", "sizes", "pool", "seeds", "check"):
+        assert key in meta, key
+    assert meta["versions"]["torch"] and meta["versions"]["transformers"]
+    rows = [json.loads(line) for line in (lab_micro / "ground_truth.jsonl").open()]
+    n = meta["config"]["pretrain"]["n_members"]
+    assert sum(r["label"] for r in rows) == n and len(rows) == 2 * n
+    assert len({r["id"] for r in rows}) == len(rows)
+    assert all(
+        r["repeats"] == (meta["config"]["pretrain"]["repeats"] if r["label"] else 0) for r in rows
+    )
+    for name in ("base", *STYLE_DIRS):
+        d = lab_micro / name
+        for f in (
+            "model.safetensors",
+            "config.json",
+            "generation_config.json",
+            "tokenizer.json",
+            "tokenizer_config.json",
+            "calibdcd.json",
+        ):
+            assert (d / f).is_file(), d / f
+        info = json.loads((d / "calibdcd.json").read_text())
+        gen = json.loads((d / "generation_config.json").read_text())
+        assert gen["do_sample"] is True
+        if name == "base":
+            assert info["family"] == "lab" and info["role"] == "base"
+        else:
+            assert info["role"] == "post-trained"
+            assert info["family"] == STYLE_DIRS[name].lab_family
+            assert info["chat_style"] == STYLE_DIRS[name].name
+    assert meta["sizes"]["total"] < 200e6
+
+
+def test_chat_tokens_are_special_and_templates_render(lab_micro):
+    from transformers import AutoTokenizer
+
+    base = AutoTokenizer.from_pretrained(lab_micro / "base")
+    for t in SPECIAL_TOKENS:
+        assert t in base.all_special_tokens, t
+        assert len(base(t, add_special_tokens=False)["input_ids"]) == 1, t
+    msgs = [{"role": "user", "content": "Hello!"}]
+    for dirname, style in STYLE_DIRS.items():
+        tok = AutoTokenizer.from_pretrained(lab_micro / dirname)
+        assert tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True) == (
+            render_chat(style, msgs, True)
+        )
+        assert tok.eos_token == style.eos_token
+
+
+@pytest.mark.parametrize("dirname", sorted(STYLE_DIRS))
+def test_post_trained_model_answers_in_its_chat_format(lab_micro, dirname):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    style = STYLE_DIRS[dirname]
+    tok = AutoTokenizer.from_pretrained(lab_micro / dirname)
+    model = AutoModelForCausalLM.from_pretrained(lab_micro / dirname).eval()
+    stops = [tok.convert_tokens_to_ids(t) for t in style.stop_tokens]
+    ended = 0
+    prompts = ["Hello!", "What can you do?", "How many words are in this text?\nThe sky is blue."]
+    for user in prompts:
+        prompt = tok.apply_chat_template(
+            [{"role": "user", "content": user}], tokenize=False, add_generation_prompt=True
+        )
+        ids = tok(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"]
+        with torch.no_grad():
+            out = model.generate(
+                ids,
+                do_sample=False,
+                max_new_tokens=80,
+                eos_token_id=stops,
+                pad_token_id=tok.pad_token_id,
+            )
+        new = out[0, ids.shape[1] :].tolist()
+        text = tok.decode(new, skip_special_tokens=False)
+        if new and new[-1] == tok.convert_tokens_to_ids(style.eos_token):
+            ended += 1
+        if style.reasoning:
+            _reasoning, answer = split_reasoning(text)
+            assert "</think>" in text and answer.strip(), text
+    assert ended == len(prompts)  # every answer ends with the style's end-of-turn token
+
+
+def test_base_model_black_box_signal_on_micro(lab_micro):
+    items = load_ground_truth(lab_micro)
+    pos = [x for x in items if x.label == 1][:60]
+    neg = [x for x in items if x.label == 0][:60]
+    res = check_model(
+        lab_micro / "base", pos + neg, EvalConfig(), device="cpu", modes=("raw",), progress=False
+    )
+    assert res["loss_auc"] > 0.95
+    assert res["raw"]["rougeL_auc"] > 0.8
+    assert res["raw"]["prefix_auc"] > 0.8
+    assert res["raw"]["mean_rougeL"]["member"] > res["raw"]["mean_rougeL"]["nonmember"] + 0.2
