@@ -354,3 +354,18 @@ def test_resume_after_kill_recomputes_only_missing_settings(tmp_path):
         "lab__chat-llama__Overlap__s0",
         "lab__base__Overlap__s0",
     ]
+
+
+def test_demo_config_is_configs_lab_small():
+    import dataclasses
+
+    from calibdcd.experiment.demo import demo_config
+
+    demo = demo_config("small", cache_dir="/c", output="/o")
+    yaml_cfg = load_config(REPO / "configs" / "lab-small.yaml")
+    same = dataclasses.replace(yaml_cfg, source=None, cache_dir="/c", output="/o")
+    assert demo == same
+    assert [t.name for t in demo.targets] == ["chat-qwen", "chat-llama", "chat-reasoning", "base"]
+    assert {t.base for t in demo.targets if t.post_trained} == {"base"}
+    with pytest.raises(ValueError, match="unknown demo detector"):
+        demo_config(detectors=("nope",))

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-__all__ = ["report_command", "run_command"]
+__all__ = ["demo_command", "report_command", "run_command"]
 
 
 def run_command(
@@ -65,4 +65,38 @@ def report_command(
     except (FileNotFoundError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    typer.echo(f"report: {html}")
+
+
+def demo_command(
+    out: Annotated[Path | None, typer.Option("--out", help="run directory")] = None,
+    preset: Annotated[
+        str, typer.Option(help="lab preset (small; micro for a quick look)")
+    ] = "small",
+    detector: Annotated[
+        list[str] | None,
+        typer.Option("--detector", "-d", help="veilprobe / dpdllm / overlap (repeat; default all)"),
+    ] = None,
+    cache_dir: Annotated[Path, typer.Option(help="feature / generation cache")] = Path(
+        ".calibdcd-cache"
+    ),
+    progress: Annotated[bool, typer.Option(help="progress bars")] = True,
+) -> None:
+    """Build the lab, run every detector with and without CalibDCD on its post-trained and base
+    models, print the comparison and write the HTML report."""
+    from calibdcd.experiment.demo import DEMO_DETECTORS, run_demo
+
+    try:
+        html, text = run_demo(
+            out,
+            preset=preset,
+            detectors=tuple(detector) if detector else DEMO_DETECTORS,
+            cache_dir=cache_dir,
+            progress=progress,
+            log=typer.echo,
+        )
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(text)
     typer.echo(f"report: {html}")
