@@ -369,3 +369,36 @@ def test_demo_config_is_configs_lab_small():
     assert {t.base for t in demo.targets if t.post_trained} == {"base"}
     with pytest.raises(ValueError, match="unknown demo detector"):
         demo_config(detectors=("nope",))
+
+
+@pytest.mark.slow
+def test_demo_on_the_lab_micro_strict_protocol(tmp_path, monkeypatch):
+    """The demo path on the micro lab (4 targets, overlap detector), then the same grid under
+    protocol strict: no calibration text is ever in the reporting pool."""
+    require_components()
+    lab_micro()
+    from calibdcd.experiment.demo import demo_config, run_demo
+
+    monkeypatch.chdir(tmp_path)
+    html, text = run_demo(tmp_path / "run", preset="micro", detectors=("overlap",),
+                          cache_dir=tmp_path / "cache", progress=False)  # fmt: skip
+    assert html.is_file()
+    assert "Overlap + CalibDCD" in text and "Base vs post-trained" in text
+    rows = [r for r in text.splitlines() if r.startswith("| lab | Overlap | base |")]
+    assert [r.split(" | ")[3] for r in rows] == ["chat-qwen", "chat-llama", "chat-reasoning"]
+
+    import dataclasses
+
+    cfg = dataclasses.replace(
+        demo_config("micro", detectors=("overlap",), cache_dir=tmp_path / "cache"),
+        protocol="strict",
+    )
+    log: list[str] = []
+    run_experiment(cfg, tmp_path / "strict", progress=False, log=log.append)
+    assert sum(x.startswith("done ") for x in log) == 4
+    for d in (tmp_path / "strict" / "settings").iterdir():
+        split = json.loads((d / "split.json").read_text())
+        assert not set(split["calibration"]) & set(split["evaluation"])
+        res = json.loads((d / "result.json").read_text())
+        assert res["protocol"] == "strict"
+        assert res["sizes"]["evaluation"][0] == len(split["evaluation"])

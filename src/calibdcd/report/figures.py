@@ -122,7 +122,11 @@ def ablation_figure(results: list[dict[str, Any]], path: Path) -> Path | None:
     w = 0.38
     ax.bar(x - w / 2, [100 * r["d_auc"] for r in rows], w, label="Δ AUC", color="#1f78b4")
     ax.bar(x + w / 2, [100 * r["d_tpr"] for r in rows], w, label="Δ TPR@5%FPR", color="#e66101")
-    ax.set_xticks(x, [f"{r['name']}\n({r['wins_auc']}/{r['n']} AUC)" for r in rows], fontsize=7)
+    ax.set_xticks(
+        x,
+        [f"{r['name']}\n(complete better: {r['wins_auc']}/{r['n']} AUC)" for r in rows],
+        fontsize=7,
+    )
     ax.axhline(0, color="k", lw=0.8)
     ax.set(ylabel="change from the complete method (points)", title="Ablations: mean change")
     ax.legend(fontsize=7)
@@ -137,15 +141,18 @@ def adaptive_figure(results: list[dict[str, Any]], path: Path) -> Path | None:
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.2))
     x = np.arange(len(per))
-    w = 0.38
+    w = 0.27
     labels = [f"{p['benchmark']}/{p['target']}/{p['detector']}" for p in per]
+    f = a["fixed"] or {}
+    fixed = f"fixed (r={f.get('rank')}, λ={f.get('strength')})"
     for ax, m, title in ((axes[0], "auc", "AUC"), (axes[1], "tpr", "TPR@5%FPR")):
-        ax.bar(x - w / 2, [p[f"{m}_fixed"] for p in per], w, label="fixed", color=_BEFORE)
-        ax.bar(x + w / 2, [p[f"{m}_adaptive"] for p in per], w, label="adaptive", color=_AFTER)
+        ax.bar(x - w, [p[f"{m}_original"] for p in per], w, label="original", color="#cccccc")
+        ax.bar(x, [p[f"{m}_fixed"] for p in per], w, label=fixed, color=_BEFORE)
+        ax.bar(x + w, [p[f"{m}_adaptive"] for p in per], w, label="adaptive", color=_AFTER)
         ax.set_xticks(x, labels, rotation=60, ha="right", fontsize=6)
         ax.set(title=f"{title}: adaptive vs fixed")
         ax.legend(fontsize=7)
-        vals = [p[f"{m}_{k}"] for p in per for k in ("fixed", "adaptive")]
+        vals = [p[f"{m}_{k}"] for p in per for k in ("original", "fixed", "adaptive")]
         ax.set_ylim(max(0.0, min(vals) - 0.05), min(1.0, max(vals) + 0.05))
     return _save(fig, path)
 
