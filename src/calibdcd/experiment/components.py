@@ -72,9 +72,23 @@ class DetectorSpec:
 
 
 def resolve_lab_refs(value: Any, *, build: bool = True) -> Any:
-    """Replace ``"lab:<preset>/<path>"`` strings (anywhere in nested options) by the path inside
-    that lab (e.g. DPDLLM's reference LM ``lab:small/base``); left as is when the lab is not
-    built and ``build`` is False."""
+    """Resolve lab references anywhere in nested detector options (left as they are when
+    ``build`` is False):
+
+    * ``"lab:<preset>/<path>"``: that path inside the lab's directory;
+    * ``"lab-clean-reference:<preset>"``: DPDLLM's clean reference LM for that lab (the lab's
+      architecture pre-trained on its background texts only, no candidate text;
+      ``calibdcd.detectors.dpdllm.lab_reference.ensure_clean_reference``). The lab's own base
+      model must not be the reference: it memorised the members, so a reference started from it
+      detects membership without looking at the target's output.
+    """
+    if isinstance(value, str) and value.startswith("lab-clean-reference:"):
+        if not build:
+            return value
+        from calibdcd.detectors.dpdllm.lab_reference import ensure_clean_reference
+
+        lab = resolve_lab(value.split(":", 1)[1], build=True)
+        return str(ensure_clean_reference(lab, progress=False))
     if isinstance(value, str) and value.startswith("lab:"):
         preset, _, rel = value[4:].partition("/")
         lab = resolve_lab(preset, build=build)

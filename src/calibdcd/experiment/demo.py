@@ -56,10 +56,8 @@ def demo_config(
             "options": {
                 "length": 64,
                 "reference": {
-                    "model_path": f"lab:{preset}/base",
-                    "epochs": 3,
-                    "batch_size": 8,
-                    "bf16": False,
+                    "model_path": f"lab-clean-reference:{preset}",
+                    "learning_rate": 0.001,
                 },
             },
         },
