@@ -183,8 +183,12 @@ def fp_figure(results: list[dict[str, Any]], path: Path) -> Path | None:
             fontsize=7,
         )
     ax.set_yticks(y, [k for k, _ in groups])
+    ax.set_xlim(0, 1.3 * max(v["cases"] for _, v in groups))
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set(xlabel="affected false positives", title="Recovery of shift-associated false positives")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper right")
     return _save(fig, path)
 
 
