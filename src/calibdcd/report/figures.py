@@ -168,7 +168,7 @@ def fp_figure(results: list[dict[str, Any]], path: Path) -> Path | None:
     if not groups:
         return None
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 0.45 * len(groups) + 1.2))
+    fig, ax = plt.subplots(figsize=(7, 0.45 * len(groups) + 1.6))
     y = np.arange(len(groups))[::-1]
     rec = [v["recovered"] for _, v in groups]
     rest = [v["cases"] - v["recovered"] for _, v in groups]
@@ -188,7 +188,7 @@ def fp_figure(results: list[dict[str, Any]], path: Path) -> Path | None:
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set(xlabel="affected false positives", title="Recovery of shift-associated false positives")
-    ax.legend(fontsize=7, loc="upper right")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2, frameon=False)
     return _save(fig, path)
 
 
