@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from calibdcd.data.cli import app as _data_app
+from calibdcd.experiment.cli import demo_command, report_command, run_command
 
 app = typer.Typer(
     name="calibdcd",
@@ -13,6 +14,9 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(_data_app, name="data")
+app.command("run")(run_command)
+app.command("report")(report_command)
+app.command("demo")(demo_command)
 
 from calibdcd.lab.cli import app as _lab_app  # noqa: E402
 
