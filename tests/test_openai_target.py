@@ -48,6 +48,7 @@ class FaultServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            wbufsize = 1 << 16  # one write per response (no Nagle/delayed-ACK stalls)
 
             def log_message(self, *a):
                 pass
@@ -284,6 +285,7 @@ def test_kill9_resume_through_server(tmp_path):
 
 
 # --- a real OpenAI-compatible server: transformers serve -------------------------------------
+# Start-up takes ~7-10 s on 2 cores for the tiny model, so this stays in the fast suite.
 
 
 @pytest.fixture(scope="module")
@@ -328,7 +330,6 @@ def served_model():
         proc.kill()
 
 
-@pytest.mark.slow
 def test_transformers_serve_roundtrip(served_model, tmp_path):
     url, model_dir = served_model
     t = OpenAITarget(url, str(model_dir), concurrency=4, timeout=60)

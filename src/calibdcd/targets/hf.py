@@ -4,12 +4,14 @@ Generation uses calibdcd's own decoding loop (KV cache, left padding, EOS stop) 
 ``model.generate`` so that **a sampled completion depends only on (prompt, parameters, seed, sample
 index)**: every row draws its randomness from a counter-based stream,
 ``u_t = blake2b(blake2b(seed, sample index, prompt), t)`` mapped to [0, 1), one uniform per decoding
-step, used for inverse-CDF sampling over the temperature/top-k/top-p filtered distribution sorted
-by probability. Nothing depends on the batch, its order, ``n``, the device's RNG or torch's RNG
-state. The only remaining source of batch dependence is floating-point: a row's logits can differ
-in the last bits between batch compositions (padding, kernel blocking). That flips a token only
-when ``u`` lands within ~1e-7 of a CDF boundary (fp32), which the tests never observe on CPU fp32;
-with bf16 on GPUs it is rarer than 1e-3 per token. The generation cache makes results stable anyway.
+step, used for inverse-CDF sampling over the temperature/top-k/top-p filtered distribution
+(sorted by probability; in vocabulary order when neither top-k nor top-p truncates). Nothing
+depends on the batch, its order, ``n``, the device's RNG or torch's RNG state. The only remaining
+source of batch dependence is floating-point: a row's logits can differ in the last bits between
+batch compositions (padding, kernel blocking). That flips a token only when ``u`` lands within
+about that rounding error of a CDF boundary: never observed in the tests on CPU fp32; with bf16 on
+GPUs the rounding error and so the flip rate are larger (not measured here). The generation cache
+makes results stable anyway: the first stored completion is the one every later run gets.
 
 Other choices:
 * Greedy decoding (``temperature == 0``) takes the first arg-max; its ``n`` samples are identical
@@ -273,7 +275,10 @@ class HFTarget:
             for i in (self.tokenizer.pad_token_id, *sorted(self.eos_ids), 0)
             if i is not None and i >= 0
         )
-        label = source.name if source.is_file() else source.resolve().name
+        if not Path(str(model)).expanduser().exists():  # a hub id resolved to a snapshot dir
+            label = str(model)
+        else:
+            label = source.name if source.is_file() else source.resolve().name
         fp = fingerprint_checkpoint(source, self.cache_dir)[:16]
         dname = str(self.dtype).replace("torch.", "")
         self.name = f"hf:{label}@{fp}/{dname}" + ("" if skip_special_tokens else "/raw-special")
@@ -284,6 +289,8 @@ class HFTarget:
                 Path(source.stem), self.model.config, self.tokenizer
             )  # name-based only
         self._torch = torch
+        self._logits_to_keep = True
+        self._can_prune = True
 
     # -- loading helpers --
 
@@ -406,34 +413,47 @@ class HFTarget:
             attn[r, width - len(x) :] = 1
         input_ids, attn = input_ids.to(dev), attn.to(dev)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(
-            input_ids=input_ids,
-            attention_mask=attn,
-            position_ids=pos,
-            use_cache=True,
-            logits_to_keep=1,
-        )
+        kwargs: dict[str, Any] = {"logits_to_keep": 1} if self._logits_to_keep else {}
+        try:
+            out = self.model(
+                input_ids=input_ids, attention_mask=attn, position_ids=pos, use_cache=True, **kwargs
+            )
+        except TypeError:  # an architecture without `logits_to_keep`
+            if not kwargs:
+                raise
+            self._logits_to_keep = False
+            out = self.model(
+                input_ids=input_ids, attention_mask=attn, position_ids=pos, use_cache=True
+            )
         past = out.past_key_values
         logits = out.logits[:, -1, :]
         pos = pos[:, -1:]
-        alive = list(range(b))
+        in_batch = list(range(b))  # original row of each batch position
+        done: set[int] = set()
         new: list[list[int]] = [[] for _ in range(b)]
         for step in range(params.max_new_tokens):
-            tok = self._pick(logits, [keys[r] for r in alive], step, params)
-            tok_list = tok.tolist()
-            keep = []
-            for j, r in enumerate(alive):
-                if tok_list[j] not in self.eos_ids:
-                    new[r].append(tok_list[j])
-                    keep.append(j)
-            if not keep or step == params.max_new_tokens - 1:
+            tok = self._pick(logits, [keys[r] for r in in_batch], step, params)
+            for r, t in zip(in_batch, tok.tolist(), strict=True):
+                if r in done:
+                    continue  # kept in the batch only when the cache cannot drop rows
+                if t in self.eos_ids:
+                    done.add(r)
+                else:
+                    new[r].append(t)
+            if len(done) == b or step == params.max_new_tokens - 1:
                 break
-            if len(keep) < len(alive):  # drop finished rows from the batch and the KV cache
+            keep = [j for j, r in enumerate(in_batch) if r not in done]
+            if len(keep) < len(in_batch) and self._can_prune:
+                # drop finished rows from the batch and the KV cache
                 sel = torch.tensor(keep, device=attn.device)
-                past.batch_select_indices(sel)
-                attn, pos, tok = attn[sel], pos[sel], tok[sel]
-                alive = [alive[j] for j in keep]
-            attn = torch.cat([attn, attn.new_ones((len(alive), 1))], dim=1)
+                try:
+                    past.batch_select_indices(sel)
+                except (AttributeError, NotImplementedError):
+                    self._can_prune = False
+                else:
+                    attn, pos, tok = attn[sel], pos[sel], tok[sel]
+                    in_batch = [in_batch[j] for j in keep]
+            attn = torch.cat([attn, attn.new_ones((len(in_batch), 1))], dim=1)
             pos = pos + 1
             out = self.model(
                 input_ids=tok[:, None],
@@ -454,8 +474,11 @@ class HFTarget:
         x = logits.to(wide) / params.temperature
         if params.top_k is not None and params.top_k < x.shape[-1]:
             vals, idx = torch.topk(x, params.top_k, dim=-1, sorted=True)
-        else:
+        elif params.top_p < 1.0:
             vals, idx = torch.sort(x, dim=-1, descending=True, stable=True)
+        else:  # no truncation: inverse CDF in vocabulary order, no sort needed
+            vals = x
+            idx = torch.arange(x.shape[-1], device=x.device).expand_as(x)
         probs = torch.softmax(vals, dim=-1)
         if params.top_p < 1.0:
             before = torch.cumsum(probs, dim=-1) - probs  # mass strictly before each token

@@ -1,0 +1,237 @@
+"""Speed of the target layer, as ratios (run under the CPU lock on shared machines):
+
+    flock /tmp/calibdcd-cpu.lock python benchmarks/targets.py [--quick] [--serve]
+
+1. Batched generation (HFTarget, batch 32) against a one-prompt-at-a-time loop on the same model:
+   HFTarget with batch_size=1, and ``model.generate`` called once per prompt with
+   ``num_return_sequences=n`` (how the official VeilProbe/DPDLLM code queries models).
+   Model: a lab-sized Llama (d256, 4 layers, vocab 2048) with random weights, so every completion
+   runs to ``max_new_tokens`` like the detectors' 32-64-token suffixes. Goal: >= 5x.
+2. A fully cached re-run (CachedTarget, SQLite) against fresh generation. Goal: >= 50x.
+3. Concurrent (8 in flight) against sequential requests through OpenAITarget to a loopback
+   server that answers after a fixed latency (a stand-in for a remote GPU server), and with
+   ``--serve`` also to ``transformers serve`` running the tiny model on this CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+import torch
+
+from calibdcd.targets import GenerationParams
+from calibdcd.targets.cache import CachedTarget
+from calibdcd.targets.hf import HFTarget
+from calibdcd.targets.openai import OpenAITarget
+from calibdcd.targets.tiny import TinyLMConfig, cached_tiny_lm, synthetic_sentences
+
+LAB_SIZED = TinyLMConfig(
+    hidden_size=256,
+    num_layers=4,
+    num_heads=4,
+    intermediate_size=704,
+    vocab_size=2048,
+    train_steps=0,  # random weights: every completion runs to max_new_tokens, as in the
+    seq_len=64,  # detectors' generation (a briefly trained one stops after ~4 tokens)
+)
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def prompts_for(k: int) -> list[str]:
+    return [" ".join(s.split()[: max(2, len(s.split()) // 2)]) for s in synthetic_sentences(k, 7)]
+
+
+def bench_batching(model_dir: Path, n_prompts: int, params: GenerationParams) -> dict:
+    prompts = prompts_for(n_prompts)
+    batched = HFTarget(model_dir, device="cpu", batch_size=32)
+    batched.generate(prompts[:4], params)  # warm-up
+    out_b, t_b = timed(lambda: batched.generate(prompts, params))
+    single = HFTarget(model_dir, device="cpu", batch_size=1)
+    out_s, t_s = timed(lambda: single.generate(prompts, params))
+    assert out_b == out_s, "batch size changed sampled completions"
+    tok, model = batched.tokenizer, batched.model
+
+    def hf_loop():
+        for p in prompts:
+            ids = tok(p, return_tensors="pt")
+            model.generate(
+                **ids,
+                do_sample=True,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                max_new_tokens=params.max_new_tokens,
+                num_return_sequences=params.n,
+                pad_token_id=batched.pad_id,
+            )
+
+    with torch.inference_mode():
+        _, t_hf = timed(hf_loop)
+    n_new = sum(len(tok(c)["input_ids"]) for o in out_b for c in o)
+    return {
+        "completions": len(prompts) * params.n,
+        "new_tokens": n_new,
+        "batched_s": t_b,
+        "one_at_a_time_s": t_s,
+        "hf_generate_loop_s": t_hf,
+        "speedup_vs_one_at_a_time": t_s / t_b,
+        "speedup_vs_hf_generate_loop": t_hf / t_b,
+        "batched_new_tok_per_s": n_new / t_b,
+    }
+
+
+def bench_cache(model_dir: Path, n_prompts: int, params: GenerationParams) -> dict:
+    prompts = prompts_for(n_prompts)
+    target = HFTarget(model_dir, device="cpu", batch_size=32)
+    with tempfile.TemporaryDirectory() as d:
+        with CachedTarget(target, Path(d) / "c.sqlite") as cached:
+            fresh, t_fresh = timed(lambda: cached.generate(prompts, params))
+        with CachedTarget(target, Path(d) / "c.sqlite") as cached:  # a new process's view
+            again, t_hit = timed(lambda: cached.generate(prompts, params))
+            stats = cached.stats
+    assert again == fresh and stats.misses == 0
+    return {
+        "completions": len(prompts) * params.n,
+        "fresh_s": t_fresh,
+        "cached_s": t_hit,
+        "speedup": t_fresh / t_hit,
+    }
+
+
+class LatencyServer:
+    """Loopback /v1/completions that answers every request after ``latency`` seconds."""
+
+    def __init__(self, latency: float):
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            wbufsize = 1 << 16  # one write per response (no Nagle/delayed-ACK stalls)
+
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                time.sleep(latency)
+                body = json.dumps({"choices": [{"text": req["prompt"][::-1], "index": 0}]})
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body.encode())
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def bench_concurrency(url: str, model: str, prompts: list[str], conc: int, p) -> dict:
+    seq = OpenAITarget(url, model, concurrency=1)
+    par = OpenAITarget(url, model, concurrency=conc)
+    par.generate(prompts[:2], p)  # warm-up
+    out_s, t_s = timed(lambda: seq.generate(prompts, p))
+    out_c, t_c = timed(lambda: par.generate(prompts, p))
+    assert len(out_s) == len(out_c) == len(prompts)
+    return {
+        "requests": len(prompts) * p.n,
+        "sequential_s": t_s,
+        "concurrent_s": t_c,
+        "concurrency": conc,
+        "speedup": t_s / t_c,
+    }
+
+
+def start_serve(model_dir: Path) -> tuple[subprocess.Popen, str]:
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    exe = Path(sys.executable).parent / "transformers"
+    proc = subprocess.Popen(
+        [str(exe), "serve", "--host", "127.0.0.1", "--port", str(port), "--device", "cpu",
+         str(model_dir)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(240):
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.5)
+    proc.kill()
+    raise RuntimeError("transformers serve did not start")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer prompts")
+    ap.add_argument("--serve", action="store_true", help="also benchmark transformers serve")
+    ap.add_argument("--json", type=Path, help="write the results here")
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+    n = 24 if args.quick else 64
+    params = GenerationParams(max_new_tokens=32, temperature=1.0, top_p=0.95, n=3, seed=0)
+    print("building/loading the lab-sized model ...", flush=True)
+    model_dir = cached_tiny_lm(LAB_SIZED)
+    results: dict = {}
+    results["batching"] = bench_batching(model_dir, n, params)
+    print("batching:", json.dumps(results["batching"], indent=1), flush=True)
+    results["cache"] = bench_cache(model_dir, n, params)
+    print("cache:", json.dumps(results["cache"], indent=1), flush=True)
+    srv = LatencyServer(0.05)
+    try:
+        p1 = GenerationParams(max_new_tokens=16, temperature=1.0, n=1)
+        results["concurrency_latency_server"] = bench_concurrency(
+            srv.url, "m", prompts_for(64), 8, p1
+        )
+    finally:
+        srv.close()
+    print("concurrency (50 ms server):", json.dumps(results["concurrency_latency_server"]))
+    if args.serve:
+        proc, url = start_serve(cached_tiny_lm())
+        try:
+            p2 = GenerationParams(max_new_tokens=16, temperature=1.0, n=1)
+            results["concurrency_transformers_serve"] = bench_concurrency(
+                url, str(cached_tiny_lm()), prompts_for(32), 4, p2
+            )
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+        print("concurrency (transformers serve):", results["concurrency_transformers_serve"])
+    b, c = results["batching"], results["cache"]
+    print("\n=== ratios ===")
+    print(f"batched vs one-at-a-time (HFTarget bs=1): {b['speedup_vs_one_at_a_time']:.1f}x")
+    print(f"batched vs HF generate() loop per prompt: {b['speedup_vs_hf_generate_loop']:.1f}x")
+    print(f"cached re-run vs fresh:                    {c['speedup']:.0f}x")
+    for k, v in results.items():
+        if k.startswith("concurrency"):
+            print(f"{k}: {v['speedup']:.1f}x (concurrency {v['concurrency']})")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,194 @@
+"""VeilProbe on the contamination lab: AUC, TPR@5%FPR and the cost of every step, per model.
+
+For each lab model (the base model and each post-trained variant) the detector is run on the
+whole ground-truth pool: suffixes of every text and of its key-token-perturbed copy, one mapping
+model trained on the pool (no labels), features, then the ProtoNet-IB classifier trained on a
+seeded supervised split (``--per-class`` members + as many non-members) and evaluated on the rest.
+
+Run under the shared CPU lock, e.g.::
+
+    flock /tmp/calibdcd-cpu.lock python benchmarks/veilprobe_lab.py --preset micro \
+        --out results/veilprobe_lab_micro.json
+
+Generations are cached in ``<cache>/generations.sqlite`` and every VeilProbe artefact
+(perturbations, tiny masked LM/proxy, mapping models, features) under ``<cache>/veilprobe``, so a
+second run only re-measures the classifier; pass a fresh ``--cache-dir`` to re-measure everything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+MODELS = ("base", "chat-qwen", "chat-llama", "chat-reasoning")
+
+
+def load_ground_truth(lab: Path) -> tuple[list[str], np.ndarray]:
+    texts, labels = [], []
+    with (lab / "ground_truth.jsonl").open(encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                row = json.loads(line)
+                texts.append(row["text"])
+                labels.append(int(row["label"]))
+    return texts, np.asarray(labels)
+
+
+def supervised_split(labels: np.ndarray, per_class: int, seed: int):
+    rng = np.random.default_rng(seed)
+    train = []
+    for c in (1, 0):
+        idx = rng.permutation(np.flatnonzero(labels == c))
+        if idx.size <= per_class:
+            raise ValueError(
+                f"label {c} has only {idx.size} texts; --per-class {per_class} too big"
+            )
+        train.append(idx[:per_class])
+    train = np.sort(np.concatenate(train))
+    return train, np.setdiff1d(np.arange(labels.size), train)
+
+
+def build_config(args):
+    from calibdcd.detectors.veilprobe import VeilProbeConfig
+
+    cfg = VeilProbeConfig.paper() if args.config == "paper" else VeilProbeConfig.cpu()
+    sampling = cfg.sampling
+    if args.max_new_tokens:
+        sampling = dataclasses.replace(sampling, max_new_tokens=args.max_new_tokens)
+    if args.n_suffixes:
+        sampling = dataclasses.replace(sampling, n_suffixes=args.n_suffixes)
+    sampling = dataclasses.replace(sampling, prompt_fraction=args.prompt_fraction)
+    perturb = cfg.perturb
+    if args.attribution:
+        perturb = dataclasses.replace(
+            perturb, attribution=dataclasses.replace(perturb.attribution, method=args.attribution)
+        )
+    return dataclasses.replace(
+        cfg,
+        sampling=sampling,
+        perturb=perturb,
+        cache_dir=str(Path(args.cache_dir) / "veilprobe"),
+        progress=not args.quiet,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--lab", type=Path, help="a built lab directory")
+    src.add_argument("--preset", choices=("micro", "small"), help="build/reuse the cached lab")
+    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--config", choices=("cpu", "paper"), default="cpu")
+    p.add_argument("--attribution", choices=("loo", "gilot"), default=None)
+    p.add_argument("--max-new-tokens", type=int, default=None)
+    p.add_argument("--n-suffixes", type=int, default=None)
+    p.add_argument(
+        "--prompt-fraction",
+        type=float,
+        default=1.0,
+        help="1.0 = VeilProbe (whole text as prompt); <1 = first words only (extension)",
+    )
+    p.add_argument("--per-class", type=int, default=50)
+    p.add_argument("--seeds", default="0,1,2", help="supervised-split/classifier seeds")
+    p.add_argument("--cache-dir", default=os.path.expanduser("~/.cache/calibdcd/bench-veilprobe"))
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--quiet", action="store_true")
+    args = p.parse_args(argv)
+
+    import torch
+
+    from calibdcd.detectors.veilprobe import VeilProbe
+    from calibdcd.metrics import auc, tpr_at_fpr
+    from calibdcd.targets.cache import CachedTarget
+    from calibdcd.targets.hf import HFTarget
+
+    torch.set_num_threads(args.threads)
+    if args.lab:
+        lab = args.lab
+    else:
+        from calibdcd.lab import ensure_lab
+
+        lab = ensure_lab(args.preset, progress=not args.quiet)
+    texts, labels = load_ground_truth(lab)
+    cfg = build_config(args)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    det = VeilProbe(cfg)
+    results: dict = {
+        "lab": str(lab),
+        "n_texts": len(texts),
+        "n_members": int(labels.sum()),
+        "per_class": args.per_class,
+        "seeds": seeds,
+        "config": cfg.as_dict(),
+        "torch_threads": args.threads,
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "models": {},
+    }
+    gen_cache = Path(args.cache_dir) / "generations.sqlite"
+    for model in args.models.split(","):
+        before = dict(det.timings)
+        target = CachedTarget(HFTarget(str(lab / model), batch_size=32), gen_cache)
+        det.prepare(texts, target)
+        feats = det.extract(texts, target)
+        steps = {k: det.timings[k] - before.get(k, 0.0) for k in det.timings}
+        runs = []
+        for seed in seeds:
+            train, test = supervised_split(labels, args.per_class, seed)
+            t0 = time.perf_counter()
+            clf = det.new_classifier(seed).fit(feats.values[train], labels[train])
+            scores = clf.score(feats.values[test])
+            runs.append(
+                {
+                    "seed": seed,
+                    "auc": auc(labels[test], scores),
+                    "tpr_at_5fpr": tpr_at_fpr(labels[test], scores, 0.05),
+                    "classifier_seconds": time.perf_counter() - t0,
+                    "n_eval": int(test.size),
+                }
+            )
+        suffixes = det.suffixes(texts, target)
+        empty = np.array([np.mean([s.strip() == "" for s in ss]) for ss in suffixes])
+        res = {
+            "auc_mean": float(np.mean([r["auc"] for r in runs])),
+            "auc_std": float(np.std([r["auc"] for r in runs])),
+            "tpr_at_5fpr_mean": float(np.mean([r["tpr_at_5fpr"] for r in runs])),
+            "tpr_at_5fpr_std": float(np.std([r["tpr_at_5fpr"] for r in runs])),
+            "runs": runs,
+            "seconds": {
+                **steps,
+                "classifier": float(np.mean([r["classifier_seconds"] for r in runs])),
+            },
+            "empty_suffix_rate": {
+                "members": float(empty[labels == 1].mean()),
+                "non_members": float(empty[labels == 0].mean()),
+            },
+            "feature_dim": feats.dim,
+        }
+        results["models"][model] = res
+        print(
+            f"{model:15s} AUC {res['auc_mean']:.3f}±{res['auc_std']:.3f}  "
+            f"TPR@5%FPR {res['tpr_at_5fpr_mean']:.3f}±{res['tpr_at_5fpr_std']:.3f}  "
+            + "  ".join(f"{k} {v:.1f}s" for k, v in res["seconds"].items()),
+            flush=True,
+        )
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

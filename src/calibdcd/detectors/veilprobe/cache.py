@@ -1,0 +1,29 @@
+"""Content-addressed cache keys and small file helpers for VeilProbe artefacts."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+__all__ = ["atomic_write_text", "content_key"]
+
+
+def content_key(*parts: Any, length: int = 20) -> str:
+    """A stable hex key of JSON-serialisable ``parts`` (dataclasses must be passed as dicts)."""
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(json.dumps(part, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8"))
+        h.update(b"\x1e")
+    return h.hexdigest()[:length]
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)

