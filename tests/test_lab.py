@@ -297,7 +297,6 @@ _TINY = {
 }
 
 
-@pytest.mark.slow
 def test_build_is_deterministic_for_a_seed(tmp_path):
     import hashlib
 
@@ -316,7 +315,6 @@ def test_build_is_deterministic_for_a_seed(tmp_path):
     assert digests[0] == digests[1]
 
 
-@pytest.mark.slow
 def test_ensure_lab_builds_once(tmp_path):
     first = ensure_lab("micro", root=tmp_path, progress=False, **_TINY)
     stamp = (first / "lab.json").stat().st_mtime_ns
