@@ -13,7 +13,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	# exactly this torch: the CPU wheel on local disk (any other spec pulls a CUDA build)
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[hf,serve,dev]'
+	$(PY) -m pip install -q -e '.[hf,serve,dev,report]'
 	touch $@
 
 test: $(VENV)/.installed
@@ -25,6 +25,11 @@ test-slow: $(VENV)/.installed
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/ruff format --check src tests benchmarks
+
+# builds the lab (small) on first use, runs every detector with and without CalibDCD on its
+# post-trained and base models, prints the comparison, writes runs/lab-small/report/index.html
+demo: $(VENV)/.installed
+	$(PY) -m calibdcd demo
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/calibration.py

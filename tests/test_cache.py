@@ -191,17 +191,18 @@ def test_kill9_resume_redoes_no_completed_generation(tmp_path):
     assert out.read_text() == out2.read_text()
 
 
-def test_two_processes_share_one_file(tmp_path):
+def test_processes_share_one_file(tmp_path):
+    """Three processes start on one new file at once (creation races included)."""
     db = tmp_path / "shared.sqlite"
     procs, outs, logs = [], [], []
-    for tag in ("a", "b"):
+    for tag in ("a", "b", "c"):
         script, log, out = _worker(tmp_path, tag, 0.01, db, n_prompts=60, chunk=3)
         procs.append(subprocess.Popen([sys.executable, str(script)]))
         outs.append(out)
         logs.append(log)
     for p in procs:
         assert p.wait(timeout=120) == 0
-    assert outs[0].read_text() == outs[1].read_text()
+    assert outs[0].read_text() == outs[1].read_text() == outs[2].read_text()
     con = sqlite3.connect(db)
     assert con.execute("SELECT COUNT(*) FROM completions").fetchone() == (120,)
     assert con.execute("PRAGMA integrity_check").fetchone() == ("ok",)

@@ -251,3 +251,75 @@ def test_base_model_black_box_signal_on_micro(lab_micro):
     assert res["raw"]["rougeL_auc"] > 0.8
     assert res["raw"]["prefix_auc"] > 0.8
     assert res["raw"]["mean_rougeL"]["member"] > res["raw"]["mean_rougeL"]["nonmember"] + 0.2
+
+
+def test_cli_check_reports_every_requested_model(lab_micro):
+    from typer.testing import CliRunner
+
+    from calibdcd.cli import app
+
+    res = CliRunner().invoke(
+        app,
+        [
+            "lab",
+            "check",
+            str(lab_micro),
+            "--model",
+            "base",
+            "--model",
+            "chat-qwen",
+            "--mode",
+            "raw",
+            "--n",
+            "20",
+            "--device",
+            "cpu",
+            "--json",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output)
+    assert sorted(report["models"]) == ["base", "chat-qwen"]
+    assert report["models"]["base"]["n_members"] == 20
+    assert "chat" not in report["models"]["base"]
+
+
+_TINY = {
+    "pretrain__n_members": 20,
+    "pretrain__repeats": 2,
+    "pretrain__n_background": 40,
+    "pretrain__epochs": 1,
+    "sft__n_examples": 32,
+    "styles": ("qwen2.5",),
+    "check": False,
+    "device": "cpu",
+}
+
+
+@pytest.mark.slow
+def test_build_is_deterministic_for_a_seed(tmp_path):
+    import hashlib
+
+    digests = []
+    for name in ("a", "b"):
+        out = build_lab("micro", tmp_path / name, seed=3, progress=False, **_TINY)
+        digests.append(
+            [
+                hashlib.sha256((out / d / "model.safetensors").read_bytes()).hexdigest()
+                for d in ("base", "chat-qwen")
+            ]
+        )
+        assert (out / "ground_truth.jsonl").read_text() == (
+            (tmp_path / "a" / "ground_truth.jsonl").read_text()
+        )
+    assert digests[0] == digests[1]
+
+
+@pytest.mark.slow
+def test_ensure_lab_builds_once(tmp_path):
+    first = ensure_lab("micro", root=tmp_path, progress=False, **_TINY)
+    stamp = (first / "lab.json").stat().st_mtime_ns
+    again = ensure_lab("micro", root=tmp_path, progress=False, **_TINY)
+    assert again == first and (again / "lab.json").stat().st_mtime_ns == stamp
+    assert first.parent == tmp_path / "lab" and first.name.startswith("micro-s0-")
+    assert [p.name for p in first.parent.iterdir() if not p.name.startswith(".")] == [first.name]

@@ -1,10 +1,15 @@
-"""The ``calibdcd`` command line. Each feature area adds its sub-commands here."""
+"""The ``calibdcd`` command line. Each feature area defines its sub-commands in its own module;
+this file only assembles them (and must stay cheap to import: no torch here)."""
 
 from __future__ import annotations
 
 import typer
 
 from calibdcd.data.cli import app as _data_app
+from calibdcd.detectors.veilprobe.cli import app as _veilprobe_app
+from calibdcd.experiment.cli import demo_command, report_command, run_command
+from calibdcd.lab.cli import app as _lab_app
+from calibdcd.views_cli import views_command
 
 app = typer.Typer(
     name="calibdcd",
@@ -12,11 +17,13 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
+app.command("demo")(demo_command)
+app.command("run")(run_command)
+app.command("report")(report_command)
+app.command("views")(views_command)
 app.add_typer(_data_app, name="data")
-
-from calibdcd.lab.cli import app as _lab_app  # noqa: E402
-
 app.add_typer(_lab_app, name="lab")
+app.add_typer(_veilprobe_app, name="veilprobe")
 
 
 @app.command()
@@ -25,14 +32,6 @@ def version() -> None:
     from calibdcd import __version__
 
     typer.echo(__version__)
-
-
-from calibdcd.detectors.veilprobe.cli import app as _veilprobe_app  # noqa: E402
-from calibdcd.views_cli import views_command  # noqa: E402
-
-app.add_typer(_veilprobe_app, name="veilprobe")
-
-app.command("views")(views_command)
 
 
 def main() -> None:  # pragma: no cover - entry point

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from calibdcd.lab.chat import ENDOFTEXT, PAD, get_style
+from calibdcd.lab.chat import ENDOFTEXT, PAD, SPECIAL_TOKENS, get_style
 from calibdcd.lab.config import LabConfig, config_hash, resolve_config
 from calibdcd.lab.pool import (
     PoolText,
@@ -85,6 +85,15 @@ def _versions() -> dict[str, str]:
     return out
 
 
+def _peak_rss_mb() -> float:
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return float("nan")
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(rss / (1024 * 1024 if sys.platform == "darwin" else 1024), 1)
+
+
 def _dir_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
@@ -133,7 +142,13 @@ def _build_into(
 
     from calibdcd.lab.sftdata import make_conversations, tokenize_conversations
     from calibdcd.lab.tokenizer import train_tokenizer
-    from calibdcd.lab.train import build_model, pick_device, pretrain, sft
+    from calibdcd.lab.train import (
+        build_model,
+        init_new_token_embeddings,
+        pick_device,
+        pretrain,
+        sft,
+    )
 
     timings: dict[str, float] = {}
     t_all = time.perf_counter()
@@ -145,6 +160,7 @@ def _build_into(
     t = time.perf_counter()
     tok = train_tokenizer([x.text for x in split.background], cfg.model.vocab_size)
     timings["tokenizer"] = time.perf_counter() - t
+    peak: dict[str, float] = {"tokenizer": _peak_rss_mb()}
 
     rng = random.Random(f"calibdcd-lab-background-{seed}")
     bg = list(split.background)
@@ -168,14 +184,22 @@ def _build_into(
     timings["pretrain"] = st.seconds
     model.to("cpu")
     _save_model(model, tok, tmp / "base", None, {"training": stats["base"]})
+    peak["pretrain"] = _peak_rss_mb()
 
     convs_all = make_conversations(bg, cfg.sft.n_examples, seed)
     n_replay = round(cfg.sft.replay_fraction * cfg.sft.n_examples)
     replay = bg[:n_replay]
+    # chat tokens never occur in pre-training (padding rows of the vocabulary are never used)
+    new_token_ids = [
+        tok.convert_tokens_to_ids(t)
+        for t in (*SPECIAL_TOKENS, "<think>", "</think>")
+        if t not in (ENDOFTEXT, PAD)
+    ]
     for i, style_name in enumerate(cfg.styles):
         style = get_style(style_name)
         examples = tokenize_conversations(convs_all, replay, style, tok, cfg.sft.max_len)
         chat_model = copy.deepcopy(model)
+        init_new_token_embeddings(chat_model, new_token_ids, seed + 1000 * (i + 1))
         st = sft(
             chat_model,
             examples,
@@ -197,6 +221,7 @@ def _build_into(
             {"training": stats[style.dirname], "post_trained_from": "base"},
         )
         del chat_model
+        peak[f"sft_{style.dirname}"] = _peak_rss_mb()
 
     with (tmp / "ground_truth.jsonl").open("w", encoding="utf-8") as fh:
         rows = [(x, 1, pt.repeats) for x in split.members] + [(x, 0, 0) for x in split.nonmembers]
@@ -214,6 +239,7 @@ def _build_into(
         "stats": stats,
         "timings": {k: round(v, 2) for k, v in timings.items()},
         "device": str(device),
+        "peak_rss_mb": peak,
         "corpus": {
             "members": len(split.members),
             "nonmembers": len(split.nonmembers),
@@ -282,6 +308,7 @@ def build_lab(
             t = time.perf_counter()
             meta["check"] = check_lab(tmp, cfg.evaluation, device=cfg.device, progress=progress)
             meta["timings"]["check"] = round(time.perf_counter() - t, 2)
+            meta["peak_rss_mb"]["check"] = _peak_rss_mb()
         meta["timings"]["total"] = round(time.perf_counter() - t0, 2)
         meta["sizes"] = {p.name: _dir_size(p) for p in sorted(tmp.iterdir()) if p.is_dir()}
         meta["sizes"]["total"] = _dir_size(tmp)

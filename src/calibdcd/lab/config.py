@@ -4,8 +4,8 @@ A lab is fully determined by ``(LabConfig, seed, pool)``; :func:`config_hash` ke
 exactly these. Presets:
 
 ``micro``
-    Test fixture: a 2.1M-parameter Llama (d192, 3 layers), 150 members x 16 repeats, 2 epochs at
-    2 x 256 tokens per step (32 exposures per member; the measured cliff is at ~24), 200
+    Test fixture: a 2.1M-parameter Llama (d192, 3 layers), 150 members x 16 repeats, 3 epochs at
+    2 x 256 tokens per step (48 exposures per member; the measured cliff is at ~24-32), 200
     background texts, three short chat SFTs. Built in ~3 min on 2 CPU cores.
 ``small``
     Demo: a 4.3M-parameter Llama (d256, 4 layers), 250 members x 16 repeats, 3 epochs (48
@@ -81,7 +81,7 @@ class PretrainConfig:
     n_members: int = 150
     repeats: int = 16
     n_background: int = 200
-    epochs: int = 2
+    epochs: int = 3
     batch_size: int = 2
     seq_len: int = 256
     lr: float = 2e-3
@@ -103,7 +103,7 @@ class SFTConfig:
     measurably but stays clearly above chance (see ``lab check``).
     """
 
-    n_examples: int = 480
+    n_examples: int = 960
     epochs: int = 1
     batch_size: int = 16
     lr: float = 5e-4
@@ -124,6 +124,8 @@ class EvalConfig:
     max_new_tokens: int = 96
     batch_size: int = 32
     continue_instruction: str = "Continue the text:"
+    #: extra new tokens a reasoning-style model gets in chat mode for its <think> block
+    reasoning_extra_tokens: int = 48
     n_per_class: int | None = None  # evaluate at most this many members and non-members
 
 
@@ -152,7 +154,7 @@ PRESETS: dict[str, LabConfig] = {
         preset="small",
         model=ModelConfig(hidden_size=256, num_layers=4, num_heads=4, intermediate_size=704),
         pretrain=PretrainConfig(n_members=250, n_background=800, epochs=3),
-        sft=SFTConfig(n_examples=960),
+        sft=SFTConfig(n_examples=1600),
     ),
     "base": LabConfig(
         preset="base",

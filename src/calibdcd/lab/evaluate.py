@@ -12,7 +12,8 @@ Per model and prompt mode:
 Prompt modes: ``raw`` sends the prefix as it is (no special tokens — what a completion API
 client sends); ``chat`` puts ``"Continue the text:\\n{prefix}"`` in a user turn of the model's
 chat template with the generation prompt. Reasoning-style answers are scored on the text after
-``</think>`` (empty if the think block never closes). Decoding is explicitly greedy and stops at
+``</think>`` (empty if the think block never closes; such a model gets
+``reasoning_extra_tokens`` more new tokens in chat mode). Decoding is explicitly greedy and stops at
 the style's end-of-turn token or ``<|endoftext|>``; up to ``1.7 x`` reference words + 6 new
 tokens (at most ``max_new_tokens``).
 """
@@ -26,11 +27,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from calibdcd.lab.chat import ENDOFTEXT, PAD, get_style, render_chat, split_reasoning
+from calibdcd.lab.chat import ENDOFTEXT, PAD, ChatStyle, get_style, render_chat, split_reasoning
 from calibdcd.lab.config import EvalConfig
 from calibdcd.lab.scoring import auc, prefix_match, rouge_l, words
 
-__all__ = ["EvalItem", "check_lab", "check_model", "load_ground_truth", "split_for_continuation"]
+__all__ = [
+    "EvalItem",
+    "check_lab",
+    "check_model",
+    "evaluate_model",
+    "load_ground_truth",
+    "split_for_continuation",
+]
 
 MODES = ("raw", "chat")
 
@@ -151,20 +159,48 @@ def check_model(
 ) -> dict[str, Any]:
     """Membership AUCs of one lab model (see the module docstring)."""
     import torch
-    from tqdm.auto import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from calibdcd.lab.train import pick_device
 
     model_dir = Path(model_dir)
-    bad = sorted(set(modes) - set(MODES))
-    if bad:
-        raise ValueError(f"unknown check mode(s) {bad}; valid: {list(MODES)}")
     info = _model_info(model_dir)
     style = get_style(info.get("chat_style") or "qwen2.5")
     dev = pick_device(device)
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(dev).eval()
+    return evaluate_model(
+        model,
+        tok,
+        style,
+        items,
+        cfg,
+        device=dev,
+        modes=modes,
+        progress=progress,
+        desc=f"check {model_dir.name}",
+    )
+
+
+def evaluate_model(
+    model,
+    tok,
+    style: ChatStyle,
+    items: Sequence[EvalItem],
+    cfg: EvalConfig,
+    *,
+    device,
+    modes: Sequence[str] = MODES,
+    progress: bool = True,
+    desc: str = "check",
+) -> dict[str, Any]:
+    """:func:`check_model` on an already loaded model and tokenizer."""
+    from tqdm.auto import tqdm
+
+    bad = sorted(set(modes) - set(MODES))
+    if bad:
+        raise ValueError(f"unknown check mode(s) {bad}; valid: {list(MODES)}")
+    dev = device
     stop_ids = [tok.convert_tokens_to_ids(t) for t in style.stop_tokens]
     labels = [x.label for x in items]
     t0 = time.perf_counter()
@@ -177,7 +213,7 @@ def check_model(
         min(cfg.max_new_tokens, int(cfg.new_tokens_per_word * len(ref.split())) + 6)
         for _, ref in splits
     ]
-    for mode in tqdm(modes, desc=f"check {model_dir.name}", disable=not progress, leave=False):
+    for mode in tqdm(modes, desc=desc, disable=not progress, leave=False):
         if mode == "raw":
             prompts = [prefix for prefix, _ in splits]
         else:
@@ -189,7 +225,10 @@ def check_model(
                 )
                 for prefix, _ in splits
             ]
-        gens = _greedy(model, tok, prompts, budgets, stop_ids, dev, cfg.batch_size)
+        mode_budgets = budgets
+        if mode == "chat" and style.reasoning:
+            mode_budgets = [b + cfg.reasoning_extra_tokens for b in budgets]
+        gens = _greedy(model, tok, prompts, mode_budgets, stop_ids, dev, cfg.batch_size)
         if mode == "chat" and style.reasoning:
             gens = [split_reasoning(g)[1] for g in gens]
         rl, pm, exact = [], [], []

@@ -73,6 +73,19 @@ def _key_params(params: GenerationParams, sample: int) -> tuple[dict[str, Any], 
     }, sample
 
 
+def _retry_locked(fn: Any, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    delay = 0.01
+    while True:
+        try:
+            return fn()
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(0.5, delay * 2)
+
+
 def cache_key(target_name: str, prompt: str, params: GenerationParams, sample: int) -> str:
     """The cache key of sample ``sample`` of ``prompt`` under ``params`` for target ``name``."""
     kp, s = _key_params(params, sample)
@@ -109,7 +122,9 @@ class CachedTarget:
                 str(self.path), timeout=timeout, isolation_level=None, check_same_thread=False
             )
             self._conn.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
-            self._conn.execute("PRAGMA journal_mode=WAL")
+            # switching to WAL needs an exclusive lock and does not wait on the busy handler
+            # when another process is creating the file at the same moment: retry
+            _retry_locked(lambda: self._conn.execute("PRAGMA journal_mode=WAL"), timeout)
             self._conn.execute("PRAGMA synchronous=NORMAL")
             with self._transaction():
                 self._conn.execute(

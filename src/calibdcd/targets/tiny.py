@@ -122,6 +122,7 @@ def build_tiny_lm(out_dir: str | Path, config: TinyLMConfig | None = None) -> Pa
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
     g = torch.Generator().manual_seed(cfg.seed)
     model.train()
+    loss = None  # train_steps=0: random weights
     for _ in range(cfg.train_steps):
         starts = torch.randint(0, n_win, (cfg.batch_size,), generator=g) * cfg.seq_len
         x = torch.stack([windows[s : s + cfg.seq_len] for s in starts])
@@ -145,7 +146,13 @@ def build_tiny_lm(out_dir: str | Path, config: TinyLMConfig | None = None) -> Pa
     model.save_pretrained(out)
     hf_tok.save_pretrained(out)
     (out / "tiny_lm.json").write_text(
-        json.dumps({**dataclasses.asdict(cfg), "final_loss": float(loss.detach())}, indent=1)
+        json.dumps(
+            {
+                **dataclasses.asdict(cfg),
+                "final_loss": None if loss is None else float(loss.detach()),
+            },
+            indent=1,
+        )
     )
     return out
 

@@ -1,0 +1,160 @@
+"""A clean reference LM for DPDLLM on the contamination lab.
+
+DPDLLM's reference model (GPT-2 in the paper) is a general LM that never saw the candidate texts;
+DPDLLM then fine-tunes it on the candidates so that the *target's* continuation is the only
+membership signal. The lab's own base model is the wrong starting point: it is the pre-trained
+target and already memorised the members (its gray-box loss AUC is 1.0), so a reference LM
+started from it scores the memorised prompt half of every member and reports membership without
+looking at the target's output at all (measured: AUC ~1.0 on every post-trained model, far above
+the base model's black-box signal).
+
+:func:`ensure_clean_reference` builds the lab's analogue of GPT-2: the lab's architecture and
+tokenizer (the tokenizer is trained on background text only), pre-trained from scratch on the
+lab's background texts with every ground-truth candidate removed. It is cached under
+``<cache>/dpdllm-lab-reference/<key>`` (key: lab config hash, pool fingerprint, budget, seed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import random
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from calibdcd.detectors.dpdllm.reference import default_cache_dir
+
+__all__ = ["CleanReferenceConfig", "ensure_clean_reference"]
+
+
+@dataclasses.dataclass(frozen=True)
+class CleanReferenceConfig:
+    """Budget of the clean reference LM: ``n_texts`` background texts (seeded sample; 0 = all),
+    ``epochs`` passes, the lab's pre-training optimiser settings otherwise. ``hidden_size`` /
+    ``num_layers`` None = the lab's model size."""
+
+    n_texts: int = 600
+    epochs: int = 2
+    seed: int = 0
+    hidden_size: int | None = None
+    num_layers: int | None = None
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.n_texts < 0 or self.epochs < 1:
+            raise ValueError(f"n_texts must be >= 0 and epochs >= 1, got {self}")
+
+
+def _section(cls: Any, data: dict[str, Any]) -> Any:
+    """A lab config dataclass from its lab.json section, ignoring keys this version lacks."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def _lab_configs(meta: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """(model, pool, pretrain) configs recorded in a lab's lab.json."""
+    from calibdcd.lab.config import ModelConfig, PoolConfig, PretrainConfig
+
+    c = meta["config"]
+    return (
+        _section(ModelConfig, c["model"]),
+        _section(PoolConfig, c["pool"]),
+        _section(PretrainConfig, c["pretrain"]),
+    )
+
+
+def _background_texts(lab_dir: Path, meta: dict[str, Any]) -> list[str]:
+    from calibdcd.lab.evaluate import load_ground_truth
+    from calibdcd.lab.pool import clean_pool, default_pool, load_pool
+
+    _, pool_cfg, _ = _lab_configs(meta)
+    pool_spec = meta["pool"]
+    if pool_spec.get("source") == "cpython-docs":
+        raw = default_pool(pool_cfg.min_words, pool_cfg.max_words)
+    else:
+        raw = load_pool(pool_spec["source"], pool_cfg.text_field)
+    texts = [t.text for t in clean_pool(raw, pool_cfg)]
+    candidates = {item.text for item in load_ground_truth(lab_dir)}
+    missing = len(candidates - set(texts))
+    if missing:
+        raise ValueError(
+            f"{missing} ground-truth texts of {lab_dir} are not in the rebuilt pool (other Python "
+            "version or pool file?); cannot guarantee the reference LM never saw a candidate"
+        )
+    return [t for t in texts if t not in candidates]
+
+
+def ensure_clean_reference(
+    lab_dir: str | Path,
+    config: CleanReferenceConfig | None = None,
+    *,
+    cache_dir: str | Path | None = None,
+    progress: bool = True,
+) -> Path:
+    """Path of a transformers checkpoint pre-trained on the lab's non-candidate texts only."""
+    cfg = config or CleanReferenceConfig()
+    lab_dir = Path(lab_dir)
+    meta = json.loads((lab_dir / "lab.json").read_text())
+    key_src = json.dumps(
+        {"lab": meta["config_hash"], "pool": meta["pool"], "cfg": dataclasses.asdict(cfg)},
+        sort_keys=True,
+    )
+    key = hashlib.sha256(key_src.encode()).hexdigest()[:20]
+    root = Path(cache_dir) if cache_dir else default_cache_dir()
+    out = root / "dpdllm-lab-reference" / key
+    if (out / "reference.json").exists():
+        return out
+
+    import torch
+    from transformers import AutoTokenizer
+
+    from calibdcd.lab.train import build_model, pick_device, pretrain
+
+    t0 = time.perf_counter()
+    model_cfg, _, pt_cfg = _lab_configs(meta)
+    texts = _background_texts(lab_dir, meta)
+    random.Random(f"dpdllm-clean-reference-{cfg.seed}").shuffle(texts)
+    if cfg.n_texts:
+        texts = texts[: cfg.n_texts]
+    tok = AutoTokenizer.from_pretrained(lab_dir / "base")
+    docs = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    model_cfg = dataclasses.replace(
+        model_cfg,
+        hidden_size=cfg.hidden_size or model_cfg.hidden_size,
+        num_layers=cfg.num_layers or model_cfg.num_layers,
+    )
+    special = {"bos": tok.bos_token_id, "eos": tok.eos_token_id, "pad": tok.pad_token_id}
+    vocab = ((len(tok) + 63) // 64) * 64
+    model = build_model(model_cfg, vocab, special, cfg.seed)
+    pt = dataclasses.replace(pt_cfg, epochs=cfg.epochs)
+    device = pick_device(cfg.device)
+    stats = pretrain(
+        model, docs, special["eos"], pt, seed=cfg.seed, device=device, progress=progress,
+        desc="DPDLLM clean reference",
+    )  # fmt: skip
+    model.to("cpu")
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    info = {
+        "lab": str(lab_dir),
+        "lab_config_hash": meta["config_hash"],
+        "n_texts": len(texts),
+        "config": dataclasses.asdict(cfg),
+        "train": stats.as_dict(),
+        "seconds": time.perf_counter() - t0,
+        "torch_threads": torch.get_num_threads(),
+    }
+    (tmp / "reference.json").write_text(json.dumps(info, indent=2))
+    if out.exists():
+        shutil.rmtree(tmp)
+    else:
+        os.replace(tmp, out)
+    return out

@@ -1,0 +1,425 @@
+"""DPDLLM's reference LM: a small causal LM fine-tuned to memorise the candidate texts.
+
+Official behaviour (``train_detector.py``, keras-nlp GPT-2 base): every text of a split is packed
+into ``L + 1`` tokens as ``[start] + first L-1 tokens + [end]`` (padded with id 0), the model is
+trained to predict ``seq[1:]`` from ``seq[:L]`` with the padding mask as sample weight, for 15
+epochs, batch 4, Adam with the learning rate decaying linearly from 5e-5 to 0, keeping the epoch
+with the lowest training perplexity. Labels are never used.
+
+Here any local transformers causal LM plays GPT-2's part (HF ``gpt2`` on users' machines, the
+lab's base model in tests). Choices where the keras code has no exact transformers equivalent:
+
+* start/end tokens are the tokenizer's BOS/EOS (GPT-2: both ``<|endoftext|>``); a tokenizer with
+  only one of them uses it for both.
+* the loss is the mean cross-entropy over the unpadded target tokens; the training perplexity of
+  an epoch is ``exp`` of the token-weighted mean loss over that epoch's batches (keras' running
+  metric), and the weights at the end of the best epoch are kept.
+* Adam uses keras' epsilon 1e-7; batches are reshuffled every epoch with the config seed.
+
+The fine-tuned model is cached on disk under a key hashing the base model's identity (path plus
+a fingerprint of its weight files), the texts and every hyperparameter, so one setting trains once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+__all__ = [
+    "PackedBatch",
+    "ReferenceLM",
+    "ReferenceLMConfig",
+    "default_cache_dir",
+    "model_fingerprint",
+    "pack_texts",
+    "reference_key",
+    "resolve_device",
+]
+
+
+def default_cache_dir() -> Path:
+    """``$CALIBDCD_CACHE`` or ``~/.cache/calibdcd``."""
+    env = os.environ.get("CALIBDCD_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "calibdcd"
+
+
+@dataclasses.dataclass(frozen=True)
+class ReferenceLMConfig:
+    """How the reference LM is fine-tuned (defaults = the official DPDLLM settings).
+
+    ``window`` None means the detector's length ``L``. ``select`` is ``"train_ppl"`` (keep the
+    epoch with the lowest training perplexity, official) or ``"last"``. ``device`` is ``"auto"``
+    (cuda, then mps, then cpu) or a torch device string. ``bf16`` enables bfloat16 autocast on
+    CUDA (weights and the probabilities read off stay float32). ``pad_token_id`` is the id used
+    for padding: None = the tokenizer's pad id, or 0 when it has none (GPT-2: 0, as keras-nlp);
+    it matters only for the official short-text features.
+    """
+
+    model_path: str = "gpt2"
+    epochs: int = 15
+    batch_size: int = 4
+    learning_rate: float = 5e-5
+    adam_epsilon: float = 1e-7
+    window: int | None = None
+    select: Literal["train_ppl", "last"] = "train_ppl"
+    add_end_token: bool = True
+    pad_token_id: int | None = None
+    seed: int = 0
+    device: str = "auto"
+    bf16: bool = True
+    cache_dir: str | None = None
+    score_batch_size: int = 16
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch_size", "score_batch_size"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"reference.{name} must be an integer >= 1, got {v!r}")
+        if not (self.learning_rate > 0):
+            raise ValueError(f"reference.learning_rate must be > 0, got {self.learning_rate!r}")
+        if self.window is not None and (not isinstance(self.window, int) or self.window < 2):
+            raise ValueError(
+                f"reference.window must be None or an integer >= 2, got {self.window!r}"
+            )
+        if self.select not in ("train_ppl", "last"):
+            raise ValueError(f"reference.select must be 'train_ppl' or 'last', got {self.select!r}")
+        if not self.model_path:
+            raise ValueError("reference.model_path is empty")
+
+    def training_key(self) -> dict[str, Any]:
+        """The hyperparameters that change the trained weights (device/caching excluded)."""
+        return {
+            "epochs": self.epochs,
+            "batch_size": self.batch_size,
+            "learning_rate": self.learning_rate,
+            "adam_epsilon": self.adam_epsilon,
+            "select": self.select,
+            "add_end_token": self.add_end_token,
+            "pad_token_id": self.pad_token_id,
+            "seed": self.seed,
+        }
+
+
+def resolve_device(device: str = "auto") -> str:
+    import torch
+
+    if device != "auto":
+        return device
+    if torch.cuda.is_available():
+        return "cuda"
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+_FP_CACHE: dict[tuple[str, int, int], str] = {}
+
+
+def _file_digest(path: Path) -> str:
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key not in _FP_CACHE:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        _FP_CACHE[key] = h.hexdigest()
+    return _FP_CACHE[key]
+
+
+def model_fingerprint(model_path: str) -> str:
+    """Identity of a base model: for a local directory, a hash of its config, tokenizer and weight
+    files' contents; otherwise (a hub id) the id itself."""
+    p = Path(model_path)
+    if not p.is_dir():
+        return f"id:{model_path}"
+    h = hashlib.sha256()
+    for f in sorted(p.iterdir()):
+        if f.is_file() and (
+            f.suffix in (".safetensors", ".bin", ".json", ".model", ".txt")
+            or f.name == "merges.txt"
+        ):
+            h.update(f.name.encode())
+            h.update(_file_digest(f).encode())
+    return "dir:" + h.hexdigest()
+
+
+def reference_key(config: ReferenceLMConfig, window: int, texts: Sequence[str]) -> str:
+    """Cache key of a fine-tuned reference LM: base model identity, texts (ordered), settings."""
+    h = hashlib.sha256()
+    h.update(model_fingerprint(config.model_path).encode())
+    h.update(json.dumps({**config.training_key(), "window": window}, sort_keys=True).encode())
+    h.update(str(len(texts)).encode())
+    for t in texts:
+        h.update(hashlib.sha256(t.encode("utf-8")).digest())
+    return h.hexdigest()[:24]
+
+
+@dataclasses.dataclass(frozen=True)
+class PackedBatch:
+    """Packed texts: ``inputs``/``targets`` (n, L) int64, ``input_mask``/``target_mask`` (n, L)."""
+
+    inputs: np.ndarray
+    targets: np.ndarray
+    input_mask: np.ndarray
+    target_mask: np.ndarray
+
+
+def special_ids(tokenizer: Any) -> tuple[int, int]:
+    """(start, end) token ids: BOS and EOS, either standing in for a missing other."""
+    bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
+    start = bos if bos is not None else eos
+    end = eos if eos is not None else bos
+    if start is None or end is None:
+        raise ValueError(
+            "the reference LM's tokenizer has neither a BOS nor an EOS token; DPDLLM packs every "
+            "text as [start] + tokens + [end]"
+        )
+    return int(start), int(end)
+
+
+def pack_texts(
+    tokenizer: Any,
+    texts: Sequence[str],
+    window: int,
+    *,
+    add_end_token: bool = True,
+    pad_id: int | None = None,
+) -> PackedBatch:
+    """keras-nlp ``GPT2CausalLMPreprocessor(sequence_length=window)`` for a transformers tokenizer.
+
+    Each text becomes ``[start] + tokens[:window-1] + [end]`` (``[start] + tokens[:window]``
+    without the end token), right-padded to ``window + 1`` with ``pad_id`` (None: the
+    tokenizer's pad id, else 0); inputs are the first ``window`` ids, targets the next ones.
+    """
+    start, end = special_ids(tokenizer)
+    if pad_id is None:
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    n = len(texts)
+    seqs = np.full((n, window + 1), pad_id, dtype=np.int64)
+    real = np.zeros((n, window + 1), dtype=bool)
+    for i, t in enumerate(texts):
+        ids = tokenizer(t, add_special_tokens=False)["input_ids"]
+        body = ids[: window - 1] if add_end_token else ids[:window]
+        seq = [start, *body] + ([end] if add_end_token else [])
+        seqs[i, : len(seq)] = seq
+        real[i, : len(seq)] = True
+    return PackedBatch(
+        inputs=seqs[:, :window],
+        targets=seqs[:, 1:],
+        input_mask=real[:, :window],
+        target_mask=real[:, 1:],
+    )
+
+
+@dataclasses.dataclass
+class ReferenceLM:
+    """A fine-tuned reference LM ready to score texts (model + tokenizer on ``device``)."""
+
+    model: Any
+    tokenizer: Any
+    window: int
+    device: str
+    config: ReferenceLMConfig
+    path: Path | None = None
+    meta: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    # -- construction --------------------------------------------------------------------------
+    @classmethod
+    def load_base(cls, config: ReferenceLMConfig, window: int) -> ReferenceLM:
+        """The base (not fine-tuned) model, e.g. for an ablation without memorisation."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        device = resolve_device(config.device)
+        tok = AutoTokenizer.from_pretrained(config.model_path)
+        model = AutoModelForCausalLM.from_pretrained(config.model_path, dtype="float32")
+        model.to(device).eval()
+        return cls(model, tok, window, device, config, None, {"fine_tuned": False})
+
+    @classmethod
+    def fine_tuned(
+        cls,
+        config: ReferenceLMConfig,
+        window: int,
+        texts: Sequence[str],
+        *,
+        progress: bool = True,
+        force: bool = False,
+    ) -> ReferenceLM:
+        """Fine-tune on ``texts`` (or load the cached result of the same setting)."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        texts = list(texts)
+        if not texts:
+            raise ValueError("the reference LM needs at least one text to fine-tune on")
+        for i, t in enumerate(texts):
+            if not isinstance(t, str) or not t.strip():
+                raise ValueError(f"reference texts[{i}] is empty or not a str")
+        key = reference_key(config, window, texts)
+        root = Path(config.cache_dir) if config.cache_dir else default_cache_dir()
+        out = root / "dpdllm-reference" / key
+        device = resolve_device(config.device)
+        if force and out.exists():
+            shutil.rmtree(out)
+        if not (out / "meta.json").exists():
+            _train_and_save(config, window, texts, out, device, progress)
+        meta = json.loads((out / "meta.json").read_text())
+        tok = AutoTokenizer.from_pretrained(out)
+        model = AutoModelForCausalLM.from_pretrained(out, dtype="float32")
+        model.to(device).eval()
+        return cls(model, tok, window, device, config, out, meta)
+
+    # -- scoring -------------------------------------------------------------------------------
+    def position_stats(
+        self, texts: Sequence[str], *, progress: bool = False
+    ) -> dict[str, np.ndarray]:
+        """Per-position statistics of the packed texts (official: all L positions, padding too).
+
+        Returns ``cond_prob`` (n, L) = p_i(y_i), ``max_prob`` (n, L) = max_v p_i(v),
+        ``target_mask`` (n, L) (True where y_i is a real token).
+        """
+        import torch
+        from tqdm.auto import tqdm
+
+        packed = pack_texts(
+            self.tokenizer,
+            texts,
+            self.window,
+            add_end_token=self.config.add_end_token,
+            pad_id=self.config.pad_token_id,
+        )
+        n, L = packed.inputs.shape
+        cond = np.empty((n, L), dtype=np.float64)
+        mx = np.empty((n, L), dtype=np.float64)
+        bs = self.config.score_batch_size
+        use_bf16 = self.config.bf16 and self.device.startswith("cuda")
+        self.model.eval()
+        with torch.inference_mode():
+            for s in tqdm(
+                range(0, n, bs), desc="DPDLLM features", unit="batch", disable=not progress
+            ):
+                x = torch.from_numpy(packed.inputs[s : s + bs]).to(self.device)
+                am = torch.from_numpy(packed.input_mask[s : s + bs].astype(np.int64)).to(
+                    self.device
+                )
+                y = torch.from_numpy(packed.targets[s : s + bs]).to(self.device)
+                with _bf16_autocast(use_bf16):
+                    logits = self.model(input_ids=x, attention_mask=am).logits
+                logp = torch.log_softmax(logits.float(), dim=-1)
+                cond[s : s + bs] = logp.gather(-1, y.unsqueeze(-1)).squeeze(-1).exp().cpu().numpy()
+                mx[s : s + bs] = logp.max(dim=-1).values.exp().cpu().numpy()
+        return {"cond_prob": cond, "max_prob": mx, "target_mask": packed.target_mask}
+
+
+def _bf16_autocast(enabled: bool) -> Any:
+    """bfloat16 autocast on CUDA, a no-op context elsewhere (no CUDA warning on CPU builds)."""
+    if not enabled:
+        return contextlib.nullcontext()
+    import torch
+
+    return torch.autocast("cuda", dtype=torch.bfloat16)
+
+
+def _train_and_save(
+    config: ReferenceLMConfig,
+    window: int,
+    texts: list[str],
+    out: Path,
+    device: str,
+    progress: bool,
+) -> None:
+    import torch
+    from tqdm.auto import tqdm
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    t0 = time.perf_counter()
+    torch.manual_seed(config.seed)
+    tok = AutoTokenizer.from_pretrained(config.model_path)
+    model = AutoModelForCausalLM.from_pretrained(config.model_path, dtype="float32")
+    model.to(device).train()
+    packed = pack_texts(
+        tok, texts, window, add_end_token=config.add_end_token, pad_id=config.pad_token_id
+    )
+    n = len(texts)
+    steps_per_epoch = math.ceil(n / config.batch_size)
+    total = steps_per_epoch * config.epochs
+    opt = torch.optim.Adam(model.parameters(), lr=config.learning_rate, eps=config.adam_epsilon)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: max(0.0, 1.0 - step / total))
+    rng = np.random.default_rng(config.seed)
+    use_bf16 = config.bf16 and device.startswith("cuda")
+    inputs = torch.from_numpy(packed.inputs)
+    targets = torch.from_numpy(packed.targets)
+    in_mask = torch.from_numpy(packed.input_mask.astype(np.int64))
+    tgt_mask = torch.from_numpy(packed.target_mask.astype(np.float32))
+    history: list[float] = []
+    best_ppl, best_epoch, best_state = math.inf, -1, None
+    bar = tqdm(total=total, desc="DPDLLM reference LM", unit="step", disable=not progress)
+    try:
+        for epoch in range(config.epochs):
+            perm = rng.permutation(n)
+            loss_sum, tok_sum = 0.0, 0.0
+            for b in range(steps_per_epoch):
+                idx = torch.from_numpy(perm[b * config.batch_size : (b + 1) * config.batch_size])
+                x, y = inputs[idx].to(device), targets[idx].to(device)
+                am, w = in_mask[idx].to(device), tgt_mask[idx].to(device)
+                with _bf16_autocast(use_bf16):
+                    logits = model(input_ids=x, attention_mask=am).logits
+                nll = torch.nn.functional.cross_entropy(
+                    logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="none"
+                ).reshape(y.shape)
+                denom = w.sum().clamp_min(1.0)
+                loss = (nll * w).sum() / denom
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                sched.step()
+                loss_sum += float(loss.detach()) * float(denom)
+                tok_sum += float(denom)
+                bar.update(1)
+            ppl = math.exp(loss_sum / max(tok_sum, 1.0))
+            history.append(ppl)
+            bar.set_postfix(epoch=epoch + 1, train_ppl=f"{ppl:.3g}")
+            if config.select == "last" or ppl < best_ppl:
+                best_ppl, best_epoch = ppl, epoch
+                best_state = {
+                    k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()
+                }
+    finally:
+        bar.close()
+    assert best_state is not None
+    model.load_state_dict(best_state)
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    meta = {
+        "base_model": config.model_path,
+        "base_fingerprint": model_fingerprint(config.model_path),
+        "window": window,
+        "n_texts": n,
+        "hyperparameters": config.training_key(),
+        "train_ppl_per_epoch": history,
+        "best_epoch": best_epoch + 1,
+        "best_train_ppl": best_ppl,
+        "device": device,
+        "seconds": time.perf_counter() - t0,
+    }
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
+    if out.exists():  # another process finished the same setting first
+        shutil.rmtree(tmp)
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(tmp, out)

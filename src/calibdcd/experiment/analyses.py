@@ -1,0 +1,276 @@
+"""CalibDCD in the loop for one setting, and the paper's per-setting analyses.
+
+:class:`CalibrationProblem` holds one setting's features (supervised split, evaluation pool,
+calibration non-members under e0 and under every view) and the original trained classifier.
+``problem.run(config)`` is the paper's pipeline after feature extraction: calibrate on the
+calibration non-members with the original score fixed, apply the selected correction, retrain the
+classifier family on the corrected supervised features, score the pool. The analyses re-run it
+with changed CalibDCD settings, all from the same arrays (no new target queries):
+
+* ablations (paper Table "Ablation results"): ``random3`` (seeded random views), ``top1``,
+  ``no_consensus``, ``binary`` weights, and ``fixed_full`` (λ = 1 at the selected r, only for
+  settings whose selected λ < 1);
+* ``fixed``: the fixed configuration (r = 3, λ = 0.9) against the adaptive choice;
+* false-positive recovery (:func:`fp_recovery`).
+
+Choices where the paper is silent (documented settings):
+
+* **Feature space.** ``space="normalized"`` calibrates in the space the classifier consumes
+  (after its own normalisation, e.g. VeilProbe's z-score) when the classifier exposes
+  ``transform`` and a score on transformed features (``score_transformed``; VeilProbe's
+  classifier: its ProtoNet's ``score``); ``"raw"`` calibrates the extractor's output with the
+  classifier's full ``score``. Retraining fits a fresh classifier of the family on the corrected
+  features; in the normalised space, when the classifier offers ``inverse_transform`` the corrected
+  features are mapped back to raw first, otherwise the fresh classifier is fitted on the
+  corrected normalised features (its own normalisation is then refitted on top).
+* **No correction.** When CalibDCD selects no correction (best J ≤ 0), the calibrated detector
+  *is* the original one: no retraining, identical scores.
+* **Fixed configurations** (``fixed_full``, ``fixed``) are applied even when their J ≤ 0
+  (``guard=False``): they measure what that configuration does, not whether it would be chosen.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+import numpy as np
+
+from calibdcd.calibration import Calibration, CalibrationConfig, calibrate
+from calibdcd.metrics import auc, roc_curve, tpr_at_fpr
+
+__all__ = [
+    "CalibrationProblem",
+    "Outcome",
+    "ablation_configs",
+    "fixed_config",
+    "fp_recovery",
+    "threshold_at_fpr",
+]
+
+Space = Literal["raw", "normalized"]
+
+
+def _score_in_space(clf: Any) -> Callable[[np.ndarray], np.ndarray] | None:
+    """The classifier's score on already-transformed features, when it has one."""
+    fn = getattr(clf, "score_transformed", None)
+    if callable(fn):
+        return fn
+    inner = getattr(clf, "protonet", None)  # VeilProbeClassifier: preprocessor + ProtoNet
+    if inner is not None and callable(getattr(inner, "score", None)):
+        return inner.score
+    return None
+
+
+def resolve_space(clf: Any, requested: str) -> Space:
+    """``auto`` -> normalized when the classifier exposes its space, else raw."""
+    has = callable(getattr(clf, "transform", None)) and _score_in_space(clf) is not None
+    if requested == "normalized" and not has:
+        raise ValueError(
+            "calibration_space: normalized needs a classifier with transform() and "
+            f"score_transformed(); {type(clf).__name__} has no such space"
+        )
+    if requested == "raw":
+        return "raw"
+    return "normalized" if has else "raw"
+
+
+@dataclasses.dataclass
+class Outcome:
+    """One calibrated detector: the calibration, the retrained classifier and pool scores."""
+
+    calibration: Calibration
+    scores: np.ndarray  #: calibrated detector's scores on the evaluation pool
+    auc: float
+    tpr: float
+    classifier: Any
+
+    def summary(self) -> dict[str, Any]:
+        c = self.calibration
+        return {
+            "auc": self.auc,
+            "tpr": self.tpr,
+            "corrected": c.corrected,
+            "rank": c.rank,
+            "strength": c.strength,
+            "basis_dim": int(c.basis.shape[1]),
+            "selected_views": list(c.selected_views),
+            "best_objective": c.best_objective,
+        }
+
+
+@dataclasses.dataclass
+class CalibrationProblem:
+    """One setting's arrays and original classifier (raw features = the extractor's output)."""
+
+    z_sup: np.ndarray
+    y_sup: np.ndarray
+    z_eval: np.ndarray
+    y_eval: np.ndarray
+    z_cal: np.ndarray
+    views: Mapping[str, np.ndarray]
+    original: Any
+    new_classifier: Callable[[], Any]
+    block: np.ndarray | None = None
+    space: Space = "raw"
+    fpr: float = 0.05
+    #: optional (key -> fitted classifier) cache hook: (key, build) -> classifier
+    model_cache: Callable[[str, Calibration, Callable[[], Any]], Any] | None = None
+
+    def __post_init__(self) -> None:
+        self.scores_before = np.asarray(self.original.score(self.z_eval), dtype=np.float64)
+        self.auc_before = auc(self.y_eval, self.scores_before)
+        self.tpr_before = tpr_at_fpr(self.y_eval, self.scores_before, self.fpr)
+        self._views_t = {k: self.forward(v) for k, v in self.views.items()}
+        self._cal_t = self.forward(self.z_cal)
+
+    # -- the feature space CalibDCD works in --------------------------------------------------
+    def forward(self, z: np.ndarray) -> np.ndarray:
+        if self.space == "normalized":
+            return np.asarray(self.original.transform(z), dtype=np.float64)
+        return np.asarray(z, dtype=np.float64)
+
+    def score0(self, zt: np.ndarray) -> np.ndarray:
+        """The fixed original score q in the calibration space."""
+        if self.space == "normalized":
+            fn = _score_in_space(self.original)
+            assert fn is not None
+            return np.asarray(fn(zt), dtype=np.float64)
+        return np.asarray(self.original.score(zt), dtype=np.float64)
+
+    def _back(self, zt: np.ndarray) -> np.ndarray:
+        """Corrected features in the space the retrained classifier is fitted on."""
+        inv = getattr(self.original, "inverse_transform", None)
+        if self.space == "normalized" and callable(inv):
+            return np.asarray(inv(zt), dtype=np.float64)
+        return zt
+
+    # -- the pipeline ------------------------------------------------------------------------
+    def calibrate(self, config: CalibrationConfig) -> Calibration:
+        return calibrate(
+            self._cal_t, self._views_t, self.score0, block=self.block, **config.kwargs()
+        )
+
+    def final_scorer(self, cal: Calibration, clf: Any) -> Callable[[np.ndarray], np.ndarray]:
+        if not cal.corrected:
+            return lambda z: np.asarray(self.original.score(z), dtype=np.float64)
+        return lambda z: np.asarray(
+            clf.score(self._back(cal.transform(self.forward(z)))), dtype=np.float64
+        )
+
+    def retrain(self, cal: Calibration) -> Any:
+        if not cal.corrected:
+            return self.original
+
+        def build() -> Any:
+            z = self._back(cal.transform(self.forward(self.z_sup)))
+            return self.new_classifier().fit(z, self.y_sup)
+
+        if self.model_cache is not None:
+            return self.model_cache("retrained", cal, build)
+        return build()
+
+    def run(self, config: CalibrationConfig) -> Outcome:
+        cal = self.calibrate(config)
+        clf = self.retrain(cal)
+        scores = self.final_scorer(cal, clf)(self.z_eval)
+        return Outcome(
+            calibration=cal,
+            scores=scores,
+            auc=auc(self.y_eval, scores),
+            tpr=tpr_at_fpr(self.y_eval, scores, self.fpr),
+            classifier=clf,
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Variants
+# --------------------------------------------------------------------------------------------
+
+
+def ablation_configs(base: CalibrationConfig, seed: int) -> dict[str, CalibrationConfig]:
+    """The paper's component ablations (one change each; random views seeded by ``seed``)."""
+    return {
+        "random3": dataclasses.replace(base, view_selection="random", seed=seed),
+        "top1": dataclasses.replace(base, view_selection="top1"),
+        "no_consensus": dataclasses.replace(base, consensus=False),
+        "binary": dataclasses.replace(base, weighting="binary"),
+    }
+
+
+def fixed_config(base: CalibrationConfig, rank: int, strength: float) -> CalibrationConfig:
+    """One (r, λ) candidate, applied regardless of its objective."""
+    return dataclasses.replace(base, ranks=(rank,), strengths=(strength,), guard=False)
+
+
+def full_correction_config(base: CalibrationConfig, main: Calibration) -> CalibrationConfig | None:
+    """λ = 1 at the selected r, for settings whose selected λ < 1 (else None)."""
+    if not main.corrected or main.strength >= 1.0 or main.rank is None:
+        return None
+    return fixed_config(base, main.rank, 1.0)
+
+
+# --------------------------------------------------------------------------------------------
+# False-positive recovery
+# --------------------------------------------------------------------------------------------
+
+
+def threshold_at_fpr(labels: np.ndarray, scores: np.ndarray, fpr: float) -> float:
+    """The operating threshold of ``tpr_at_fpr``: predict member iff score ≥ threshold, at the
+    largest ROC point with FPR ≤ ``fpr`` (+inf when only the empty prediction qualifies)."""
+    f, _, thr = roc_curve(labels, scores)
+    ok = np.flatnonzero(f <= fpr + 1e-12)
+    return float(thr[ok.max()])
+
+
+def fp_recovery(
+    problem: CalibrationProblem, outcome: Outcome, *, fpr: float | None = None
+) -> dict[str, Any]:
+    """Decision-level effect of the calibration at the same FPR budget.
+
+    * ``pool``: over the evaluation pool, non-members predicted member by the original detector
+      at its own ``fpr`` threshold that the calibrated detector (at its own ``fpr`` threshold)
+      predicts non-member (``recovered``), versus non-members newly above it (``new_fp``), and
+      members lost / gained (``members_lost``, ``members_gained``).
+    * ``affected`` (the paper's analysis): calibration non-members associated with the selected
+      view of highest FPP (its score increase u > 0 for them) that the original detector
+      misclassifies at the pool's ``fpr`` threshold; ``recovered`` counts those the calibrated
+      detector classifies as non-members at its own threshold.
+    """
+    fpr = problem.fpr if fpr is None else fpr
+    y = problem.y_eval
+    s0, s1 = problem.scores_before, outcome.scores
+    t0, t1 = threshold_at_fpr(y, s0, fpr), threshold_at_fpr(y, s1, fpr)
+    p0, p1 = s0 >= t0, s1 >= t1
+    nm, m = y == 0, y == 1
+    pool = {
+        "threshold_before": t0,
+        "threshold_after": t1,
+        "fp_before": int((p0 & nm).sum()),
+        "fp_after": int((p1 & nm).sum()),
+        "recovered": int((p0 & ~p1 & nm).sum()),
+        "new_fp": int((~p0 & p1 & nm).sum()),
+        "tp_before": int((p0 & m).sum()),
+        "tp_after": int((p1 & m).sum()),
+        "members_lost": int((p0 & ~p1 & m).sum()),
+        "members_gained": int((~p0 & p1 & m).sum()),
+    }
+    cal = outcome.calibration
+    affected: dict[str, Any] = {"view": None, "cases": 0, "recovered": 0, "rate": None}
+    if cal.selected_views:
+        top = max(cal.selected_views, key=lambda v: cal.fpp[v])
+        q_cal = problem.score0(problem._cal_t)
+        u = problem.score0(problem._views_t[top]) - q_cal
+        orig = np.asarray(problem.original.score(problem.z_cal), dtype=np.float64)
+        after = problem.final_scorer(cal, outcome.classifier)(problem.z_cal)
+        cases = (u > 0) & (orig >= t0)
+        rec = cases & (after < t1)
+        n = int(cases.sum())
+        affected = {
+            "view": top,
+            "cases": n,
+            "recovered": int(rec.sum()),
+            "rate": (float(rec.sum()) / n) if n else None,
+        }
+    return {"fpr": fpr, "pool": pool, "affected": affected}

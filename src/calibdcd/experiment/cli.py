@@ -1,0 +1,102 @@
+"""``calibdcd run CONFIG.yaml`` and ``calibdcd report RUN_DIR``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+__all__ = ["demo_command", "report_command", "run_command"]
+
+
+def run_command(
+    config: Annotated[Path, typer.Argument(help="experiment config (YAML)")],
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="resolve and validate everything; load no model")
+    ] = False,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="run directory (default: the config's output)")
+    ] = None,
+    report: Annotated[bool, typer.Option(help="write the report when the grid is complete")] = True,
+    progress: Annotated[bool, typer.Option(help="progress bars")] = True,
+) -> None:
+    """Run (or resume) an experiment grid: benchmarks x targets x detectors x seeds."""
+    from calibdcd.experiment.config import ConfigError, load_config
+    from calibdcd.experiment.runner import dry_run as check
+    from calibdcd.experiment.runner import run_experiment
+
+    try:
+        cfg = load_config(config)
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if dry_run:
+        lines, problems = check(cfg)
+        for line in lines:
+            typer.echo(line)
+        for p in problems:
+            typer.echo(f"error: {p}", err=True)
+        if problems:
+            typer.echo(f"dry run: {len(problems)} problem(s)", err=True)
+            raise typer.Exit(1)
+        typer.echo("dry run: OK")
+        return
+    run_dir = run_experiment(cfg, out, progress=progress, log=typer.echo)
+    typer.echo(f"run directory: {run_dir}")
+    if report:
+        from calibdcd.report import write_report
+
+        html = write_report(run_dir)
+        typer.echo(f"report: {html}")
+
+
+def report_command(
+    run_dir: Annotated[Path, typer.Argument(help="a run directory written by `calibdcd run`")],
+    out: Annotated[
+        Path | None, typer.Option("--out", help="report directory (default: RUN_DIR/report)")
+    ] = None,
+) -> None:
+    """Write the paper's tables (Markdown, LaTeX, CSV), figures and one HTML page."""
+    from calibdcd.report import write_report
+
+    try:
+        html = write_report(run_dir, out)
+    except (FileNotFoundError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"report: {html}")
+
+
+def demo_command(
+    out: Annotated[Path | None, typer.Option("--out", help="run directory")] = None,
+    preset: Annotated[
+        str, typer.Option(help="lab preset (small; micro for a quick look)")
+    ] = "small",
+    detector: Annotated[
+        list[str] | None,
+        typer.Option("--detector", "-d", help="veilprobe / dpdllm / overlap (repeat; default all)"),
+    ] = None,
+    cache_dir: Annotated[Path, typer.Option(help="feature / generation cache")] = Path(
+        ".calibdcd-cache"
+    ),
+    progress: Annotated[bool, typer.Option(help="progress bars")] = True,
+) -> None:
+    """Build the lab, run every detector with and without CalibDCD on its post-trained and base
+    models, print the comparison and write the HTML report."""
+    from calibdcd.experiment.demo import DEMO_DETECTORS, run_demo
+
+    try:
+        html, text = run_demo(
+            out,
+            preset=preset,
+            detectors=tuple(detector) if detector else DEMO_DETECTORS,
+            cache_dir=cache_dir,
+            progress=progress,
+            log=typer.echo,
+        )
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(text)
+    typer.echo(f"report: {html}")

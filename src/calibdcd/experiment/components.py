@@ -1,0 +1,320 @@
+"""Building the parts of a setting from config entries: detectors, targets, views, benchmarks.
+
+Detectors are looked up by name in :data:`DETECTORS`; each entry knows its module (checked
+without importing it in dry runs) and how to build the detector for one benchmark from a preset
+and nested option overrides (``options: {sampling: {max_new_tokens: 64}}`` replaces that field of
+the preset's nested dataclass). Targets are built with
+:func:`calibdcd.targets.base.create_target` only when a setting actually needs a query (a cache
+miss), and always wrapped in the persistent generation cache.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import importlib.util
+import json
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from calibdcd.experiment.config import BenchmarkEntry, DetectorEntry, TargetEntry
+
+__all__ = [
+    "DETECTORS",
+    "DetectorSpec",
+    "build_detector",
+    "detector_available",
+    "load_benchmark_entry",
+    "replace_nested",
+    "resolve_lab",
+    "target_identity",
+    "view_bank_for",
+]
+
+
+def replace_nested(obj: Any, options: Mapping[str, Any], path: str = "options") -> Any:
+    """``dataclasses.replace`` applied recursively: a mapping value for a field that holds a
+    dataclass updates that dataclass; lists become tuples where the field holds a tuple."""
+    if not options:
+        return obj
+    if not dataclasses.is_dataclass(obj):
+        raise ValueError(f"{path}: cannot set fields on {type(obj).__name__}")
+    names = {f.name for f in dataclasses.fields(obj)}
+    kw: dict[str, Any] = {}
+    for k, v in options.items():
+        if k not in names:
+            raise ValueError(
+                f"{path}.{k}: unknown field of {type(obj).__name__} "
+                f"(fields: {', '.join(sorted(names))})"
+            )
+        cur = getattr(obj, k)
+        if isinstance(v, Mapping) and dataclasses.is_dataclass(cur):
+            kw[k] = replace_nested(cur, v, f"{path}.{k}")
+        elif isinstance(v, list) and isinstance(cur, tuple):
+            kw[k] = tuple(v)
+        else:
+            kw[k] = v
+    try:
+        return dataclasses.replace(obj, **kw)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class DetectorSpec:
+    name: str
+    module: str
+    build: Callable[[DetectorEntry, str, str], Any]  # (entry, benchmark name, cache dir) -> det
+    description: str
+
+
+def resolve_lab_refs(value: Any, *, build: bool = True) -> Any:
+    """Resolve lab references anywhere in nested detector options (left as they are when
+    ``build`` is False):
+
+    * ``"lab:<preset>/<path>"``: that path inside the lab's directory;
+    * ``"lab-clean-reference:<preset>"``: DPDLLM's clean reference LM for that lab (the lab's
+      architecture pre-trained on its background texts only, no candidate text;
+      ``calibdcd.detectors.dpdllm.lab_reference.ensure_clean_reference``). The lab's own base
+      model must not be the reference: it memorised the members, so a reference started from it
+      detects membership without looking at the target's output.
+    """
+    if isinstance(value, str) and value.startswith("lab-clean-reference:"):
+        if not build:
+            return value
+        from calibdcd.detectors.dpdllm.lab_reference import ensure_clean_reference
+
+        lab = resolve_lab(value.split(":", 1)[1], build=True)
+        return str(ensure_clean_reference(lab, progress=False))
+    if isinstance(value, str) and value.startswith("lab:"):
+        preset, _, rel = value[4:].partition("/")
+        lab = resolve_lab(preset, build=build)
+        return value if lab is None else str(lab / rel)
+    if isinstance(value, Mapping):
+        return {k: resolve_lab_refs(v, build=build) for k, v in value.items()}
+    if isinstance(value, list):
+        return [resolve_lab_refs(v, build=build) for v in value]
+    return value
+
+
+def _veilprobe(entry: DetectorEntry, benchmark: str, cache_dir: str) -> Any:
+    from calibdcd.detectors.veilprobe import VeilProbe, VeilProbeConfig
+
+    preset = entry.preset or "paper"
+    if preset not in ("paper", "cpu"):
+        raise ValueError(f"preset: VeilProbe presets are 'paper' and 'cpu', got {preset!r}")
+    cfg = getattr(VeilProbeConfig, preset)()
+    opts = dict(entry.options)
+    opts.setdefault("cache_dir", str(Path(cache_dir) / "veilprobe"))
+    opts.setdefault("progress", False)
+    return VeilProbe(replace_nested(cfg, opts))
+
+
+def _dpdllm(entry: DetectorEntry, benchmark: str, cache_dir: str) -> Any:
+    from calibdcd.detectors.dpdllm import DPDLLM
+    from calibdcd.detectors.dpdllm.detector import DPDLLMConfig
+
+    if entry.preset not in (None, "paper"):
+        raise ValueError(f"preset: DPDLLM has the preset 'paper' only, got {entry.preset!r}")
+    cfg = DPDLLMConfig.for_benchmark(benchmark)
+    opts = dict(entry.options)
+    opts.setdefault("progress", False)
+    return DPDLLM(replace_nested(cfg, opts))
+
+
+def _overlap(entry: DetectorEntry, benchmark: str, cache_dir: str) -> Any:
+    from calibdcd.detectors.overlap import ContinuationOverlap, OverlapConfig
+
+    if entry.preset not in (None, "default"):
+        raise ValueError(f"preset: the overlap detector has no presets, got {entry.preset!r}")
+    return ContinuationOverlap(replace_nested(OverlapConfig(), dict(entry.options)))
+
+
+DETECTORS: dict[str, DetectorSpec] = {
+    s.name: s
+    for s in (
+        DetectorSpec(
+            "veilprobe",
+            "calibdcd.detectors.veilprobe",
+            _veilprobe,
+            "VeilProbe: mapping-model features + key-token perturbation, ProtoNet-IB",
+        ),
+        DetectorSpec(
+            "dpdllm",
+            "calibdcd.detectors.dpdllm",
+            _dpdllm,
+            "DPDLLM: reference-LM probabilities of the continuation, Gaussian NB",
+        ),
+        DetectorSpec(
+            "overlap",
+            "calibdcd.detectors.overlap",
+            _overlap,
+            "continuation overlap with the true second half, logistic regression",
+        ),
+    )
+}
+
+
+def detector_available(name: str) -> bool:
+    spec = DETECTORS[name]
+    try:
+        return importlib.util.find_spec(spec.module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def build_detector(
+    entry: DetectorEntry, benchmark: str, cache_dir: str, *, build_labs: bool = True
+) -> Any:
+    """The detector of ``entry`` configured for ``benchmark`` (e.g. DPDLLM's L)."""
+    entry = dataclasses.replace(
+        entry, options=resolve_lab_refs(dict(entry.options), build=build_labs)
+    )
+    try:
+        spec = DETECTORS[entry.name]
+    except KeyError:
+        raise ValueError(
+            f"unknown detector {entry.name!r}; known: {', '.join(sorted(DETECTORS))}"
+        ) from None
+    return spec.build(entry, benchmark, cache_dir)
+
+
+def detector_fingerprint(detector: Any) -> str:
+    """A stable description of a detector's configuration, for cache keys."""
+    cfg = getattr(detector, "config", None)
+    if cfg is not None and dataclasses.is_dataclass(cfg):
+        d = dataclasses.asdict(cfg)
+        for volatile in ("progress", "cache_dir"):
+            d.pop(volatile, None)
+        body = json.dumps(d, sort_keys=True, default=str)
+    else:
+        body = repr(cfg)
+    return f"{detector.name}:{hashlib.sha256(body.encode()).hexdigest()[:16]}"
+
+
+# --------------------------------------------------------------------------------------------
+# Labs, targets, views, benchmarks
+# --------------------------------------------------------------------------------------------
+
+
+def resolve_lab(preset: str, *, build: bool = True) -> Path | None:
+    """The directory of the lab ``preset``; built on first use when ``build``.
+
+    Prebuilt copies under ``$CALIBDCD_LAB_ROOT`` (default ``/work/cache``) named ``lab-<preset>``
+    are used as they are. With ``build=False`` returns None when no built lab is found.
+    """
+    root = Path(os.environ.get("CALIBDCD_LAB_ROOT", "/work/cache"))
+    prebuilt = root / f"lab-{preset}"
+    if (prebuilt / "ground_truth.jsonl").is_file():
+        return prebuilt
+    try:
+        from calibdcd.lab import ensure_lab  # type: ignore[attr-defined]
+    except ImportError as exc:
+        if not build:
+            return None
+        raise ValueError(f"lab {preset!r}: calibdcd.lab is not available ({exc})") from None
+    if not build:
+        try:
+            from calibdcd.lab.build import is_complete_lab, lab_cache_dir  # type: ignore
+
+            d = lab_cache_dir(preset)
+            return d if is_complete_lab(d) else None
+        except Exception:
+            return None
+    return Path(ensure_lab(preset))
+
+
+def target_identity(entry: TargetEntry, model_path: str | None = None) -> str:
+    """A stable identity of a target spec for feature cache keys, computed without loading it:
+    backend, model and options, plus the sizes and mtimes of a local checkpoint's files."""
+    model = model_path or entry.model
+    parts: dict[str, Any] = {
+        "backend": entry.backend,
+        "model": model,
+        "family": entry.family,
+        "options": {k: v for k, v in entry.options.items() if k not in ("progress", "batch_size")},
+    }
+    p = Path(model)
+    if p.exists():
+        files = [p] if p.is_file() else sorted(x for x in p.rglob("*") if x.is_file())
+        parts["files"] = [
+            (
+                str(x.relative_to(p)) if p.is_dir() else x.name,
+                x.stat().st_size,
+                int(x.stat().st_mtime),
+            )
+            for x in files
+            if x.suffix in (".safetensors", ".bin", ".gguf", ".json", ".model", ".txt")
+        ]
+    body = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(body.encode()).hexdigest()[:20]
+
+
+def model_path(entry: TargetEntry, *, build_lab: bool = True) -> str:
+    if entry.lab is None:
+        return entry.model
+    lab = resolve_lab(entry.lab, build=build_lab)
+    if lab is None:
+        return entry.model
+    return str(lab / entry.model)
+
+
+def build_target(entry: TargetEntry, cache_path: Path) -> Any:
+    """The target of ``entry`` wrapped in the SQLite generation cache at ``cache_path``."""
+    from calibdcd.targets.base import create_target
+    from calibdcd.targets.cache import CachedTarget
+
+    kwargs = dict(entry.options)
+    kwargs["model"] = model_path(entry)
+    if entry.family is not None:
+        kwargs["family"] = entry.family
+    target = create_target(entry.backend, **kwargs)
+    return CachedTarget(target, cache_path)
+
+
+def view_bank_for(family: str | None, tokenizer: Any, system: str) -> list[Any]:
+    """CalibDCD's ten views for a target family (lab models: derived from their chat template)."""
+    from calibdcd.views import view_bank
+
+    return view_bank(family, tokenizer, system=system)  # type: ignore[arg-type]
+
+
+def load_benchmark_entry(entry: BenchmarkEntry, *, build_lab: bool = True) -> Any:
+    from calibdcd.data import load_benchmark
+
+    path = entry.path
+    if entry.lab is not None:
+        lab = resolve_lab(entry.lab, build=build_lab)
+        if lab is None:
+            raise FileNotFoundError(f"lab {entry.lab!r} is not built yet")
+        path = str(lab / (entry.path or "ground_truth.jsonl"))
+    kw: dict[str, Any] = {"path": path, "split": entry.split, "dedupe": entry.dedupe}
+    if entry.text_field:
+        kw["text_field"] = entry.text_field
+    if entry.label_field:
+        kw["label_field"] = entry.label_field
+    if entry.id_field:
+        kw["id_field"] = entry.id_field
+    from calibdcd.data import benchmark_spec
+
+    if benchmark_spec(entry.name) is None and entry.id_field is None and path:
+        kw.setdefault("id_field", _guess_id_field(path))
+        if kw["id_field"] is None:
+            kw.pop("id_field")
+    return load_benchmark(entry.name, **kw)
+
+
+def _guess_id_field(path: str) -> str | None:
+    """Generic jsonl files with an ``id`` column (the lab's ground truth) keep their ids."""
+    p = Path(path)
+    if p.suffix != ".jsonl" or not p.is_file():
+        return None
+    with p.open(encoding="utf-8") as fh:
+        first = fh.readline()
+    try:
+        return "id" if "id" in json.loads(first) else None
+    except (json.JSONDecodeError, TypeError):
+        return None

@@ -1,0 +1,350 @@
+"""The grid runner: benchmarks x targets x detectors x seeds, resumable, with a run directory.
+
+Run directory layout::
+
+    RUN_DIR/
+      config.yaml          the resolved config (paths absolute, defaults filled in)
+      environment.json     package versions, python, platform, git commit (+ dirty flag)
+      grid.json            the settings in run order
+      settings/<id>/       result.json (written last, atomically), scores.csv, split.json
+      results.jsonl        one line per completed setting (rewritten after each setting)
+      results.csv          the headline numbers per setting
+
+A setting whose ``result.json`` matches its ``setting_hash`` is skipped, so re-running after a
+crash (or with more seeds/targets) computes only what is missing. Settings run target by target,
+so each target model is loaded once.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import platform
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from calibdcd.experiment.components import (
+    DETECTORS,
+    build_detector,
+    detector_available,
+    resolve_lab,
+)
+from calibdcd.experiment.config import ExperimentConfig
+from calibdcd.experiment.setting import RunContext, Setting, run_setting, setting_hash
+from calibdcd.experiment.store import atomic_write_text, write_csv, write_json
+
+__all__ = ["describe_grid", "dry_run", "environment", "grid", "run_experiment", "summary_rows"]
+
+
+def grid(cfg: ExperimentConfig) -> list[Setting]:
+    """All settings, target-major (one model load per target), then benchmark, detector, seed."""
+    return [
+        Setting(b, t, d, s)
+        for t in cfg.targets
+        for b in cfg.benchmarks
+        for d in cfg.detectors
+        for s in cfg.seeds
+    ]
+
+
+def _git_commit() -> dict[str, Any]:
+    """HEAD of the repository holding the code (else of the working directory) + dirty flag."""
+    for repo in (Path(__file__).resolve().parents[3], Path.cwd()):
+        try:
+            head = subprocess.run(
+                ["git", "-C", str(repo), "rev-parse", "HEAD"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            )
+            if head.returncode != 0:
+                continue
+            dirty = subprocess.run(
+                ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            )
+        except (OSError, subprocess.SubprocessError):
+            continue
+        return {
+            "commit": head.stdout.strip(),
+            "dirty": bool(dirty.stdout.strip()),
+            "repo": str(repo),
+        }
+    return {"commit": None, "dirty": None, "repo": None}
+
+
+def environment() -> dict[str, Any]:
+    versions = {}
+    for pkg in (
+        "calibdcd",
+        "numpy",
+        "scipy",
+        "torch",
+        "transformers",
+        "tokenizers",
+        "pyyaml",
+        "matplotlib",
+    ):
+        try:
+            versions[pkg] = importlib.metadata.version(pkg)
+        except importlib.metadata.PackageNotFoundError:
+            versions[pkg] = None
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "versions": versions,
+        "git": _git_commit(),
+        "argv": sys.argv,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def summary_rows(results: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+    header = [
+        "id", "benchmark", "target", "detector", "seed", "n_pool",
+        "auc_before", "auc_after", "tpr_before", "tpr_after",
+        "rank", "strength", "selected_views",
+    ]  # fmt: skip
+    rows = []
+    for r in results:
+        c = r["calibration"]
+        rows.append(
+            [
+                r["id"], r["benchmark"], r["target"], r["detector"], r["seed"],
+                r["sizes"]["evaluation"][0],
+                r["before"]["auc"]["estimate"], r["after"]["auc"]["estimate"],
+                r["before"]["tpr"]["estimate"], r["after"]["tpr"]["estimate"],
+                c["rank"], c["strength"], " ".join(c["selected_views"]),
+            ]
+        )  # fmt: skip
+    return header, rows
+
+
+def _write_summaries(run_dir: Path, results: list[dict[str, Any]]) -> None:
+    lines = "".join(json.dumps(r, default=str) + "\n" for r in results)
+    atomic_write_text(run_dir / "results.jsonl", lines)
+    header, rows = summary_rows(results)
+    write_csv(run_dir / "results.csv", header, rows)
+
+
+def _default_out(cfg: ExperimentConfig) -> Path:
+    return Path(cfg.output) if cfg.output else Path("runs") / cfg.name
+
+
+def run_experiment(
+    cfg: ExperimentConfig,
+    out_dir: str | Path | None = None,
+    *,
+    progress: bool = True,
+    log: Callable[[str], None] | None = None,
+    stop_after: int | None = None,
+) -> Path:
+    """Run (or resume) the grid; returns the run directory. ``stop_after`` ends after that many
+    newly computed settings (for tests and staged runs)."""
+    from tqdm.auto import tqdm
+
+    run_dir = Path(out_dir) if out_dir is not None else _default_out(cfg)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    say = log or (lambda s: None)
+    atomic_write_text(
+        run_dir / "config.yaml", yaml.safe_dump(cfg.as_dict(), sort_keys=False, allow_unicode=True)
+    )
+    write_json(run_dir / "environment.json", environment())
+    settings = grid(cfg)
+    write_json(
+        run_dir / "grid.json",
+        [{"id": s.id, "setting_hash": setting_hash(s, cfg)} for s in settings],
+    )
+    ctx = RunContext(cfg, progress=progress)
+    results: list[dict[str, Any]] = []
+    computed = 0
+    bar = tqdm(settings, desc="settings", unit="setting", disable=not progress, dynamic_ncols=True)
+    try:
+        for s in bar:
+            bar.set_postfix_str(s.id, refresh=True)
+            res = run_setting(
+                s, cfg, run_dir, ctx, status=lambda m, s=s: bar.set_postfix_str(f"{s.id}: {m}")
+            )
+            results.append(res)
+            if res.get("skipped"):
+                say(f"skip {s.id} (complete)")
+            else:
+                computed += 1
+                say(
+                    f"done {s.id}: AUC {res['before']['auc']['estimate']:.3f} -> "
+                    f"{res['after']['auc']['estimate']:.3f}, "
+                    f"TPR {res['before']['tpr']['estimate']:.3f} -> "
+                    f"{res['after']['tpr']['estimate']:.3f}"
+                )
+            _write_summaries(run_dir, results)
+            if stop_after is not None and computed >= stop_after:
+                break
+    finally:
+        bar.close()
+        ctx.release_target()
+    return run_dir
+
+
+# --------------------------------------------------------------------------------------------
+# Dry run
+# --------------------------------------------------------------------------------------------
+
+
+def dry_run(cfg: ExperimentConfig) -> tuple[list[str], list[str]]:
+    """Resolve and check everything without loading any model: benchmark files and the split
+    protocol, target backends and local checkpoints, detector names/presets/options, the grid.
+    Returns (report lines, problems); an empty problems list means the config can run."""
+    from calibdcd.data import SplitConfig, split_benchmark
+    from calibdcd.experiment.components import load_benchmark_entry, model_path
+    from calibdcd.targets.base import available_backends
+
+    lines: list[str] = [f"config {cfg.name}" + (f" ({cfg.source})" if cfg.source else "")]
+    problems: list[str] = []
+    lines.append(
+        f"protocol {cfg.protocol}; supervised {cfg.n_supervised_per_class} + "
+        f"{cfg.n_supervised_per_class};"
+        f" calibration fraction {cfg.calibration_fraction}; seeds {list(cfg.seeds)}"
+    )
+    # benchmarks
+    for i, b in enumerate(cfg.benchmarks):
+        key = f"benchmarks[{i}] ({b.label})"
+        if b.lab is not None and resolve_lab(b.lab, build=False) is None:
+            ok = _lab_preset_known(b.lab)
+            if ok is not True:
+                problems.append(f"{key}.lab: {ok}")
+            else:
+                lines.append(f"  {key}: lab {b.lab!r} not built yet (built on first run)")
+            continue
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                bench = load_benchmark_entry(b, build_lab=False)
+                split = split_benchmark(
+                    bench,
+                    SplitConfig(
+                        protocol=cfg.protocol,
+                        subsample=b.subsample,  # type: ignore[arg-type]
+                        balance=cfg.balance,
+                        n_supervised_per_class=cfg.n_supervised_per_class,
+                        calibration_fraction=cfg.calibration_fraction,
+                        n_calibration=cfg.n_calibration,
+                    ),
+                    seed=cfg.seeds[0],
+                )
+        except Exception as exc:
+            problems.append(f"{key}: {exc}")
+            continue
+        sz = split.sizes()
+        lines.append(
+            f"  {key}: {len(bench)} texts from {bench.source}; subsample {sz['subsample'][0]}, "
+            f"supervised {sz['supervised'][0]}, calibration {sz['calibration'][0]}, "
+            f"pool {sz['evaluation'][0]} ({sz['evaluation'][1]} m / {sz['evaluation'][2]} nm)"
+        )
+        for w in caught:
+            lines.append(f"    warning: {w.message}")
+    # targets
+    backends = available_backends()
+    for i, t in enumerate(cfg.targets):
+        key = f"targets[{i}] ({t.name})"
+        if t.backend not in backends:
+            problems.append(
+                f"{key}.backend: {t.backend!r} is not available here "
+                f"({', '.join(backends) or 'none'})"
+            )
+            continue
+        if t.lab is not None:
+            ok = _lab_preset_known(t.lab)
+            if ok is not True:
+                problems.append(f"{key}.lab: {ok}")
+                continue
+            lab = resolve_lab(t.lab, build=False)
+            if lab is not None and not (lab / t.model).exists():
+                problems.append(f"{key}.model: no checkpoint {t.model!r} in lab {lab}")
+                continue
+            where = f"lab {t.lab}/{t.model}" + (
+                "" if lab is not None else " (lab built on first run)"
+            )
+        elif t.backend == "hf":
+            p = Path(model_path(t, build_lab=False))
+            looks_local = t.model.startswith(("/", ".", "~")) or p.suffix == ".gguf"
+            if looks_local and not p.exists():
+                problems.append(f"{key}.model: no such local checkpoint {t.model!r}")
+                continue
+            where = (
+                str(p)
+                if p.exists()
+                else f"hub id {t.model} (must be in the local HF cache or reachable)"
+            )
+        else:
+            if "base_url" not in t.options:
+                problems.append(f"{key}.options.base_url: required by backend {t.backend!r}")
+                continue
+            where = f"{t.options['base_url']} model {t.model}"
+        fam = t.family or "from the checkpoint"
+        if t.family is not None:
+            try:
+                from calibdcd.views import view_bank
+
+                codes = [v.code for v in view_bank(t.family, system=cfg.view_system)]
+                fam += f" (views {' '.join(codes)})"
+            except ImportError:
+                pass
+            except ValueError as exc:
+                problems.append(f"{key}.family: {exc}")
+                continue
+        lines.append(f"  {key}: {t.backend} {where}; family {fam}; base {t.base or '-'}")
+    # detectors
+    bench_names = sorted({b.name for b in cfg.benchmarks})
+    for i, d in enumerate(cfg.detectors):
+        key = f"detectors[{i}] ({d.label})"
+        if d.name not in DETECTORS:
+            problems.append(
+                f"{key}.name: unknown detector {d.name!r}; known: {', '.join(sorted(DETECTORS))}"
+            )
+            continue
+        if not detector_available(d.name):
+            lines.append(
+                f"  {key}: WARNING module {DETECTORS[d.name].module} is not installed here"
+            )
+            continue
+        try:
+            for bn in bench_names:
+                det = build_detector(d, bn, cfg.cache_dir, build_labs=False)
+            lines.append(
+                f"  {key}: {DETECTORS[d.name].description}; correctable blocks "
+                f"{getattr(det, 'calibration_blocks', None) or 'all'}"
+            )
+        except Exception as exc:
+            problems.append(f"{key}: {exc}")
+    c = cfg.calibration
+    lines.append(
+        f"CalibDCD: ranks {list(c.ranks)} x strengths {list(c.strengths)} "
+        f"({len(c.ranks) * len(c.strengths)} candidates), tau {c.tau}, {c.n_views} of 10 views"
+    )
+    lines.append(
+        f"grid: {len(cfg.benchmarks)} benchmarks x {len(cfg.targets)} targets x "
+        f"{len(cfg.detectors)} detectors x {len(cfg.seeds)} seeds = {cfg.grid_size} settings"
+    )
+    lines.append(f"cache: {cfg.cache_dir}; output: {_default_out(cfg)}")
+    return lines, problems
+
+
+def _lab_preset_known(preset: str) -> bool | str:
+    try:
+        from calibdcd.lab import PRESETS  # type: ignore[attr-defined]
+    except ImportError:
+        return True  # cannot check here; the run will
+    return True if preset in PRESETS else f"unknown lab preset {preset!r}; known: {sorted(PRESETS)}"
+
+
+def describe_grid(cfg: ExperimentConfig) -> list[str]:
+    return [s.id for s in grid(cfg)]

@@ -1,0 +1,541 @@
+"""One setting (benchmark x target x detector x seed) end to end.
+
+``run_setting`` does, in order:
+
+1. the data protocol: :func:`calibdcd.data.split_benchmark` (seeded; ``paper`` or ``strict``);
+2. features, each cached on disk under a key of everything it depends on (detector config,
+   target identity, view, texts, the detector's reference/pool texts): e0 features of the
+   supervised split, e0 features of the rest of the subsample (evaluation pool + calibration
+   non-members), and the calibration non-members' features under each of the ten views. Every
+   target query goes through the SQLite generation cache; the target is loaded only on a miss.
+   Detectors that train on the unlabelled pool (``prepare(pool, target)``: VeilProbe's mapping
+   model) get the whole subsample first; detectors whose ``extract`` takes ``reference_texts``
+   (DPDLLM's reference LM per split) get the supervised texts for the supervised split and the
+   rest of the subsample for everything else;
+3. the original classifier on the supervised split (cached), CalibDCD on the calibration
+   non-members (correctable block = the detector's ``calibration_blocks``), the retrained
+   classifier, AUC and TPR@FPR with bootstrap CIs before and after on the evaluation pool;
+4. the analyses (:mod:`calibdcd.experiment.analyses`) from the same arrays;
+5. the setting directory: ``scores.csv`` (per text), ``split.json``, and ``result.json`` written
+   atomically last; a setting with a ``result.json`` of the same ``setting_hash`` is complete.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from calibdcd.calibration import Calibration
+from calibdcd.experiment.analyses import (
+    CalibrationProblem,
+    Outcome,
+    ablation_configs,
+    fixed_config,
+    fp_recovery,
+    full_correction_config,
+    resolve_space,
+)
+from calibdcd.experiment.components import (
+    build_detector,
+    build_target,
+    detector_fingerprint,
+    load_benchmark_entry,
+    model_path,
+    target_identity,
+    view_bank_for,
+)
+from calibdcd.experiment.config import (
+    BenchmarkEntry,
+    DetectorEntry,
+    ExperimentConfig,
+    TargetEntry,
+)
+from calibdcd.experiment.store import ArrayCache, digest, read_json, write_csv, write_json
+from calibdcd.metrics import Interval, bootstrap_ci, tpr_at_fpr
+
+__all__ = [
+    "PreparedSetting",
+    "RunContext",
+    "Setting",
+    "prepare_setting",
+    "run_analyses",
+    "run_setting",
+    "setting_hash",
+]
+
+RESULT = "result.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    benchmark: BenchmarkEntry
+    target: TargetEntry
+    detector: DetectorEntry
+    seed: int
+
+    @property
+    def id(self) -> str:
+        return f"{self.benchmark.label}__{self.target.name}__{self.detector.label}__s{self.seed}"
+
+
+def setting_hash(setting: Setting, cfg: ExperimentConfig) -> str:
+    """Everything a setting's result depends on (a changed config recomputes the setting)."""
+    return digest(
+        dataclasses.asdict(setting),
+        cfg.protocol,
+        cfg.n_supervised_per_class,
+        cfg.calibration_fraction,
+        cfg.n_calibration,
+        cfg.balance,
+        cfg.calibration.kwargs(),
+        dataclasses.asdict(cfg.evaluation),
+        dataclasses.asdict(cfg.analyses),
+        cfg.view_system,
+        cfg.calibration_space,
+    )[:16]
+
+
+class RunContext:
+    """Loaded benchmarks, detectors and (at most one) target, shared across a run's settings."""
+
+    def __init__(self, cfg: ExperimentConfig, *, progress: bool = True):
+        self.cfg = cfg
+        self.cache_root = Path(cfg.cache_dir)
+        self.arrays = ArrayCache(self.cache_root)
+        self.progress = progress
+        self._benchmarks: dict[str, Any] = {}
+        self._detectors: dict[tuple[str, str], Any] = {}
+        self._target: tuple[str, Any] | None = None
+        self._views: dict[str, list[Any]] = {}
+        self.target_loads = 0
+
+    def benchmark(self, entry: BenchmarkEntry) -> Any:
+        if entry.label not in self._benchmarks:
+            self._benchmarks[entry.label] = load_benchmark_entry(entry)
+        return self._benchmarks[entry.label]
+
+    def detector(self, entry: DetectorEntry, benchmark_name: str) -> Any:
+        key = (entry.label, benchmark_name)
+        if key not in self._detectors:
+            self._detectors[key] = build_detector(entry, benchmark_name, str(self.cache_root))
+        return self._detectors[key]
+
+    def target(self, entry: TargetEntry) -> Any:
+        """The cached target (built on first need; the previous one is released)."""
+        if self._target is not None and self._target[0] == entry.name:
+            return self._target[1]
+        self.release_target()
+        t = build_target(entry, self.cache_root / "generations.sqlite")
+        self.target_loads += 1
+        self._target = (entry.name, t)
+        return t
+
+    def release_target(self) -> None:
+        if self._target is not None:
+            close = getattr(self._target[1], "close", None)
+            if callable(close):
+                close()
+            self._target = None
+            import gc
+
+            gc.collect()
+
+    def views(self, entry: TargetEntry) -> list[Any]:
+        if entry.name not in self._views:
+            family = entry.family
+            tokenizer: Any = None
+            local = Path(model_path(entry))
+            if family is None and local.exists():
+                tokenizer = str(local)
+            elif family is None:
+                family = getattr(self.target(entry), "family", None)
+            self._views[entry.name] = view_bank_for(family, tokenizer, self.cfg.view_system)
+        return self._views[entry.name]
+
+
+# --------------------------------------------------------------------------------------------
+# Features
+# --------------------------------------------------------------------------------------------
+
+
+def _view_id(view: Any | None) -> Any:
+    if view is None:
+        return "e0"
+    return {"code": view.code, "prefix": view.prefix, "suffix": view.suffix}
+
+
+class _Extractor:
+    """Cached feature extraction for one setting."""
+
+    def __init__(self, ctx: RunContext, setting: Setting, detector: Any, pool: list[str]):
+        self.ctx = ctx
+        self.setting = setting
+        self.detector = detector
+        self.pool = pool
+        self.det_key = detector_fingerprint(detector)
+        self.target_key = target_identity(
+            setting.target, model_path(setting.target, build_lab=False)
+        )
+        self.takes_reference = "reference_texts" in inspect.signature(detector.extract).parameters
+        self.has_prepare = callable(getattr(detector, "prepare", None))
+        self._prepared = False
+        self.blocks: dict[str, slice] | None = None
+        self.seconds = 0.0
+        self.extracted = 0
+
+    def __call__(self, texts: list[str], view: Any | None, reference: list[str]) -> np.ndarray:
+        key = digest(
+            "features/v1",
+            self.det_key,
+            self.target_key,
+            _view_id(view),
+            texts,
+            reference if self.takes_reference else None,
+            self.pool if self.has_prepare else None,
+        )
+        hit = self.ctx.arrays.load_arrays("features", key)
+        if hit is not None:
+            self._set_blocks(hit)
+            return hit["values"]
+        t0 = time.perf_counter()
+        target = self.ctx.target(self.setting.target)
+        if self.has_prepare and not self._prepared:
+            self.detector.prepare(self.pool, target)
+            self._prepared = True
+        kw = {"reference_texts": reference} if self.takes_reference else {}
+        feats = self.detector.extract(texts, target, view=view, **kw)
+        values = np.asarray(feats.values, dtype=np.float64)
+        names = list(feats.blocks)
+        bounds = np.array([[feats.blocks[n].start, feats.blocks[n].stop] for n in names])
+        arrays = {"values": values, "block_names": np.array(names), "block_bounds": bounds}
+        self.ctx.arrays.save_arrays("features", key, arrays)
+        self._set_blocks(arrays)
+        self.seconds += time.perf_counter() - t0
+        self.extracted += 1
+        return values
+
+    def _set_blocks(self, arrays: dict[str, np.ndarray]) -> None:
+        if self.blocks is None and "block_names" in arrays:
+            self.blocks = {
+                str(n): slice(int(a), int(b))
+                for n, (a, b) in zip(arrays["block_names"], arrays["block_bounds"], strict=True)
+            }
+
+
+# --------------------------------------------------------------------------------------------
+# The setting
+# --------------------------------------------------------------------------------------------
+
+
+def _interval(
+    labels: np.ndarray, scores: np.ndarray, metric: Callable, cfg: ExperimentConfig, seed: int
+) -> dict:
+    ev = cfg.evaluation
+    if ev.n_boot == 0:
+        v = float(metric(labels, scores))
+        return {"estimate": v, "low": None, "high": None, "level": ev.level, "n_boot": 0}
+    iv: Interval = bootstrap_ci(labels, scores, metric, n_boot=ev.n_boot, level=ev.level, seed=seed)
+    return iv.as_dict()
+
+
+def _block_columns(
+    blocks: dict[str, slice] | None, names: tuple[str, ...] | None, d: int
+) -> np.ndarray | None:
+    if names is None:
+        return None
+    if blocks is None:
+        raise ValueError("the detector's features have no named blocks")
+    idx: list[int] = []
+    for n in names:
+        if n not in blocks:
+            raise ValueError(f"calibration block {n!r} not among the feature blocks {list(blocks)}")
+        idx.extend(range(blocks[n].start, blocks[n].stop))
+    return np.array(sorted(idx), dtype=np.intp)
+
+
+@dataclasses.dataclass
+class PreparedSetting:
+    """A setting after the data protocol, feature extraction and the original classifier: the
+    :class:`CalibrationProblem` plus what the result files need."""
+
+    setting: Setting
+    benchmark: Any
+    split: Any
+    problem: CalibrationProblem
+    views: list[Any]
+    sup_used: np.ndarray  #: benchmark indices of the supervised texts kept (finite features)
+    rest_used: np.ndarray  #: benchmark indices of the other subsample texts kept
+    z_rest_used: np.ndarray
+    eval_used: np.ndarray  #: benchmark indices of the evaluation pool, in problem row order
+    n_dropped: int
+    feature_dim: int
+    feature_seconds: float
+    extractions: int
+
+
+def split_config(setting: Setting, cfg: ExperimentConfig) -> Any:
+    from calibdcd.data import SplitConfig
+
+    return SplitConfig(
+        protocol=cfg.protocol,
+        subsample=setting.benchmark.subsample,  # type: ignore[arg-type]
+        balance=cfg.balance,
+        n_supervised_per_class=cfg.n_supervised_per_class,
+        calibration_fraction=cfg.calibration_fraction,
+        n_calibration=cfg.n_calibration,
+    )
+
+
+def prepare_setting(
+    setting: Setting,
+    cfg: ExperimentConfig,
+    ctx: RunContext,
+    *,
+    status: Callable[[str], None] | None = None,
+) -> PreparedSetting:
+    """Split, features (from the cache when present; the target is loaded only on a miss) and
+    the original classifier of one setting. Re-running it on a complete run queries nothing."""
+    from calibdcd.data import split_benchmark
+
+    say = status or (lambda s: None)
+    bench = ctx.benchmark(setting.benchmark)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        split = split_benchmark(bench, split_config(setting, cfg), seed=setting.seed)
+    texts = bench.texts
+    labels = np.asarray(bench.labels)
+    sup = np.asarray(split.supervised)
+    rest = np.setdiff1d(np.asarray(split.subsample), sup)
+    cal_idx = np.asarray(split.calibration)
+    ev_idx = np.asarray(split.evaluation)
+    pos_rest = {int(i): k for k, i in enumerate(rest)}
+
+    detector = ctx.detector(setting.detector, bench.name)
+    pool = [texts[i] for i in split.subsample]
+    ext = _Extractor(ctx, setting, detector, pool)
+    sup_texts = [texts[i] for i in sup]
+    rest_texts = [texts[i] for i in rest]
+    cal_texts = [texts[i] for i in cal_idx]
+
+    say("features e0")
+    z_sup = ext(sup_texts, None, sup_texts)
+    z_rest = ext(rest_texts, None, rest_texts)
+    views = ctx.views(setting.target)
+    z_views: dict[str, np.ndarray] = {}
+    for v in views:
+        say(f"features {v.code}")
+        z_views[v.code] = ext(cal_texts, v, rest_texts)
+
+    # rows with missing features (e.g. a failed generation recorded as a gap) are dropped
+    ok_rest = np.all(np.isfinite(z_rest), axis=1)
+    cal_rows = np.array([pos_rest[int(i)] for i in cal_idx], dtype=np.intp)
+    ok_cal = ok_rest[cal_rows].copy()
+    for zv in z_views.values():
+        ok_cal &= np.all(np.isfinite(zv), axis=1)
+    ok_sup = np.all(np.isfinite(z_sup), axis=1)
+    z_cal = z_rest[cal_rows][ok_cal]
+    z_views = {k: v[ok_cal] for k, v in z_views.items()}
+    ev_rows = np.array([pos_rest[int(i)] for i in ev_idx], dtype=np.intp)
+    ev_keep = ok_rest[ev_rows]
+    z_eval, y_eval = z_rest[ev_rows][ev_keep], labels[ev_idx][ev_keep]
+    z_sup_ok, y_sup = z_sup[ok_sup], labels[sup][ok_sup]
+
+    say("classifier")
+    seed = setting.seed
+
+    def new_clf() -> Any:
+        return detector.new_classifier(seed)
+
+    clf_key = digest("classifier/v1", ext.det_key, z_sup_ok, y_sup, seed)
+    clf0 = ctx.arrays.load_object("models", clf_key)
+    if clf0 is None:
+        clf0 = new_clf().fit(z_sup_ok, y_sup)
+        ctx.arrays.save_object("models", clf_key, clf0)
+    space = resolve_space(clf0, cfg.calibration_space)
+
+    def model_cache(kind: str, cal: Calibration, build: Callable[[], Any]) -> Any:
+        key = digest(f"{kind}/v1", clf_key, cal.basis, cal.strength, space)
+        m = ctx.arrays.load_object("models", key)
+        if m is None:
+            m = build()
+            ctx.arrays.save_object("models", key, m)
+        return m
+
+    block = _block_columns(
+        ext.blocks, getattr(detector, "calibration_blocks", None), z_sup.shape[1]
+    )
+    problem = CalibrationProblem(
+        z_sup=z_sup_ok,
+        y_sup=y_sup,
+        z_eval=z_eval,
+        y_eval=y_eval,
+        z_cal=z_cal,
+        views=z_views,
+        original=clf0,
+        new_classifier=new_clf,
+        block=block,
+        space=space,
+        fpr=cfg.evaluation.fpr,
+        model_cache=model_cache,
+    )
+    return PreparedSetting(
+        setting=setting,
+        benchmark=bench,
+        split=split,
+        problem=problem,
+        views=views,
+        sup_used=sup[ok_sup],
+        rest_used=rest[ok_rest],
+        z_rest_used=z_rest[ok_rest],
+        eval_used=ev_idx[ev_keep],
+        n_dropped=int((~ok_sup).sum() + (~ok_rest).sum()),
+        feature_dim=int(z_sup.shape[1]),
+        feature_seconds=ext.seconds,
+        extractions=ext.extracted,
+    )
+
+
+def run_analyses(prep: PreparedSetting, main: Outcome, cfg: ExperimentConfig) -> dict[str, Any]:
+    """The per-setting analyses of the config (ablations, fixed configuration, FP recovery)."""
+    problem, seed, an = prep.problem, prep.setting.seed, cfg.analyses
+    out: dict[str, Any] = {}
+    if an.ablations:
+        abl: dict[str, Any] = {
+            name: problem.run(c).summary()
+            for name, c in ablation_configs(cfg.calibration, seed).items()
+        }
+        full = full_correction_config(cfg.calibration, main.calibration)
+        abl["fixed_full"] = problem.run(full).summary() if full is not None else None
+        out["ablations"] = abl
+    if an.adaptive_vs_fixed:
+        fixed = problem.run(fixed_config(cfg.calibration, an.fixed_rank, an.fixed_strength))
+        out["fixed"] = fixed.summary()
+        out["fixed"]["config"] = {"rank": an.fixed_rank, "strength": an.fixed_strength}
+    if an.fp_recovery:
+        out["fp_recovery"] = fp_recovery(problem, main)
+    return out
+
+
+def run_setting(
+    setting: Setting,
+    cfg: ExperimentConfig,
+    run_dir: Path,
+    ctx: RunContext,
+    *,
+    status: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Run one setting (or return its stored result when already complete)."""
+    out = Path(run_dir) / "settings" / setting.id
+    shash = setting_hash(setting, cfg)
+    done = out / RESULT
+    if done.is_file():
+        try:
+            prev = read_json(done)
+            if prev.get("setting_hash") == shash:
+                prev["skipped"] = True
+                return prev
+        except (OSError, ValueError):
+            pass
+    say = status or (lambda s: None)
+    t_start = time.perf_counter()
+    prep = prepare_setting(setting, cfg, ctx, status=say)
+    problem, seed = prep.problem, setting.seed
+    say("calibration")
+    main = problem.run(cfg.calibration)
+    fpr = cfg.evaluation.fpr
+
+    def tpr(y: np.ndarray, s: np.ndarray) -> float:
+        return tpr_at_fpr(y, s, fpr)
+
+    y_eval = problem.y_eval
+    before = {
+        "auc": _interval(y_eval, problem.scores_before, _auc, cfg, seed),
+        "tpr": _interval(y_eval, problem.scores_before, tpr, cfg, seed),
+    }
+    after = {
+        "auc": _interval(y_eval, main.scores, _auc, cfg, seed),
+        "tpr": _interval(y_eval, main.scores, tpr, cfg, seed),
+    }
+    say("analyses")
+    analyses = run_analyses(prep, main, cfg)
+
+    # per-text scores: every kept text of the subsample, its part, and both detectors' scores
+    final = problem.final_scorer(main.calibration, main.classifier)
+    bench, split = prep.benchmark, prep.split
+    labels = np.asarray(bench.labels)
+    all_idx = np.concatenate([prep.sup_used, prep.rest_used])
+    z_all = np.concatenate([problem.z_sup, prep.z_rest_used])
+    s_before = np.asarray(problem.original.score(z_all), dtype=np.float64)
+    s_after = final(z_all)
+    cal_set = set(np.asarray(split.calibration).tolist())
+    ev_set = set(prep.eval_used.tolist())
+    sup_set = set(prep.sup_used.tolist())
+    rows = []
+    for i, b, a in zip(all_idx, s_before, s_after, strict=True):
+        i = int(i)
+        part = "supervised" if i in sup_set else ("evaluation" if i in ev_set else "calibration")
+        rows.append(
+            [
+                bench.samples[i].id,
+                int(labels[i]),
+                part,
+                int(i in ev_set),
+                int(i in cal_set),
+                float(b),
+                float(a),
+            ]
+        )
+    write_csv(
+        out / "scores.csv",
+        ["id", "label", "part", "in_pool", "calibration", "score_before", "score_after"],
+        rows,
+    )
+    write_json(out / "split.json", split.to_dict())
+
+    result = {
+        "id": setting.id,
+        "setting_hash": shash,
+        "benchmark": setting.benchmark.label,
+        "benchmark_name": bench.name,
+        "target": setting.target.name,
+        "target_family": setting.target.family,
+        "post_trained": setting.target.post_trained,
+        "base": setting.target.base,
+        "detector": setting.detector.label,
+        "detector_name": setting.detector.name,
+        "seed": seed,
+        "protocol": cfg.protocol,
+        "sizes": {
+            "supervised": [len(problem.y_sup), int(problem.y_sup.sum())],
+            "calibration": [len(problem.z_cal), 0],
+            "evaluation": [len(y_eval), int(y_eval.sum())],
+            "dropped": prep.n_dropped,
+        },
+        "feature_dim": prep.feature_dim,
+        "block_dim": prep.feature_dim if problem.block is None else len(problem.block),
+        "space": problem.space,
+        "fpr": fpr,
+        "before": before,
+        "after": after,
+        "calibration": main.calibration.summary(),
+        "analyses": analyses,
+        "views": {v.code: v.name for v in prep.views},
+        "timings": {"total": time.perf_counter() - t_start, "features": prep.feature_seconds},
+        "feature_extractions": prep.extractions,
+        "skipped": False,
+    }
+    write_json(done, result)
+    return result
+
+
+def _auc(y: np.ndarray, s: np.ndarray) -> float:
+    from calibdcd.metrics import auc
+
+    return auc(y, s)

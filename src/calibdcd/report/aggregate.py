@@ -1,0 +1,279 @@
+"""Cross-setting aggregation of a run's results: the numbers behind the paper's tables/figures.
+
+All functions take the list of per-setting result dicts (``settings/<id>/result.json``) and
+return plain Python structures. Metrics are fractions in [0, 1]; tables print percentages.
+Several seeds of one (benchmark, target, detector) cell are averaged where a table has one cell
+per setting.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "ABLATIONS",
+    "ablation_summary",
+    "adaptive_vs_fixed",
+    "base_vs_post",
+    "fp_recovery_summary",
+    "load_results",
+    "main_cells",
+    "selection_distribution",
+]
+
+#: (key in result["analyses"]["ablations"], display name), in the paper's order
+ABLATIONS = (
+    ("random3", "Random-3 Views"),
+    ("top1", "Top-1 View"),
+    ("no_consensus", "No Cross-View Consensus"),
+    ("binary", "Binary Positive Weight"),
+)
+
+
+def load_results(run_dir: str | Path) -> list[dict[str, Any]]:
+    """Every completed setting of a run directory, in grid order when ``grid.json`` exists."""
+    run = Path(run_dir)
+    if not run.is_dir():
+        raise FileNotFoundError(f"{run}: no such run directory")
+    found = {p.parent.name: p for p in (run / "settings").glob("*/result.json")}
+    if not found:
+        raise ValueError(f"{run}: no completed setting (settings/*/result.json)")
+    order = []
+    grid = run / "grid.json"
+    if grid.is_file():
+        order = [g["id"] for g in json.loads(grid.read_text()) if g["id"] in found]
+    order += sorted(set(found) - set(order))
+    return [json.loads(found[i].read_text()) for i in order]
+
+
+def _mean(xs: Iterable[float]) -> float:
+    xs = [x for x in xs if x is not None]
+    return float(np.mean(xs)) if xs else float("nan")
+
+
+def main_cells(results: list[dict[str, Any]], *, post_trained_only: bool = True) -> dict[str, Any]:
+    """``{(detector, benchmark, target): {auc_before, auc_after, tpr_before, tpr_after, n}}``
+    (seed means) plus the ordered benchmark / target / detector labels."""
+    cells: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in results:
+        if post_trained_only and not r.get("post_trained", True):
+            continue
+        cells[(r["detector"], r["benchmark"], r["target"])].append(r)
+    out = {}
+    for k, rs in cells.items():
+        out[k] = {
+            "auc_before": _mean(r["before"]["auc"]["estimate"] for r in rs),
+            "auc_after": _mean(r["after"]["auc"]["estimate"] for r in rs),
+            "tpr_before": _mean(r["before"]["tpr"]["estimate"] for r in rs),
+            "tpr_after": _mean(r["after"]["tpr"]["estimate"] for r in rs),
+            "n": len(rs),
+        }
+    keep = [r for r in results if not post_trained_only or r.get("post_trained", True)]
+    return {
+        "cells": out,
+        "detectors": list(dict.fromkeys(r["detector"] for r in keep)),
+        "benchmarks": list(dict.fromkeys(r["benchmark"] for r in keep)),
+        "targets": list(dict.fromkeys(r["target"] for r in keep)),
+    }
+
+
+def ablation_summary(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows of the ablation table: complete method, each variant (mean AUC/TPR, mean change from
+    the complete method on the same settings, settings where the complete method is better),
+    then the λ<1 subset against fixed full correction."""
+    rs = [r for r in results if r.get("analyses", {}).get("ablations")]
+    rows: list[dict[str, Any]] = []
+    if not rs:
+        return rows
+
+    def row(name: str, subset: list[dict[str, Any]], key: str | None) -> dict[str, Any]:
+        full_auc = [r["after"]["auc"]["estimate"] for r in subset]
+        full_tpr = [r["after"]["tpr"]["estimate"] for r in subset]
+        if key is None:
+            return {"name": name, "key": "complete", "n": len(subset), "auc": _mean(full_auc),
+                    "tpr": _mean(full_tpr), "d_auc": None, "d_tpr": None,
+                    "wins_auc": None, "wins_tpr": None}  # fmt: skip
+        a = [r["analyses"]["ablations"][key]["auc"] for r in subset]
+        t = [r["analyses"]["ablations"][key]["tpr"] for r in subset]
+        return {
+            "name": name,
+            "key": key,
+            "n": len(subset),
+            "auc": _mean(a),
+            "tpr": _mean(t),
+            "d_auc": _mean(np.subtract(a, full_auc)),
+            "d_tpr": _mean(np.subtract(t, full_tpr)),
+            "wins_auc": int(np.sum(np.array(full_auc) > np.array(a))),
+            "wins_tpr": int(np.sum(np.array(full_tpr) > np.array(t))),
+        }
+
+    rows.append(row("CalibDCD", rs, None))
+    for key, name in ABLATIONS:
+        sub = [r for r in rs if r["analyses"]["ablations"].get(key)]
+        if sub:
+            rows.append(row(name, sub, key))
+    partial = [r for r in rs if r["analyses"]["ablations"].get("fixed_full")]
+    if partial:
+        head = row("CalibDCD (λ<1)", partial, None)
+        head["key"] = "complete_partial"
+        rows.append(head)
+        rows.append(row("Fixed Full Correction", partial, "fixed_full"))
+    return rows
+
+
+def adaptive_vs_fixed(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per setting and per detector: adaptive (selected r, λ) vs the fixed configuration."""
+    rs = [r for r in results if r.get("analyses", {}).get("fixed")]
+    per = [
+        {
+            "id": r["id"],
+            "detector": r["detector"],
+            "benchmark": r["benchmark"],
+            "target": r["target"],
+            "auc_adaptive": r["after"]["auc"]["estimate"],
+            "auc_fixed": r["analyses"]["fixed"]["auc"],
+            "tpr_adaptive": r["after"]["tpr"]["estimate"],
+            "tpr_fixed": r["analyses"]["fixed"]["tpr"],
+            "auc_original": r["before"]["auc"]["estimate"],
+            "tpr_original": r["before"]["tpr"]["estimate"],
+        }
+        for r in rs
+    ]
+    by_det: dict[str, dict[str, float]] = {}
+    for det in dict.fromkeys(p["detector"] for p in per):
+        sub = [p for p in per if p["detector"] == det]
+        by_det[det] = {
+            k: _mean(p[k] for p in sub)
+            for k in (
+                "auc_original",
+                "auc_fixed",
+                "auc_adaptive",
+                "tpr_original",
+                "tpr_fixed",
+                "tpr_adaptive",
+            )
+        }
+        by_det[det]["n"] = len(sub)
+    fixed = rs[0]["analyses"]["fixed"].get("config") if rs else None
+    return {"settings": per, "by_detector": by_det, "fixed": fixed}
+
+
+def fp_recovery_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The paper's affected-false-positive recovery, overall and by benchmark and detector, plus
+    the pool-level decision changes at the same FPR."""
+    rs = [r for r in results if r.get("analyses", {}).get("fp_recovery")]
+
+    def agg(sub: list[dict[str, Any]]) -> dict[str, Any]:
+        cases = sum(r["analyses"]["fp_recovery"]["affected"]["cases"] for r in sub)
+        rec = sum(r["analyses"]["fp_recovery"]["affected"]["recovered"] for r in sub)
+        pool = Counter()
+        for r in sub:
+            pool.update(
+                {
+                    k: v
+                    for k, v in r["analyses"]["fp_recovery"]["pool"].items()
+                    if isinstance(v, int)
+                }
+            )
+        return {"settings": len(sub), "cases": cases, "recovered": rec,
+                "rate": rec / cases if cases else None, "pool": dict(pool)}  # fmt: skip
+
+    return {
+        "overall": agg(rs),
+        "by_benchmark": {
+            b: agg([r for r in rs if r["benchmark"] == b])
+            for b in dict.fromkeys(r["benchmark"] for r in rs)
+        },
+        "by_detector": {
+            d: agg([r for r in rs if r["detector"] == d])
+            for d in dict.fromkeys(r["detector"] for r in rs)
+        },
+    }
+
+
+def _slot(code: str) -> str:
+    """Universal views keep their code (U1..U8); family boundary views map to slots B1/B2."""
+    if code.startswith("U"):
+        return code
+    return f"B{code[-1]}" if code[-1:].isdigit() else code
+
+
+def selection_distribution(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """View-selection counts over all top-k positions (by code and by slot: the model-specific
+    views of different families share slots B1/B2), the joint (r, λ) counts, and how often no
+    correction was selected."""
+    by_code: Counter[str] = Counter()
+    by_slot: Counter[str] = Counter()
+    joint: Counter[tuple[int, float]] = Counter()
+    none = 0
+    settings_with_specific = 0
+    for r in results:
+        views = r["calibration"]["selected_views"]
+        by_code.update(views)
+        by_slot.update(_slot(v) for v in views)
+        if any(not v.startswith("U") for v in views):
+            settings_with_specific += 1
+        c = r["calibration"]
+        if c["rank"] is None:
+            none += 1
+        else:
+            joint[(int(c["rank"]), float(c["strength"]))] += 1
+    ranks = (
+        sorted({k[0] for k in joint} | set(results[0]["calibration"]["config"]["ranks"]))
+        if results
+        else []
+    )
+    strengths = (
+        sorted({k[1] for k in joint} | set(results[0]["calibration"]["config"]["strengths"]))
+        if results
+        else []
+    )
+    return {
+        "by_code": dict(by_code.most_common()),
+        "by_slot": dict(sorted(by_slot.items())),
+        "joint": {f"{r}/{s:g}": n for (r, s), n in sorted(joint.items())},
+        "ranks": ranks,
+        "strengths": strengths,
+        "matrix": [[joint.get((r, s), 0) for s in strengths] for r in ranks],
+        "no_correction": none,
+        "positions": sum(by_code.values()),
+        "settings_with_model_specific": settings_with_specific,
+        "partial": sum(n for (_, s), n in joint.items() if s < 1.0),
+    }
+
+
+def base_vs_post(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """For every post-trained target with a ``base`` in the run: the detector on the base model,
+    on the post-trained model, and on the post-trained model with CalibDCD (seed means)."""
+    index: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in results:
+        index[(r["benchmark"], r["detector"], r["target"])].append(r)
+    rows = []
+    for (bench, det, tgt), rs in index.items():
+        base = rs[0].get("base")
+        if not base or (bench, det, base) not in index:
+            continue
+        bs = index[(bench, det, base)]
+        rows.append(
+            {
+                "benchmark": bench,
+                "detector": det,
+                "target": tgt,
+                "base": base,
+                "auc_base": _mean(r["before"]["auc"]["estimate"] for r in bs),
+                "tpr_base": _mean(r["before"]["tpr"]["estimate"] for r in bs),
+                "auc_post": _mean(r["before"]["auc"]["estimate"] for r in rs),
+                "tpr_post": _mean(r["before"]["tpr"]["estimate"] for r in rs),
+                "auc_post_calibrated": _mean(r["after"]["auc"]["estimate"] for r in rs),
+                "tpr_post_calibrated": _mean(r["after"]["tpr"]["estimate"] for r in rs),
+                "auc_base_calibrated": _mean(r["after"]["auc"]["estimate"] for r in bs),
+                "tpr_base_calibrated": _mean(r["after"]["tpr"]["estimate"] for r in bs),
+            }
+        )
+    return rows

@@ -1,0 +1,404 @@
+"""The experiment runner: config validation, dry runs, a real run on the lab micro (run directory,
+resume after a kill, analyses consistent with direct ``calibrate`` calls)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from calibdcd.calibration import calibrate
+from calibdcd.experiment import (
+    ConfigError,
+    RunContext,
+    ablation_configs,
+    dry_run,
+    fixed_config,
+    grid,
+    load_config,
+    parse_config,
+    prepare_setting,
+    run_experiment,
+    threshold_at_fpr,
+)
+from calibdcd.metrics import auc, tpr_at_fpr
+from experiment_support import REPO, lab_micro, micro_config_text, micro_run, require_components
+
+SHARED = Path(os.environ.get("CALIBDCD_SHARED", REPO.parent / "shared"))
+if not (SHARED / "data").is_dir():
+    SHARED = Path("/work/shared")
+
+
+def _base(**over):
+    cfg = {
+        "name": "t",
+        "benchmarks": [{"name": "wikimia", "path": str(SHARED / "data" / "WikiMIA"), "split": 64}],
+        "targets": [{"name": "m", "backend": "hf", "model": "/nonexistent/model"}],
+        "detectors": ["overlap"],
+    }
+    cfg.update(over)
+    return cfg
+
+
+# --------------------------------------------------------------------------------------------
+# Config validation (no model)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("change", "path", "words"),
+    [
+        ({"targets": None}, "targets", "non-empty list"),
+        ({"seeds": [0, "a"]}, "seeds[1]", "integer"),
+        ({"seeds": [1, 1]}, "seeds", "repeats"),
+        ({"protocol": "loose"}, "protocol", "one of"),
+        ({"calibration": {"strengths": [0.5, 1.5]}}, "calibration.strengths", "[0, 1]"),
+        ({"calibration": {"rnaks": [3]}}, "calibration.rnaks", "unknown key"),
+        ({"evaluation": {"fpr": 2}}, "evaluation.fpr", "[1e-06, 1.0]"),
+        ({"split": {"n_supervised_per_class": 0}}, "split.n_supervised_per_class", ">= 1"),
+        ({"detectors": [{"name": "overlap", "opts": {}}]}, "detectors[0].opts", "unknown key"),
+        (
+            {"targets": [{"name": "m", "backend": "hf"}]},
+            "targets[0].model",
+            "required",
+        ),
+        (
+            {"targets": [{"name": "a b", "backend": "hf", "model": "x"}]},
+            "targets[0].name",
+            "usable label",
+        ),
+        (
+            {"targets": [{"name": "m", "backend": "hf", "model": "x", "base": "zz"}]},
+            "targets[0].base",
+            "no target named 'zz'",
+        ),
+        (
+            {"detectors": ["overlap", {"name": "overlap"}]},
+            "detectors[1].label",
+            "already used",
+        ),
+        ({"benchmarks": [{"name": "lab", "lab": "micro"}]}, "benchmarks[0].path", "required"),
+    ],
+)
+def test_config_errors_name_the_key_path(change, path, words):
+    data = _base()
+    for k, v in change.items():
+        if v is None:
+            data.pop(k)
+        else:
+            data[k] = v
+    with pytest.raises(ConfigError) as exc:
+        parse_config(data, source="exp.yaml")
+    assert exc.value.path == path
+    assert words in exc.value.problem
+    assert str(exc.value).startswith(f"exp.yaml: {path}: ")
+
+
+def test_config_file_problems(tmp_path, monkeypatch):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nbenchmarks: [\n  - a\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml: <root>: line \d+, column \d+: invalid YAML"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match="no such config file"):
+        load_config(tmp_path / "missing.yaml")
+    monkeypatch.delenv("CALIBDCD_NOPE", raising=False)
+    env = _base(cache_dir="${CALIBDCD_NOPE}/c")
+    with pytest.raises(ConfigError, match="cache_dir: environment variable CALIBDCD_NOPE"):
+        parse_config(env)
+    monkeypatch.setenv("CALIBDCD_NOPE", str(tmp_path))
+    assert parse_config(env).cache_dir == str(tmp_path / "c")
+    # defaults and relative paths resolved against the config file's directory
+    good = tmp_path / "sub" / "good.yaml"
+    good.parent.mkdir()
+    good.write_text(
+        "benchmarks: [{name: x, path: data.jsonl}]\n"
+        "targets: [{name: m, backend: hf, model: ./m}]\n"
+        "detectors: [overlap]\n"
+    )
+    cfg = load_config(good)
+    assert cfg.name == "good" and cfg.seeds == (0,) and cfg.calibration.ranks == (3, 4, 5, 6)
+    assert cfg.benchmarks[0].path == str(good.parent / "data.jsonl")
+    assert cfg.targets[0].model == str(good.parent / "m")
+    assert cfg.grid_size == 1
+
+
+def test_dry_run_reports_every_problem_without_loading_models():
+    data = _base(
+        detectors=["nosuchdetector", "overlap"],
+        targets=[
+            {"name": "m", "backend": "hf", "model": "/nonexistent/model"},
+            {"name": "r", "backend": "carrier-pigeon", "model": "x"},
+        ],
+        benchmarks=[{"name": "wikimia", "path": "/nonexistent/WikiMIA"}],
+    )
+    lines, problems = dry_run(parse_config(data))
+    text = "\n".join(problems)
+    assert "benchmarks[0] (wikimia-" in text or "benchmarks[0] (wikimia)" in text
+    assert "no such file or directory" in text
+    assert "targets[0] (m).model: no such local checkpoint" in text
+    assert "targets[1] (r).backend: 'carrier-pigeon' is not available" in text
+    assert "detectors[0] (nosuchdetector).name: unknown detector" in text
+    assert any(
+        "grid: 1 benchmarks x 2 targets x 2 detectors x 1 seeds = 4 settings" in x for x in lines
+    )
+
+
+def test_paper_config_dry_run_passes():
+    pytest.importorskip("calibdcd.targets.hf")
+    from typer.testing import CliRunner
+
+    from calibdcd.cli import app
+
+    res = CliRunner().invoke(app, ["run", str(REPO / "configs" / "paper.yaml"), "--dry-run"])
+    assert res.exit_code == 0, res.output
+    assert "= 24 settings" in res.output
+    assert "pool 1900 (950 m / 950 nm)" in res.output  # BookTection, the paper's data table
+    assert "pool 442 (234 m / 208 nm)" in res.output  # WikiMIA
+    assert "dry run: OK" in res.output
+    cfg = load_config(REPO / "configs" / "paper.yaml")
+    assert {t.family for t in cfg.targets} == {"qwen2.5", "llama3.1", "deepseek-r1-distill-qwen"}
+    assert len(grid(cfg)) == 24
+
+
+def test_lab_small_config_dry_run_passes():
+    pytest.importorskip("calibdcd.targets.hf")
+    lines, problems = dry_run(load_config(REPO / "configs" / "lab-small.yaml"))
+    assert problems == []
+    assert any("= 12 settings" in x for x in lines)
+
+
+# --------------------------------------------------------------------------------------------
+# A real run on the lab micro
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    return micro_run(tmp_path_factory)
+
+
+def test_run_directory_contents(run):
+    _, run_dir = run
+    for name in ("config.yaml", "environment.json", "grid.json", "results.csv", "results.jsonl"):
+        assert (run_dir / name).is_file(), name
+    env = json.loads((run_dir / "environment.json").read_text())
+    assert len(env["git"]["commit"]) == 40
+    assert env["versions"]["numpy"] == np.__version__
+    resolved = load_config(run_dir / "config.yaml")  # the resolved config loads back
+    assert resolved.grid_size == 2
+    ids = [g["id"] for g in json.loads((run_dir / "grid.json").read_text())]
+    assert ids == ["lab__chat-qwen__Overlap__s0", "lab__base__Overlap__s0"]
+    for sid in ids:
+        d = run_dir / "settings" / sid
+        res = json.loads((d / "result.json").read_text())
+        split = json.loads((d / "split.json").read_text())
+        assert res["sizes"]["supervised"] == [100, 50]
+        assert res["sizes"]["evaluation"][0] == len(split["evaluation"])
+        assert set(split["calibration"]) <= set(split["evaluation"])  # protocol "paper"
+        assert sorted(res["views"]) == sorted(
+            ["U1", "U2", "U3", "U4", "U5", "U6", "U7", "U8", "T1", "T2"]
+        )
+        with (d / "scores.csv").open() as fh:
+            rows = list(csv.DictReader(fh))
+        assert len(rows) == len(split["subsample"])
+        pool = [r for r in rows if r["in_pool"] == "1"]
+        y = np.array([int(r["label"]) for r in pool])
+        for stage in ("before", "after"):
+            s = np.array([float(r[f"score_{stage}"]) for r in pool])
+            assert auc(y, s) == pytest.approx(res[stage]["auc"]["estimate"], abs=1e-9)
+            assert tpr_at_fpr(y, s) == pytest.approx(res[stage]["tpr"]["estimate"], abs=1e-9)
+            iv = res[stage]["auc"]
+            assert iv["low"] <= iv["estimate"] <= iv["high"] and iv["n_boot"] == 50
+        assert {r["id"] for r in rows if r["calibration"] == "1"} == set(split["calibration"])
+    # the detector finds the lab's repeated members on the chat model
+    first = json.loads((run_dir / "settings" / ids[0] / "result.json").read_text())
+    assert first["before"]["auc"]["estimate"] > 0.6
+
+
+def test_analyses_match_direct_calibrate_calls(run):
+    """Recompute each setting from the cached features (no target is loaded) and check the
+    stored CalibDCD selection, ablations and fixed configuration against direct calls."""
+    cfg_path, run_dir = run
+    cfg = load_config(cfg_path)
+    ctx = RunContext(cfg, progress=False)
+    for s in grid(cfg):
+        prep = prepare_setting(s, cfg, ctx)
+        res = json.loads((run_dir / "settings" / s.id / "result.json").read_text())
+        p = prep.problem
+        fwd = p.forward
+        assert p.space == res["space"] == "normalized"
+        z0, views = fwd(p.z_cal), {k: fwd(v) for k, v in p.views.items()}
+
+        def direct(config, p=p, z0=z0, views=views, fwd=fwd):
+            cal = calibrate(
+                z0, views, p.original.score_transformed, block=p.block, **config.kwargs()
+            )
+            if not cal.corrected:
+                return cal, np.asarray(p.original.score(p.z_eval))
+            clf = p.new_classifier().fit(cal.transform(fwd(p.z_sup)), p.y_sup)
+            return cal, clf.score(cal.transform(fwd(p.z_eval)))
+
+        cal, scores = direct(cfg.calibration)
+        stored = res["calibration"]
+        assert list(cal.selected_views) == stored["selected_views"]
+        assert cal.rank == stored["rank"] and cal.strength == stored["strength"]
+        assert cal.fpp == pytest.approx(stored["fpp"])
+        assert auc(p.y_eval, scores) == pytest.approx(res["after"]["auc"]["estimate"], abs=1e-12)
+        for name, variant in ablation_configs(cfg.calibration, s.seed).items():
+            vcal, vs = direct(variant)
+            got = res["analyses"]["ablations"][name]
+            assert got["selected_views"] == list(vcal.selected_views), name
+            assert got["auc"] == pytest.approx(auc(p.y_eval, vs), abs=1e-12), name
+            assert got["tpr"] == pytest.approx(tpr_at_fpr(p.y_eval, vs), abs=1e-12), name
+        assert len(res["analyses"]["ablations"]["top1"]["selected_views"]) == 1
+        fcal, fs = direct(fixed_config(cfg.calibration, 3, 0.9))
+        assert res["analyses"]["fixed"]["auc"] == pytest.approx(auc(p.y_eval, fs), abs=1e-12)
+        assert fcal.rank == (3 if fcal.basis.shape[1] else None)
+        full = res["analyses"]["ablations"]["fixed_full"]
+        if cal.corrected and cal.strength < 1:
+            assert full is not None and full["strength"] == 1.0 and full["rank"] == cal.rank
+        else:
+            assert full is None
+    assert ctx.target_loads == 0  # everything came from the feature cache
+
+
+def test_fp_recovery_counts_are_consistent(run):
+    _, run_dir = run
+    for d in (run_dir / "settings").iterdir():
+        res = json.loads((d / "result.json").read_text())
+        fr = res["analyses"]["fp_recovery"]
+        pool = fr["pool"]
+        assert pool["fp_before"] - pool["recovered"] + pool["new_fp"] == pool["fp_after"]
+        assert pool["tp_before"] - pool["members_lost"] + pool["members_gained"] == pool["tp_after"]
+        n_m = res["sizes"]["evaluation"][1]
+        n_nm = res["sizes"]["evaluation"][0] - n_m
+        assert pool["tp_before"] / n_m == pytest.approx(res["before"]["tpr"]["estimate"])
+        assert pool["tp_after"] / n_m == pytest.approx(res["after"]["tpr"]["estimate"])
+        assert pool["fp_before"] <= 0.05 * n_nm and pool["fp_after"] <= 0.05 * n_nm
+        aff = fr["affected"]
+        assert 0 <= aff["recovered"] <= aff["cases"] <= res["sizes"]["calibration"][0]
+        assert aff["view"] == max(
+            res["calibration"]["selected_views"], key=res["calibration"]["fpp"].get
+        )
+        with (d / "scores.csv").open() as fh:
+            rows = [r for r in csv.DictReader(fh) if r["in_pool"] == "1"]
+        y = np.array([int(r["label"]) for r in rows])
+        s0 = np.array([float(r["score_before"]) for r in rows])
+        assert threshold_at_fpr(y, s0, 0.05) == pytest.approx(pool["threshold_before"])
+        assert int(((s0 >= pool["threshold_before"]) & (y == 0)).sum()) == pool["fp_before"]
+
+
+def test_resume_after_kill_recomputes_only_missing_settings(tmp_path):
+    """Kill a real `calibdcd run` subprocess after its first setting; the restart skips it."""
+    require_components()
+    lab_micro()
+    cfg_path = tmp_path / "resume.yaml"
+    cfg_path.write_text(
+        micro_config_text(tmp_path / "cache", targets=("chat-qwen", "chat-llama", "base"))
+    )
+    run_dir = tmp_path / "run"
+    import calibdcd
+
+    src = str(Path(calibdcd.__file__).resolve().parents[1])  # the code under test
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=src)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "calibdcd",
+            "run",
+            str(cfg_path),
+            "--out",
+            str(run_dir),
+            "--no-report",
+            "--no-progress",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    first = run_dir / "settings" / "lab__chat-qwen__Overlap__s0" / "result.json"
+    deadline = time.monotonic() + 120
+    while not first.exists():
+        if proc.poll() is not None:
+            pytest.fail(f"run ended early: {proc.stderr.read().decode()[-2000:]}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail("the first setting did not finish in 120 s")
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done = sorted(p.parent.name for p in (run_dir / "settings").glob("*/result.json"))
+    assert "lab__chat-qwen__Overlap__s0" in done and len(done) < 3, done
+    stamp = first.stat().st_mtime_ns
+    before = first.read_bytes()
+
+    log: list[str] = []
+    run_experiment(load_config(cfg_path), run_dir, progress=False, log=log.append)
+    assert "skip lab__chat-qwen__Overlap__s0 (complete)" in log
+    assert sum(x.startswith("done ") for x in log) == 3 - len(done)
+    assert first.stat().st_mtime_ns == stamp and first.read_bytes() == before
+    assert len(list((run_dir / "settings").glob("*/result.json"))) == 3
+    lines = (run_dir / "results.jsonl").read_text().splitlines()
+    assert [json.loads(x)["id"] for x in lines] == [
+        "lab__chat-qwen__Overlap__s0",
+        "lab__chat-llama__Overlap__s0",
+        "lab__base__Overlap__s0",
+    ]
+
+
+def test_demo_config_is_configs_lab_small():
+    import dataclasses
+
+    from calibdcd.experiment.demo import demo_config
+
+    demo = demo_config("small", cache_dir="/c", output="/o")
+    yaml_cfg = load_config(REPO / "configs" / "lab-small.yaml")
+    same = dataclasses.replace(yaml_cfg, source=None, cache_dir="/c", output="/o")
+    assert demo == same
+    assert [t.name for t in demo.targets] == ["chat-qwen", "chat-llama", "chat-reasoning", "base"]
+    assert {t.base for t in demo.targets if t.post_trained} == {"base"}
+    with pytest.raises(ValueError, match="unknown demo detector"):
+        demo_config(detectors=("nope",))
+
+
+@pytest.mark.slow
+def test_demo_on_the_lab_micro_strict_protocol(tmp_path, monkeypatch):
+    """The demo path on the micro lab (4 targets, overlap detector), then the same grid under
+    protocol strict: no calibration text is ever in the reporting pool."""
+    require_components()
+    lab_micro()
+    from calibdcd.experiment.demo import demo_config, run_demo
+
+    monkeypatch.chdir(tmp_path)
+    html, text = run_demo(tmp_path / "run", preset="micro", detectors=("overlap",),
+                          cache_dir=tmp_path / "cache", progress=False)  # fmt: skip
+    assert html.is_file()
+    assert "Overlap + CalibDCD" in text and "Base vs post-trained" in text
+    rows = [r for r in text.splitlines() if r.startswith("| lab | Overlap | base |")]
+    assert [r.split(" | ")[3] for r in rows] == ["chat-qwen", "chat-llama", "chat-reasoning"]
+
+    import dataclasses
+
+    cfg = dataclasses.replace(
+        demo_config("micro", detectors=("overlap",), cache_dir=tmp_path / "cache"),
+        protocol="strict",
+    )
+    log: list[str] = []
+    run_experiment(cfg, tmp_path / "strict", progress=False, log=log.append)
+    assert sum(x.startswith("done ") for x in log) == 4
+    for d in (tmp_path / "strict" / "settings").iterdir():
+        split = json.loads((d / "split.json").read_text())
+        assert not set(split["calibration"]) & set(split["evaluation"])
+        res = json.loads((d / "result.json").read_text())
+        assert res["protocol"] == "strict"
+        assert res["sizes"]["evaluation"][0] == len(split["evaluation"])
