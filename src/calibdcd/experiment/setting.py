@@ -58,7 +58,7 @@ from calibdcd.experiment.config import (
     TargetEntry,
 )
 from calibdcd.experiment.store import ArrayCache, digest, read_json, write_csv, write_json
-from calibdcd.metrics import Interval, bootstrap_ci, tpr_at_fpr
+from calibdcd.metrics import Interval, auc, bootstrap_ci, tpr_at_fpr
 
 __all__ = [
     "PreparedSetting",
@@ -456,11 +456,11 @@ def run_setting(
 
     y_eval = problem.y_eval
     before = {
-        "auc": _interval(y_eval, problem.scores_before, _auc, cfg, seed),
+        "auc": _interval(y_eval, problem.scores_before, auc, cfg, seed),
         "tpr": _interval(y_eval, problem.scores_before, tpr, cfg, seed),
     }
     after = {
-        "auc": _interval(y_eval, main.scores, _auc, cfg, seed),
+        "auc": _interval(y_eval, main.scores, auc, cfg, seed),
         "tpr": _interval(y_eval, main.scores, tpr, cfg, seed),
     }
     say("analyses")
@@ -533,9 +533,3 @@ def run_setting(
     }
     write_json(done, result)
     return result
-
-
-def _auc(y: np.ndarray, s: np.ndarray) -> float:
-    from calibdcd.metrics import auc
-
-    return auc(y, s)
