@@ -8,7 +8,7 @@ trained once and reused for every target. For each target (the base model and ea
 model) DPDLLM samples continuations of e0, extracts the reference-LM probability vectors, fits
 Gaussian NB on the supervised split and scores the pool by its log-odds.
 
-    flock /tmp/calibdcd-cpu.lock python benchmarks/dpdllm_lab.py --lab /work/cache/lab-small
+    python benchmarks/dpdllm_lab.py            # the lab small (built once if missing)
 
 Prints a markdown table and writes a JSON with every number to ``--out``.
 
@@ -64,7 +64,9 @@ def split_lab(rows: list[dict], n_per_class: int, seed: int):
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--lab", type=Path, default=Path("/work/cache/lab-small"))
+    ap.add_argument(
+        "--lab", type=Path, default=None, help="a built lab (default: lab small, built if missing)"
+    )
     ap.add_argument("--models", nargs="*", default=None, help="sub-directories (default: all)")
     ap.add_argument("--length", type=int, default=64, help="L (lab texts are WikiMIA-sized)")
     ap.add_argument(
@@ -102,6 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
+    if args.lab is None:
+        from calibdcd.experiment.components import resolve_lab
+
+        args.lab = resolve_lab("small")
     lab = args.lab
     if args.cache is None:
         args.cache = default_cache_dir() / "dpdllm-bench"

@@ -9,7 +9,6 @@ complete, nothing is recomputed).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -17,18 +16,15 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-def require_components() -> None:
-    for mod in ("calibdcd.views", "calibdcd.targets.hf", "calibdcd.targets.cache"):
-        pytest.importorskip(mod, reason=f"{mod} is not merged into this checkout yet")
-
-
 def lab_micro() -> Path:
-    """The prebuilt lab micro (``$CALIBDCD_LAB_ROOT/lab-micro``), else built by calibdcd.lab."""
-    root = Path(os.environ.get("CALIBDCD_LAB_ROOT", "/work/cache"))
-    if (root / "lab-micro" / "ground_truth.jsonl").is_file():
-        return root / "lab-micro"
-    lab = pytest.importorskip("calibdcd.lab", reason="no prebuilt lab micro and no calibdcd.lab")
-    return Path(lab.ensure_lab("micro", progress=False))
+    """The lab micro as experiments resolve it (``calibdcd.experiment.components.resolve_lab``:
+    a prebuilt ``$CALIBDCD_LAB_ROOT/lab-micro`` when that variable is set, else the cached
+    build, built once)."""
+    from calibdcd.experiment.components import resolve_lab
+
+    lab = resolve_lab("micro")
+    assert lab is not None
+    return lab
 
 
 def micro_config_text(cache_dir: Path, *, targets: tuple[str, ...] = ("chat-qwen", "base")) -> str:
@@ -61,7 +57,6 @@ def micro_config_text(cache_dir: Path, *, targets: tuple[str, ...] = ("chat-qwen
 
 def micro_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(config path, run dir) of the session's micro run, computed on first use."""
-    require_components()
     from calibdcd.experiment import load_config, run_experiment
 
     base = tmp_path_factory.getbasetemp() / "micro-run"

@@ -30,7 +30,7 @@ from calibdcd.experiment import (
     threshold_at_fpr,
 )
 from calibdcd.metrics import auc, tpr_at_fpr
-from experiment_support import REPO, lab_micro, micro_config_text, micro_run, require_components
+from experiment_support import REPO, lab_micro, micro_config_text, micro_run
 
 SHARED = Path(os.environ.get("CALIBDCD_SHARED", REPO.parent / "shared"))
 if not (SHARED / "data").is_dir():
@@ -152,7 +152,6 @@ def test_dry_run_reports_every_problem_without_loading_models():
 
 
 def test_paper_config_dry_run_passes():
-    pytest.importorskip("calibdcd.targets.hf")
     from typer.testing import CliRunner
 
     from calibdcd.cli import app
@@ -169,7 +168,6 @@ def test_paper_config_dry_run_passes():
 
 
 def test_lab_small_config_dry_run_passes():
-    pytest.importorskip("calibdcd.targets.hf")
     lines, problems = dry_run(load_config(REPO / "configs" / "lab-small.yaml"))
     assert problems == []
     assert any("= 12 settings" in x for x in lines)
@@ -267,6 +265,17 @@ def test_analyses_match_direct_calibrate_calls(run):
             assert full is not None and full["strength"] == 1.0 and full["rank"] == cal.rank
         else:
             assert full is None
+        # the same method in raw feature space: calibrate the extractor's output directly
+        rcal = calibrate(p.z_cal, p.views, p.original.score, block=p.block)
+        if rcal.corrected:
+            clf = p.new_classifier().fit(rcal.transform(p.z_sup), p.y_sup)
+            rs = clf.score(rcal.transform(p.z_eval))
+        else:
+            rs = p.original.score(p.z_eval)
+        alt = res["analyses"]["space"]
+        assert alt["space"] == "raw"
+        assert alt["rank"] == rcal.rank and alt["selected_views"] == list(rcal.selected_views)
+        assert alt["auc"] == pytest.approx(auc(p.y_eval, rs), abs=1e-12)
     assert ctx.target_loads == 0  # everything came from the feature cache
 
 
@@ -298,7 +307,6 @@ def test_fp_recovery_counts_are_consistent(run):
 
 def test_resume_after_kill_recomputes_only_missing_settings(tmp_path):
     """Kill a real `calibdcd run` subprocess after its first setting; the restart skips it."""
-    require_components()
     lab_micro()
     cfg_path = tmp_path / "resume.yaml"
     cfg_path.write_text(
@@ -361,10 +369,25 @@ def test_demo_config_is_configs_lab_small():
 
     from calibdcd.experiment.demo import demo_config
 
-    demo = demo_config("small", cache_dir="/c", output="/o")
+    # with every text and detector, the demo is configs/lab-small.yaml up to VeilProbe's
+    # demo options (first-half queries, 48-token suffixes)
+    demo = demo_config(
+        "small",
+        cache_dir="/c",
+        output="/o",
+        subsample="all",
+        detectors=("veilprobe", "dpdllm", "overlap"),
+    )
     yaml_cfg = load_config(REPO / "configs" / "lab-small.yaml")
-    same = dataclasses.replace(yaml_cfg, source=None, cache_dir="/c", output="/o")
+    vp = demo.detectors[0]
+    assert vp.name == "veilprobe" and vp.preset == "cpu"
+    assert dict(vp.options) == {"sampling": {"prompt_fraction": 0.5, "max_new_tokens": 48}}
+    dets = (dataclasses.replace(yaml_cfg.detectors[0], options=vp.options), *yaml_cfg.detectors[1:])
+    same = dataclasses.replace(yaml_cfg, source=None, cache_dir="/c", output="/o", detectors=dets)
     assert demo == same
+    default = demo_config("small")
+    assert [d.name for d in default.detectors] == ["veilprobe", "dpdllm"]
+    assert {b.subsample for b in default.benchmarks} == {300}
     assert [t.name for t in demo.targets] == ["chat-qwen", "chat-llama", "chat-reasoning", "base"]
     assert {t.base for t in demo.targets if t.post_trained} == {"base"}
     with pytest.raises(ValueError, match="unknown demo detector"):
@@ -375,7 +398,6 @@ def test_demo_config_is_configs_lab_small():
 def test_demo_on_the_lab_micro_strict_protocol(tmp_path, monkeypatch):
     """The demo path on the micro lab (4 targets, overlap detector), then the same grid under
     protocol strict: no calibration text is ever in the reporting pool."""
-    require_components()
     lab_micro()
     from calibdcd.experiment.demo import demo_config, run_demo
 

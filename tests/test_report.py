@@ -33,8 +33,10 @@ def test_report_files(report):
     for name in ("tables.md", "tables.tex", "analyses.json"):
         assert (out / name).is_file(), name
     csvs = sorted(p.stem for p in (out / "csv").glob("*.csv"))
-    assert {"auc_main", "tpr_main", "ablation", "adaptive", "fp_recovery", "settings",
-            "selection_views", "selection_rank_strength", "base_vs_post"} <= set(csvs)  # fmt: skip
+    expected = {"auc_main", "tpr_main", "ablation", "adaptive", "fp_recovery", "space",
+                "settings", "selection_views", "selection_rank_strength",
+                "base_vs_post"}  # fmt: skip
+    assert expected <= set(csvs)
     tex = (out / "tables.tex").read_text()
     assert tex.count(r"\begin{tabular}") == len(csvs) == tex.count(r"\bottomrule")
     md = (out / "tables.md").read_text()
@@ -56,6 +58,7 @@ def test_html_is_self_contained(report):
     assert not re.search(r"""(src|href)=['"](?!data:)""", page)  # nothing fetched from outside
     assert "AUC of the detectors with and without CalibDCD" in page
     assert "Resolved config" in page and "Environment" in page
+    assert "Calibration space" in page
 
 
 def test_main_tables_hold_the_run_numbers(report):
@@ -94,12 +97,15 @@ def test_bold_marks_the_better_of_each_pair(report):
 
 def test_analysis_aggregates(report):
     run_dir, html = report
-    results = load_results(run_dir)
-    sel = selection_distribution(results)
+    everything = load_results(run_dir)
+    # the paper's analyses are over the post-trained targets: the base model's setting is left out
+    results = [r for r in everything if r["post_trained"]]
+    assert 0 < len(results) < len(everything)
+    sel = selection_distribution(everything)
     k = results[0]["calibration"]["config"]["n_views"]
     assert sel["positions"] == k * len(results) == sum(sel["by_code"].values())
     assert sum(sum(r) for r in sel["matrix"]) + sel["no_correction"] == len(results)
-    abl = ablation_summary(results)
+    abl = ablation_summary(everything)
     assert abl[0]["name"] == "CalibDCD" and abl[0]["n"] == len(results)
     mean_after = sum(r["after"]["auc"]["estimate"] for r in results) / len(results)
     assert abl[0]["auc"] == pytest.approx(mean_after)

@@ -63,6 +63,14 @@ def _score_in_space(clf: Any) -> Callable[[np.ndarray], np.ndarray] | None:
     return None
 
 
+def other_space(clf: Any, space: Space) -> Space | None:
+    """The calibration space a setting did not use, when its classifier has both."""
+    has = callable(getattr(clf, "transform", None)) and _score_in_space(clf) is not None
+    if not has:
+        return None
+    return "raw" if space == "normalized" else "normalized"
+
+
 def resolve_space(clf: Any, requested: str) -> Space:
     """``auto`` -> normalized when the classifier exposes its space, else raw."""
     has = callable(getattr(clf, "transform", None)) and _score_in_space(clf) is not None

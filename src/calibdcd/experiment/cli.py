@@ -75,7 +75,11 @@ def demo_command(
     ] = "small",
     detector: Annotated[
         list[str] | None,
-        typer.Option("--detector", "-d", help="veilprobe / dpdllm / overlap (repeat; default all)"),
+        typer.Option(
+            "--detector",
+            "-d",
+            help="veilprobe / dpdllm / overlap (repeat; default veilprobe and dpdllm)",
+        ),
     ] = None,
     cache_dir: Annotated[Path, typer.Option(help="feature / generation cache")] = Path(
         ".calibdcd-cache"

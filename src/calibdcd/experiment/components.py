@@ -203,12 +203,14 @@ def detector_fingerprint(detector: Any) -> str:
 def resolve_lab(preset: str, *, build: bool = True) -> Path | None:
     """The directory of the lab ``preset``; built on first use when ``build``.
 
-    Prebuilt copies under ``$CALIBDCD_LAB_ROOT`` (default ``/work/cache``) named ``lab-<preset>``
-    are used as they are. With ``build=False`` returns None when no built lab is found.
+    When ``$CALIBDCD_LAB_ROOT`` is set, a prebuilt copy ``$CALIBDCD_LAB_ROOT/lab-<preset>``
+    (e.g. from ``calibdcd lab build <preset> --out ...``) is used as it is; otherwise the lab
+    cache of :func:`calibdcd.lab.ensure_lab`. With ``build=False`` returns None when no built
+    lab is found.
     """
-    root = Path(os.environ.get("CALIBDCD_LAB_ROOT", "/work/cache"))
-    prebuilt = root / f"lab-{preset}"
-    if (prebuilt / "ground_truth.jsonl").is_file():
+    root = os.environ.get("CALIBDCD_LAB_ROOT")
+    prebuilt = Path(root) / f"lab-{preset}" if root else None
+    if prebuilt is not None and (prebuilt / "ground_truth.jsonl").is_file():
         return prebuilt
     try:
         from calibdcd.lab import ensure_lab  # type: ignore[attr-defined]
@@ -224,7 +226,9 @@ def resolve_lab(preset: str, *, build: bool = True) -> Path | None:
             return d if is_complete_lab(d) else None
         except Exception:
             return None
-    return Path(ensure_lab(preset))
+    # experiments measure the lab themselves: skip the build's own ``lab check`` (~2 min on
+    # small; it does not change the lab or its cache key)
+    return Path(ensure_lab(preset, check=False))
 
 
 def target_identity(entry: TargetEntry, model_path: str | None = None) -> str:

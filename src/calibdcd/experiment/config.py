@@ -139,6 +139,9 @@ class AnalysisSpec:
     fixed_rank: int = 3
     fixed_strength: float = 0.9
     fp_recovery: bool = True
+    #: also run the complete method in the other calibration space (raw <-> normalised) where the
+    #: classifier has both; the paper does not say which one it means (see README)
+    space_comparison: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -491,6 +494,7 @@ def _analyses(data: Any, path: str, source: str | None) -> AnalysisSpec:
         fixed_rank=r.int("fixed_rank", 3, minimum=1),
         fixed_strength=r.float("fixed_strength", 0.9, low=0.0, high=1.0),
         fp_recovery=r.bool("fp_recovery", True),
+        space_comparison=r.bool("space_comparison", True),
     )
     r.finish()
     return spec

@@ -140,6 +140,16 @@ def _default_out(cfg: ExperimentConfig) -> Path:
     return Path(cfg.output) if cfg.output else Path("runs") / cfg.name
 
 
+def _quiet_hub_bars() -> None:
+    """transformers draws a bar for every model load/save (dozens per run); the run's own
+    settings bar says where it is."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        return
+    hf_logging.disable_progress_bar()
+
+
 def run_experiment(
     cfg: ExperimentConfig,
     out_dir: str | Path | None = None,
@@ -164,6 +174,7 @@ def run_experiment(
         run_dir / "grid.json",
         [{"id": s.id, "setting_hash": setting_hash(s, cfg)} for s in settings],
     )
+    _quiet_hub_bars()
     ctx = RunContext(cfg, progress=progress)
     results: list[dict[str, Any]] = []
     computed = 0

@@ -40,6 +40,7 @@ from calibdcd.experiment.analyses import (
     fixed_config,
     fp_recovery,
     full_correction_config,
+    other_space,
     resolve_space,
 )
 from calibdcd.experiment.components import (
@@ -189,6 +190,7 @@ class _Extractor:
         self.blocks: dict[str, slice] | None = None
         self.seconds = 0.0
         self.extracted = 0
+        self.steps: dict[str, float] = {}  #: the detector's own per-step seconds, summed
 
     def __call__(self, texts: list[str], view: Any | None, reference: list[str]) -> np.ndarray:
         key = digest(
@@ -206,11 +208,19 @@ class _Extractor:
             return hit["values"]
         t0 = time.perf_counter()
         target = self.ctx.target(self.setting.target)
+        before = dict(getattr(self.detector, "timings", None) or {})
         if self.has_prepare and not self._prepared:
             self.detector.prepare(self.pool, target)
             self._prepared = True
         kw = {"reference_texts": reference} if self.takes_reference else {}
         feats = self.detector.extract(texts, target, view=view, **kw)
+        # a detector keeps per-step seconds on itself (VeilProbe) or on its features (DPDLLM)
+        after = dict(getattr(self.detector, "timings", None) or {})
+        spent = {k: float(v) - float(before.get(k, 0.0)) for k, v in after.items()}
+        for k, v in (getattr(feats, "timings", None) or {}).items():
+            spent[k] = spent.get(k, 0.0) + float(v)
+        for k, v in spent.items():
+            self.steps[str(k)] = self.steps.get(str(k), 0.0) + v
         values = np.asarray(feats.values, dtype=np.float64)
         names = list(feats.blocks)
         bounds = np.array([[feats.blocks[n].start, feats.blocks[n].stop] for n in names])
@@ -278,6 +288,8 @@ class PreparedSetting:
     feature_dim: int
     feature_seconds: float
     extractions: int
+    #: wall seconds per step of the detector's own ``timings`` (when it keeps them) spent here
+    detector_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 def split_config(setting: Setting, cfg: ExperimentConfig) -> Any:
@@ -399,6 +411,7 @@ def prepare_setting(
         feature_dim=int(z_sup.shape[1]),
         feature_seconds=ext.seconds,
         extractions=ext.extracted,
+        detector_seconds={k: round(v, 3) for k, v in ext.steps.items()},
     )
 
 
@@ -420,6 +433,12 @@ def run_analyses(prep: PreparedSetting, main: Outcome, cfg: ExperimentConfig) ->
         out["fixed"]["config"] = {"rank": an.fixed_rank, "strength": an.fixed_strength}
     if an.fp_recovery:
         out["fp_recovery"] = fp_recovery(problem, main)
+    alt = other_space(problem.original, problem.space) if an.space_comparison else None
+    if alt is not None:
+        out["space"] = {
+            "space": alt,
+            **dataclasses.replace(problem, space=alt).run(cfg.calibration).summary(),
+        }
     return out
 
 
@@ -527,7 +546,11 @@ def run_setting(
         "calibration": main.calibration.summary(),
         "analyses": analyses,
         "views": {v.code: v.name for v in prep.views},
-        "timings": {"total": time.perf_counter() - t_start, "features": prep.feature_seconds},
+        "timings": {
+            "total": time.perf_counter() - t_start,
+            "features": prep.feature_seconds,
+            "detector": prep.detector_seconds,
+        },
         "feature_extractions": prep.extractions,
         "skipped": False,
     }

@@ -230,8 +230,10 @@ def config_hash(cfg: LabConfig, seed: int, pool_fingerprint: str) -> str:
         "seed": seed,
         "pool": pool_fingerprint,
     }
-    # device and threads change speed, not the intended result; keep them out of the key
-    payload["config"].pop("device", None)
-    payload["config"].pop("num_threads", None)
+    # device and threads change speed, not the intended result, and ``check`` only adds a
+    # measurement to lab.json: keep them out of the key (a lab built without its check is the
+    # same lab; ``calibdcd lab check`` measures it later)
+    for key in ("device", "num_threads", "check"):
+        payload["config"].pop(key, None)
     blob = json.dumps(payload, sort_keys=True, default=list).encode()
     return hashlib.sha256(blob).hexdigest()[:12]

@@ -25,6 +25,7 @@ __all__ = [
     "load_results",
     "main_cells",
     "selection_distribution",
+    "space_comparison",
 ]
 
 #: (key in result["analyses"]["ablations"], display name), in the paper's order
@@ -50,6 +51,13 @@ def load_results(run_dir: str | Path) -> list[dict[str, Any]]:
         order = [g["id"] for g in json.loads(grid.read_text()) if g["id"] in found]
     order += sorted(set(found) - set(order))
     return [json.loads(found[i].read_text()) for i in order]
+
+
+def post_trained(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The settings on post-trained targets (the paper's tables and analyses are over these);
+    all settings when the run has none (e.g. a base-model-only run)."""
+    keep = [r for r in results if r.get("post_trained", True)]
+    return keep or results
 
 
 def _mean(xs: Iterable[float]) -> float:
@@ -87,7 +95,7 @@ def ablation_summary(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows of the ablation table: complete method, each variant (mean AUC/TPR, mean change from
     the complete method on the same settings, settings where the complete method is better),
     then the λ<1 subset against fixed full correction."""
-    rs = [r for r in results if r.get("analyses", {}).get("ablations")]
+    rs = [r for r in post_trained(results) if r.get("analyses", {}).get("ablations")]
     rows: list[dict[str, Any]] = []
     if not rs:
         return rows
@@ -129,7 +137,7 @@ def ablation_summary(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def adaptive_vs_fixed(results: list[dict[str, Any]]) -> dict[str, Any]:
     """Per setting and per detector: adaptive (selected r, λ) vs the fixed configuration."""
-    rs = [r for r in results if r.get("analyses", {}).get("fixed")]
+    rs = [r for r in post_trained(results) if r.get("analyses", {}).get("fixed")]
     per = [
         {
             "id": r["id"],
@@ -167,7 +175,7 @@ def adaptive_vs_fixed(results: list[dict[str, Any]]) -> dict[str, Any]:
 def fp_recovery_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
     """The paper's affected-false-positive recovery, overall and by benchmark and detector, plus
     the pool-level decision changes at the same FPR."""
-    rs = [r for r in results if r.get("analyses", {}).get("fp_recovery")]
+    rs = [r for r in post_trained(results) if r.get("analyses", {}).get("fp_recovery")]
 
     def agg(sub: list[dict[str, Any]]) -> dict[str, Any]:
         cases = sum(r["analyses"]["fp_recovery"]["affected"]["cases"] for r in sub)
@@ -213,6 +221,7 @@ def selection_distribution(results: list[dict[str, Any]]) -> dict[str, Any]:
     joint: Counter[tuple[int, float]] = Counter()
     none = 0
     settings_with_specific = 0
+    results = post_trained(results)
     for r in results:
         views = r["calibration"]["selected_views"]
         by_code.update(views)
@@ -277,3 +286,29 @@ def base_vs_post(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def space_comparison(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per setting: the complete method in the calibration space the run used and in the other
+    one (``analyses.space``), with the original detector for reference."""
+    out = []
+    for r in results:
+        alt = r.get("analyses", {}).get("space")
+        if not alt:
+            continue
+        c = r["calibration"]
+        out.append(
+            {
+                "id": r["id"],
+                "detector": r["detector"],
+                "target": r["target"],
+                "auc_original": r["before"]["auc"]["estimate"],
+                "space": r.get("space"),
+                "auc": r["after"]["auc"]["estimate"],
+                "choice": None if c["rank"] is None else (c["rank"], c["strength"]),
+                "other_space": alt["space"],
+                "auc_other": alt["auc"],
+                "choice_other": None if alt["rank"] is None else (alt["rank"], alt["strength"]),
+            }
+        )
+    return out

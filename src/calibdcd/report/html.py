@@ -63,6 +63,7 @@ def render_html(
     section("Ablations", ["ablation"], ["ablation.png"])
     section("Adaptive vs fixed correction", ["adaptive"], ["adaptive_vs_fixed.png"])
     section("False-positive recovery", ["fp_recovery"], ["fp_recovery.png"])
+    section("Calibration space", ["space"])
     section(
         "Selection distributions", ["selection_views", "selection_rank_strength"], ["selection.png"]
     )

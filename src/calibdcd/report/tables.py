@@ -189,7 +189,8 @@ def _ablation_table(results: list[dict[str, Any]]) -> Table | None:
         rows.append([r["name"], r["n"], auc, tpr, wins])
     return Table(
         "ablation",
-        "Ablations (percent; parentheses: mean change from the complete method, same settings)",
+        "Ablations on the post-trained targets (percent; parentheses: mean change from the "
+        "complete method on the same settings)",
         ["Configuration", "n", "AUC", "TPR@5%FPR", "Complete better (AUC / TPR)"],
         rows,
     )
@@ -336,6 +337,33 @@ def _base_table(results: list[dict[str, Any]]) -> Table | None:
     )
 
 
+def _space_table(results: list[dict[str, Any]]) -> Table | None:
+    rows_in = agg.space_comparison(results)
+    if not rows_in:
+        return None
+
+    def choice(c: Any) -> str:
+        return "none" if c is None else f"{c[0]}/{c[1]:g}"
+
+    rows = [
+        [
+            f"{r['detector']} · {r['target']}",
+            pct(r["auc_original"]),
+            f"{pct(r['auc'])} ({r['space']}, {choice(r['choice'])})",
+            f"{pct(r['auc_other'])} ({r['other_space']}, {choice(r['choice_other'])})",
+        ]
+        for r in rows_in
+    ]
+    return Table(
+        "space",
+        "Calibration space: CalibDCD in the classifier's normalised space vs the raw features",
+        ["Setting", "AUC orig.", "AUC + CalibDCD (run's space, r/λ)", "AUC + CalibDCD (other)"],
+        rows,
+        note="Percent; r/λ = the selected correction, none = best J ≤ 0 or no consensus "
+        "direction. The paper does not say which space; the run's is `calibration_space`.",
+    )
+
+
 def build_tables(results: list[dict[str, Any]]) -> list[Table]:
     fpr = results[0].get("fpr", 0.05) if results else 0.05
     tpr_name = f"TPR@{100 * fpr:g}%FPR"
@@ -347,6 +375,7 @@ def build_tables(results: list[dict[str, Any]]) -> list[Table]:
         _ablation_table(results),
         _adaptive_table(results),
         _fp_table(results),
+        _space_table(results),
         *_selection_tables(results),
         _base_table(results),
         _detail_table(results),
