@@ -5,6 +5,7 @@ false-positive recovery and base vs post-trained."""
 from __future__ import annotations
 
 import csv
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -117,14 +118,19 @@ def ablation_figure(results: list[dict[str, Any]], path: Path) -> Path | None:
     if not rows:
         return None
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(7.5, 3.2))
+    fig, ax = plt.subplots(figsize=(max(7.5, 1.6 * len(rows)), 3.4))
     x = np.arange(len(rows))
     w = 0.38
     ax.bar(x - w / 2, [100 * r["d_auc"] for r in rows], w, label="Δ AUC", color="#1f78b4")
     ax.bar(x + w / 2, [100 * r["d_tpr"] for r in rows], w, label="Δ TPR@5%FPR", color="#e66101")
     ax.set_xticks(
         x,
-        [f"{r['name']}\n(complete better: {r['wins_auc']}/{r['n']} AUC)" for r in rows],
+        [
+            "\n".join(
+                [*textwrap.wrap(r["name"], 16), f"complete better (AUC): {r['wins_auc']}/{r['n']}"]
+            )
+            for r in rows
+        ],
         fontsize=7,
     )
     ax.axhline(0, color="k", lw=0.8)
