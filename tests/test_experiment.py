@@ -370,7 +370,7 @@ def test_demo_config_is_configs_lab_small():
     from calibdcd.experiment.demo import demo_config
 
     # with every text and detector, the demo is configs/lab-small.yaml up to VeilProbe's
-    # demo options (first-half queries, 48-token suffixes)
+    # suffix length (48 new tokens instead of 96)
     demo = demo_config(
         "small",
         cache_dir="/c",
@@ -382,6 +382,7 @@ def test_demo_config_is_configs_lab_small():
     vp = demo.detectors[0]
     assert vp.name == "veilprobe" and vp.preset == "cpu"
     assert dict(vp.options) == {"sampling": {"prompt_fraction": 0.5, "max_new_tokens": 48}}
+    assert dict(yaml_cfg.detectors[0].options) == {"sampling": {"prompt_fraction": 0.5}}
     dets = (dataclasses.replace(yaml_cfg.detectors[0], options=vp.options), *yaml_cfg.detectors[1:])
     same = dataclasses.replace(yaml_cfg, source=None, cache_dir="/c", output="/o", detectors=dets)
     assert demo == same
@@ -424,3 +425,26 @@ def test_demo_on_the_lab_micro_strict_protocol(tmp_path, monkeypatch):
         res = json.loads((d / "result.json").read_text())
         assert res["protocol"] == "strict"
         assert res["sizes"]["evaluation"][0] == len(split["evaluation"])
+
+
+def test_stored_results_are_reused_only_for_the_same_inputs(tmp_path):
+    """A result is keyed on the config *and* on what the config leaves open: a benchmark file
+    edited in place gets a new inputs hash (so the setting is recomputed), the config hash
+    stays."""
+    from calibdcd.experiment.setting import inputs_hash, setting_hash
+
+    lab = lab_micro()
+    data = tmp_path / "gt.jsonl"
+    data.write_text((lab / "ground_truth.jsonl").read_text())
+    text = micro_config_text(tmp_path / "cache").replace(str(lab / "ground_truth.jsonl"), str(data))
+    cfg_path = tmp_path / "c.yaml"
+    cfg_path.write_text(text)
+    cfg = load_config(cfg_path)
+    s = grid(cfg)[0]
+    before = (setting_hash(s, cfg), inputs_hash(s, cfg, RunContext(cfg, progress=False)))
+    assert before[1] == inputs_hash(s, cfg, RunContext(cfg, progress=False))  # stable
+    rows = [json.loads(x) for x in data.read_text().splitlines() if x]
+    rows[0]["text"] = rows[0]["text"] + " Edited."
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    after = (setting_hash(s, cfg), inputs_hash(s, cfg, RunContext(cfg, progress=False)))
+    assert after[0] == before[0] and after[1] != before[1]

@@ -4,8 +4,9 @@
 works from an installed package without the repository's ``configs/``): the lab's three
 post-trained chat models and its base model x VeilProbe and DPDLLM x one seed, the paper's
 protocol on the lab's ground truth. To fit a cold first run into 20 minutes on 2 CPU cores it
-draws 300 of the lab's 500 texts (balanced) and VeilProbe's suffixes have 48 new tokens instead
-of the ``cpu`` preset's 96; ``configs/lab-small.yaml`` is the full experiment.
+draws 300 of the lab's 500 texts (balanced), VeilProbe's suffixes have 48 new tokens instead of
+the ``cpu`` preset's 96 and the overlap baseline is left out; ``configs/lab-small.yaml`` is the
+full experiment.
 
 :func:`run_demo` builds the lab if needed (``calibdcd.lab.ensure_lab``), runs the grid
 (resumable; a re-run is served from the caches), writes the report and returns the comparison
@@ -42,7 +43,8 @@ def demo_config(
     n_boot: int = 1000,
     subsample: int | str = DEMO_SUBSAMPLE,
 ) -> ExperimentConfig:
-    """The lab experiment (= ``configs/lab-small.yaml`` for ``preset="small"``)."""
+    """The lab experiment for ``preset``. With ``subsample="all"`` and all three detectors it is
+    ``configs/lab-small.yaml`` up to VeilProbe's 48-token suffixes (a test checks this)."""
     hf = {"device": "auto", "batch_size": 64}
     targets: list[dict[str, Any]] = [
         {"name": m, "backend": "hf", "lab": preset, "model": m, "base": "base", "options": hf}
@@ -59,8 +61,8 @@ def demo_config(
         }
     )
     known: dict[str, dict[str, Any]] = {
-        # the cpu preset with the query = the first half of each text (the lab's texts are whole
-        # paragraphs a chat model would simply end) and 48-token suffixes (demo time budget)
+        # as configs/lab-small.yaml (the cpu preset, the query = the first half of each text: the
+        # lab's texts are whole paragraphs a chat model would simply end) with 48-token suffixes
         "veilprobe": {
             "name": "veilprobe",
             "label": "VeilProbe",

@@ -65,6 +65,7 @@ __all__ = [
     "PreparedSetting",
     "RunContext",
     "Setting",
+    "inputs_hash",
     "prepare_setting",
     "run_analyses",
     "run_setting",
@@ -100,6 +101,22 @@ def setting_hash(setting: Setting, cfg: ExperimentConfig) -> str:
         dataclasses.asdict(cfg.analyses),
         cfg.view_system,
         cfg.calibration_space,
+    )[:16]
+
+
+def inputs_hash(setting: Setting, cfg: ExperimentConfig, ctx: RunContext) -> str:
+    """What the config does not pin down: the resolved detector (e.g. the path of a lab's clean
+    reference LM, whose cache key carries its build format), the target's checkpoint files and
+    the benchmark's texts and labels. A stored result is reused only when these match too, so a
+    rebuilt lab or reference model is never hidden behind an old result."""
+    bench = ctx.benchmark(setting.benchmark)
+    det = ctx.detector(setting.detector, bench.name)
+    return digest(
+        setting_hash(setting, cfg),
+        detector_fingerprint(det),
+        target_identity(setting.target, model_path(setting.target, build_lab=False)),
+        list(bench.texts),
+        [int(y) for y in bench.labels],
     )[:16]
 
 
@@ -457,7 +474,9 @@ def run_setting(
     if done.is_file():
         try:
             prev = read_json(done)
-            if prev.get("setting_hash") == shash:
+            if prev.get("setting_hash") == shash and prev.get("inputs_hash") == inputs_hash(
+                setting, cfg, ctx
+            ):
                 prev["skipped"] = True
                 return prev
         except (OSError, ValueError):
@@ -521,6 +540,7 @@ def run_setting(
     result = {
         "id": setting.id,
         "setting_hash": shash,
+        "inputs_hash": inputs_hash(setting, cfg, ctx),
         "benchmark": setting.benchmark.label,
         "benchmark_name": bench.name,
         "target": setting.target.name,
