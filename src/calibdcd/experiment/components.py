@@ -192,6 +192,9 @@ def detector_fingerprint(detector: Any) -> str:
         body = json.dumps(d, sort_keys=True, default=str)
     else:
         body = repr(cfg)
+    version = getattr(detector, "cache_version", None)
+    if version is not None:  # a detector's artefact recipe changed: its old features are stale
+        body += f"\x1ecache_version={version}"
     return f"{detector.name}:{hashlib.sha256(body.encode()).hexdigest()[:16]}"
 
 

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..base import Features
-from .cache import content_key
+from .cache import CACHE_FORMAT, content_key
 from .config import VeilProbeConfig
 from .features import DELTA_BLOCKS, OUTPUT_BLOCKS, Preprocessor, block_slices, compose
 from .mapping import MappingModel, pooled_features, train_mapping_model
@@ -79,6 +79,8 @@ class VeilProbeClassifier:
 class VeilProbe:
     name = "veilprobe"
     calibration_blocks: tuple[str, ...] | None = OUTPUT_BLOCKS
+    #: the recipe version of its cached artefacts (experiment feature caches include it)
+    cache_version = CACHE_FORMAT
 
     def __init__(self, config: VeilProbeConfig | None = None):
         self.config = config or VeilProbeConfig.cpu()
