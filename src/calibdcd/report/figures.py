@@ -127,7 +127,11 @@ def ablation_figure(results: list[dict[str, Any]], path: Path) -> Path | None:
         x,
         [
             "\n".join(
-                [*textwrap.wrap(r["name"], 16), f"complete better (AUC): {r['wins_auc']}/{r['n']}"]
+                [
+                    *textwrap.wrap(r["name"], 16),
+                    "complete better:",
+                    f"{r['wins_auc']}/{r['n']} (AUC)",
+                ]
             )
             for r in rows
         ],
