@@ -107,6 +107,35 @@ def _tokenizer_for(texts: list[str], cfg: MaskedLMConfig, cache_dir: Path):
     return AutoTokenizer.from_pretrained(str(path))
 
 
+def _train_cached(
+    kind: str,
+    texts: Sequence[str],
+    cache_dir: str | Path,
+    config: MaskedLMConfig | None,
+    build,
+    desc: str,
+    progress: bool,
+) -> Path:
+    """The cached tiny-model recipe shared by the masked LM and the proxy.
+
+    Reuse ``<cache_dir>/<kind>/<key>`` when complete; else seed, train the pool's tokenizer,
+    build the model with ``build(tok, cfg) -> (model, make_batch)``, train it and save it with
+    its tokenizer."""
+    cfg = config or MaskedLMConfig()
+    pool = _texts(texts)
+    path, done = _cached(kind, pool, cfg, Path(cache_dir))
+    if done:
+        return path
+    seed_everything(cfg.seed)
+    tok = _tokenizer_for(pool, cfg, Path(cache_dir))
+    model, make_batch = build(tok, cfg)
+    _train_loop(model, _chunks(tok, pool, cfg.max_length), cfg, make_batch, desc, progress)
+    model.save_pretrained(str(path))
+    tok.save_pretrained(str(path))
+    atomic_write_text(path / "done.json", json.dumps({"config": dataclasses.asdict(cfg)}))
+    return path
+
+
 def train_masked_lm(
     texts: Sequence[str],
     cache_dir: str | Path,
@@ -115,49 +144,41 @@ def train_masked_lm(
     progress: bool = True,
 ) -> Path:
     """Train (or reuse from the cache) a tiny BERT fill-mask model on ``texts``; returns its dir."""
-    import torch
-    from transformers import BertConfig, BertForMaskedLM
 
-    cfg = config or MaskedLMConfig()
-    pool = _texts(texts)
-    path, done = _cached("mlm", pool, cfg, Path(cache_dir))
-    if done:
-        return path
-    seed_everything(cfg.seed)
-    tok = _tokenizer_for(pool, cfg, Path(cache_dir))
-    model = BertForMaskedLM(
-        BertConfig(
-            vocab_size=len(tok),
-            hidden_size=cfg.hidden_size,
-            num_hidden_layers=cfg.num_layers,
-            num_attention_heads=cfg.num_heads,
-            intermediate_size=cfg.intermediate_size,
-            max_position_embeddings=cfg.max_length,
-            pad_token_id=tok.pad_token_id,
+    def build(tok, cfg: MaskedLMConfig):
+        import torch
+        from transformers import BertConfig, BertForMaskedLM
+
+        model = BertForMaskedLM(
+            BertConfig(
+                vocab_size=len(tok),
+                hidden_size=cfg.hidden_size,
+                num_hidden_layers=cfg.num_layers,
+                num_attention_heads=cfg.num_heads,
+                intermediate_size=cfg.intermediate_size,
+                max_position_embeddings=cfg.max_length,
+                pad_token_id=tok.pad_token_id,
+            )
         )
-    )
-    chunks = _chunks(tok, pool, cfg.max_length)
-    special = torch.tensor(sorted(set(tok.all_special_ids)))
+        special = torch.tensor(sorted(set(tok.all_special_ids)))
 
-    def make_batch(batch, gen):
-        ids, mask = _pad(batch, tok.pad_token_id)
-        labels = ids.clone()
-        prob = torch.full(ids.shape, cfg.mask_probability)
-        prob[torch.isin(ids, special)] = 0.0
-        chosen = torch.bernoulli(prob, generator=gen).bool()
-        labels[~chosen] = -100
-        roll = torch.rand(ids.shape, generator=gen)
-        ids = ids.clone()
-        ids[chosen & (roll < 0.8)] = tok.mask_token_id
-        rand_pos = chosen & (roll >= 0.8) & (roll < 0.9)
-        ids[rand_pos] = torch.randint(len(tok), ids.shape, generator=gen)[rand_pos]
-        return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+        def make_batch(batch, gen):
+            ids, mask = _pad(batch, tok.pad_token_id)
+            labels = ids.clone()
+            prob = torch.full(ids.shape, cfg.mask_probability)
+            prob[torch.isin(ids, special)] = 0.0
+            chosen = torch.bernoulli(prob, generator=gen).bool()
+            labels[~chosen] = -100
+            roll = torch.rand(ids.shape, generator=gen)
+            ids = ids.clone()
+            ids[chosen & (roll < 0.8)] = tok.mask_token_id
+            rand_pos = chosen & (roll >= 0.8) & (roll < 0.9)
+            ids[rand_pos] = torch.randint(len(tok), ids.shape, generator=gen)[rand_pos]
+            return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
-    _train_loop(model, chunks, cfg, make_batch, "masked LM", progress)
-    model.save_pretrained(str(path))
-    tok.save_pretrained(str(path))
-    atomic_write_text(path / "done.json", json.dumps({"config": dataclasses.asdict(cfg)}))
-    return path
+        return model, make_batch
+
+    return _train_cached("mlm", texts, cache_dir, config, build, "masked LM", progress)
 
 
 def train_causal_proxy(
@@ -168,46 +189,38 @@ def train_causal_proxy(
     progress: bool = True,
 ) -> Path:
     """Train (or reuse) a tiny Llama-style causal LM on ``texts`` as an attribution proxy."""
-    from transformers import LlamaConfig, LlamaForCausalLM
 
-    cfg = config or MaskedLMConfig()
-    pool = _texts(texts)
-    path, done = _cached("proxy", pool, cfg, Path(cache_dir))
-    if done:
-        return path
-    seed_everything(cfg.seed)
-    tok = _tokenizer_for(pool, cfg, Path(cache_dir))
-    model = LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=len(tok),
-            hidden_size=cfg.hidden_size,
-            num_hidden_layers=cfg.num_layers,
-            num_attention_heads=cfg.num_heads,
-            num_key_value_heads=cfg.num_heads,
-            intermediate_size=cfg.intermediate_size,
-            max_position_embeddings=cfg.max_length,
-            pad_token_id=tok.pad_token_id,
-            bos_token_id=tok.cls_token_id,
-            eos_token_id=tok.sep_token_id,
-            tie_word_embeddings=True,
+    def build(tok, cfg: MaskedLMConfig):
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        model = LlamaForCausalLM(
+            LlamaConfig(
+                vocab_size=len(tok),
+                hidden_size=cfg.hidden_size,
+                num_hidden_layers=cfg.num_layers,
+                num_attention_heads=cfg.num_heads,
+                num_key_value_heads=cfg.num_heads,
+                intermediate_size=cfg.intermediate_size,
+                max_position_embeddings=cfg.max_length,
+                pad_token_id=tok.pad_token_id,
+                bos_token_id=tok.cls_token_id,
+                eos_token_id=tok.sep_token_id,
+                tie_word_embeddings=True,
+            )
         )
-    )
-    chunks = _chunks(tok, pool, cfg.max_length)
+        model.generation_config.pad_token_id = tok.pad_token_id
+        model.generation_config.eos_token_id = tok.sep_token_id
+        model.generation_config.bos_token_id = tok.cls_token_id
 
-    def make_batch(batch, gen):
-        ids, mask = _pad(batch, tok.pad_token_id)
-        labels = ids.clone()
-        labels[mask == 0] = -100
-        return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+        def make_batch(batch, gen):
+            ids, mask = _pad(batch, tok.pad_token_id)
+            labels = ids.clone()
+            labels[mask == 0] = -100
+            return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
-    _train_loop(model, chunks, cfg, make_batch, "proxy LM", progress)
-    model.generation_config.pad_token_id = tok.pad_token_id
-    model.generation_config.eos_token_id = tok.sep_token_id
-    model.generation_config.bos_token_id = tok.cls_token_id
-    model.save_pretrained(str(path))
-    tok.save_pretrained(str(path))
-    atomic_write_text(path / "done.json", json.dumps({"config": dataclasses.asdict(cfg)}))
-    return path
+        return model, make_batch
+
+    return _train_cached("proxy", texts, cache_dir, config, build, "proxy LM", progress)
 
 
 def load_masked_lm(path: str | Path):
