@@ -35,14 +35,10 @@ MODELS = ("base", "chat-qwen", "chat-llama", "chat-reasoning")
 
 
 def load_ground_truth(lab: Path) -> tuple[list[str], np.ndarray]:
-    texts, labels = [], []
-    with (lab / "ground_truth.jsonl").open(encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                row = json.loads(line)
-                texts.append(row["text"])
-                labels.append(int(row["label"]))
-    return texts, np.asarray(labels)
+    from calibdcd.lab import load_ground_truth as lab_ground_truth
+
+    items = lab_ground_truth(lab)
+    return [x.text for x in items], np.asarray([x.label for x in items])
 
 
 def supervised_split(labels: np.ndarray, per_class: int, seed: int):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -16,14 +15,10 @@ def lab_override() -> Path | None:
 
 
 def ground_truth(lab: Path) -> tuple[list[str], list[int]]:
-    texts, labels = [], []
-    with (lab / "ground_truth.jsonl").open(encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                row = json.loads(line)
-                texts.append(row["text"])
-                labels.append(int(row["label"]))
-    return texts, labels
+    from calibdcd.lab import load_ground_truth
+
+    items = load_ground_truth(lab)
+    return [x.text for x in items], [x.label for x in items]
 
 
 class PrefixView:
