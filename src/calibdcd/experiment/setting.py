@@ -115,8 +115,7 @@ def inputs_hash(setting: Setting, cfg: ExperimentConfig, ctx: RunContext) -> str
         setting_hash(setting, cfg),
         detector_fingerprint(det),
         target_identity(setting.target, model_path(setting.target, build_lab=False)),
-        list(bench.texts),
-        [int(y) for y in bench.labels],
+        ctx.benchmark_digest(setting.benchmark),
     )[:16]
 
 
@@ -129,6 +128,7 @@ class RunContext:
         self.arrays = ArrayCache(self.cache_root)
         self.progress = progress
         self._benchmarks: dict[str, Any] = {}
+        self._benchmark_digests: dict[str, str] = {}
         self._detectors: dict[tuple[str, str], Any] = {}
         self._target: tuple[str, Any] | None = None
         self._views: dict[str, list[Any]] = {}
@@ -138,6 +138,15 @@ class RunContext:
         if entry.label not in self._benchmarks:
             self._benchmarks[entry.label] = load_benchmark_entry(entry)
         return self._benchmarks[entry.label]
+
+    def benchmark_digest(self, entry: BenchmarkEntry) -> str:
+        """A digest of the benchmark's texts and labels (computed once per run)."""
+        if entry.label not in self._benchmark_digests:
+            bench = self.benchmark(entry)
+            self._benchmark_digests[entry.label] = digest(
+                list(bench.texts), [int(y) for y in bench.labels]
+            )
+        return self._benchmark_digests[entry.label]
 
     def detector(self, entry: DetectorEntry, benchmark_name: str) -> Any:
         key = (entry.label, benchmark_name)
