@@ -63,17 +63,20 @@ def _score_in_space(clf: Any) -> Callable[[np.ndarray], np.ndarray] | None:
     return None
 
 
+def _has_normalized_space(clf: Any) -> bool:
+    return callable(getattr(clf, "transform", None)) and _score_in_space(clf) is not None
+
+
 def other_space(clf: Any, space: Space) -> Space | None:
     """The calibration space a setting did not use, when its classifier has both."""
-    has = callable(getattr(clf, "transform", None)) and _score_in_space(clf) is not None
-    if not has:
+    if not _has_normalized_space(clf):
         return None
     return "raw" if space == "normalized" else "normalized"
 
 
 def resolve_space(clf: Any, requested: str) -> Space:
     """``auto`` -> normalized when the classifier exposes its space, else raw."""
-    has = callable(getattr(clf, "transform", None)) and _score_in_space(clf) is not None
+    has = _has_normalized_space(clf)
     if requested == "normalized" and not has:
         raise ValueError(
             "calibration_space: normalized needs a classifier with transform() and "
