@@ -16,12 +16,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from veilprobe_support import (
-    STANDIN_CORPUS,
-    tiny_bert_mlm,
-    tiny_bert_tokenizer,
-    tiny_gpt2_proxy,
-)
 
 from calibdcd.detectors.veilprobe import (
     PRESETS,
@@ -38,6 +32,12 @@ from calibdcd.detectors.veilprobe.mapping import (
     pooled_features,
     train_mapping_model,
     training_inputs,
+)
+from veilprobe_support import (
+    STANDIN_CORPUS,
+    tiny_bert_mlm,
+    tiny_bert_tokenizer,
+    tiny_gpt2_proxy,
 )
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "veilprobe.md"
@@ -89,7 +89,7 @@ def official_run(tokdir, tmp_path_factory):
     return mm, steps
 
 
-# -- presets ----------------------------------------------------------------------------------
+# -- presets --------------------------------------------------------------------------------------
 
 
 def _docs_table() -> dict[str, dict[str, object]]:
@@ -98,7 +98,7 @@ def _docs_table() -> dict[str, dict[str, object]]:
     header = None
     for line in DOCS.read_text(encoding="utf-8").splitlines():
         if not line.startswith("|"):
-            header = None if not rows else header
+            header = None
             continue
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if cells[:4] == ["option", "official", "paper", "cpu"]:
@@ -145,7 +145,7 @@ def test_paper_is_the_default_and_unknown_presets_are_rejected():
     assert VeilProbeConfig() == VeilProbeConfig.paper() == VeilProbeConfig.preset("paper")
     with pytest.raises(ValueError, match="unknown VeilProbe preset 'gpu'"):
         VeilProbeConfig.preset("gpu")
-    with pytest.raises(ValueError, match="features.decoder_input must be one of"):
+    with pytest.raises(ValueError, match=r"features\.decoder_input must be one of"):
         FeatureConfig(decoder_input="dummy")  # type: ignore[arg-type]
 
 
@@ -158,7 +158,7 @@ def test_official_and_paper_share_the_feature_extraction_except_the_decoder_inpu
     )
 
 
-# -- decoder input ------------------------------------------------------------------------------
+# -- decoder input --------------------------------------------------------------------------------
 
 
 def test_constant_decoder_input_is_cls_cls_sep_then_pads_to_max_length(tok, official_run):
@@ -188,11 +188,14 @@ def test_official_target_format_labels_and_shifted_decoder_input(tok):
     assert labels[0].tolist() == lab + [pad] * (12 - len(lab))
     assert ids[0].tolist() == [cls, *lab] + [pad] * (11 - len(lab))  # shift_tokens_right
     assert mask[0].tolist() == [1] * len(lab) + [0] * (12 - len(lab))
+    # an empty suffix teacher-forces exactly the official constant input
+    empty = decoder_batch(tok, [""], 12, True, "official")[0]
+    assert empty.tolist() == constant_decoder_batch(tok, 1, 12, True)[0].tolist()
     ids, _, labels = decoder_batch(tok, ["a river"], 12, False, "plain")
     assert ids[0].tolist() == [cls, *body] and labels[0].tolist() == [*body, sep]
 
 
-# -- training -----------------------------------------------------------------------------------
+# -- training -------------------------------------------------------------------------------------
 
 
 def test_official_training_attends_pads_and_trains_pad_labels(official_run, tok):
@@ -389,7 +392,7 @@ def test_perturbation_replaces_the_official_key_tokens(perturber):
     assert 0 < changed <= 13
 
 
-# -- ProtoNet ---------------------------------------------------------------------------------------
+# -- ProtoNet -------------------------------------------------------------------------------------
 
 
 def test_official_protonet_hyperparameters_and_euclidean_inference():

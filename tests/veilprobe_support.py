@@ -109,16 +109,18 @@ STANDIN_CORPUS = [
 ]
 
 
-def tiny_bert_tokenizer(out_dir: str | Path, *, lowercase: bool = True) -> Path:
+def tiny_bert_tokenizer(
+    out_dir: str | Path, *, lowercase: bool = True, extra: list[str] | None = None
+) -> Path:
     """A BERT-style WordPiece tokenizer directory (``[CLS] text [SEP]``, [PAD] = 0) trained on
-    :data:`STANDIN_CORPUS`: the local stand-in for ``bert-base-uncased`` / ``-cased``."""
+    :data:`STANDIN_CORPUS` (+ ``extra`` texts): the local stand-in for ``bert-base-uncased`` /
+    ``-cased``."""
     from calibdcd.detectors.veilprobe.tokenization import train_wordpiece
 
     out = Path(out_dir)
     if not (out / "tokenizer.json").exists():
-        train_wordpiece(STANDIN_CORPUS * 4, vocab_size=400, lowercase=lowercase).save_pretrained(
-            str(out)
-        )
+        corpus = STANDIN_CORPUS * 4 + list(extra or [])
+        train_wordpiece(corpus, vocab_size=400, lowercase=lowercase).save_pretrained(str(out))
     return out
 
 
