@@ -13,14 +13,14 @@ import dataclasses
 
 import numpy as np
 import pytest
+
+from calibdcd.detectors.veilprobe import AttributionConfig, VeilProbe, VeilProbeConfig
 from veilprobe_support import (
     PrefixView,
     tiny_bert_mlm,
     tiny_bert_tokenizer,
     tiny_gpt2_proxy,
 )
-
-from calibdcd.detectors.veilprobe import AttributionConfig, VeilProbe, VeilProbeConfig
 
 VIEWS = (
     PrefixView("assistant", prefix="Assistant: "),
