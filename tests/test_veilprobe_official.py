@@ -416,3 +416,24 @@ def test_official_protonet_hyperparameters_and_euclidean_inference():
     np.testing.assert_allclose(
         sq.score(x), (d[:, 0] ** 2 - d[:, 1] ** 2).numpy(), rtol=1e-4, atol=1e-4
     )
+
+
+def test_a_config_selects_each_preset_and_overrides_single_options(tmp_path):
+    from calibdcd.experiment.components import build_detector
+    from calibdcd.experiment.config import DetectorEntry
+
+    for preset in PRESETS:
+        entry = DetectorEntry("veilprobe", preset=preset)
+        det = build_detector(entry, "wikimia", str(tmp_path), build_labs=False)
+        expected = dataclasses.replace(
+            VeilProbeConfig.preset(preset), cache_dir=str(tmp_path / "veilprobe"), progress=False
+        )
+        assert det.config == expected
+    entry = DetectorEntry(
+        "veilprobe", preset="official", options={"features": {"decoder_input": "suffix"}}
+    )
+    det = build_detector(entry, "wikimia", str(tmp_path), build_labs=False)
+    assert det.config.features.decoder_input == "suffix"
+    assert det.config.protonet == VeilProbeConfig.official().protonet
+    with pytest.raises(ValueError, match="VeilProbe presets are official, paper, cpu"):
+        build_detector(DetectorEntry("veilprobe", preset="gpu"), "wikimia", str(tmp_path))

@@ -29,11 +29,13 @@ VIEWS = (
 
 
 @pytest.fixture(scope="module")
-def target():
+def target(tmp_path_factory):
+    from calibdcd.targets.cache import CachedTarget
     from calibdcd.targets.hf import HFTarget
     from calibdcd.targets.tiny import cached_tiny_lm
 
-    return HFTarget(str(cached_tiny_lm()), device="cpu", batch_size=32)
+    hf = HFTarget(str(cached_tiny_lm()), device="cpu", batch_size=32)
+    return CachedTarget(hf, tmp_path_factory.mktemp("gen") / "generations.sqlite")
 
 
 @pytest.fixture(scope="module")
