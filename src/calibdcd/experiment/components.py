@@ -101,12 +101,12 @@ def resolve_lab_refs(value: Any, *, build: bool = True) -> Any:
 
 
 def _veilprobe(entry: DetectorEntry, benchmark: str, cache_dir: str) -> Any:
-    from calibdcd.detectors.veilprobe import VeilProbe, VeilProbeConfig
+    from calibdcd.detectors.veilprobe import PRESETS, VeilProbe, VeilProbeConfig
 
     preset = entry.preset or "paper"
-    if preset not in ("paper", "cpu"):
-        raise ValueError(f"preset: VeilProbe presets are 'paper' and 'cpu', got {preset!r}")
-    cfg = getattr(VeilProbeConfig, preset)()
+    if preset not in PRESETS:
+        raise ValueError(f"preset: VeilProbe presets are {', '.join(PRESETS)}; got {preset!r}")
+    cfg = VeilProbeConfig.preset(preset)
     opts = dict(entry.options)
     opts.setdefault("cache_dir", str(Path(cache_dir) / "veilprobe"))
     opts.setdefault("progress", False)

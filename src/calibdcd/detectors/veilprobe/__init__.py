@@ -1,7 +1,8 @@
 """VeilProbe (Hu et al., 2025): black-box pre-training text detection by input-output mapping
 features and key-token perturbation, with explicit feature blocks for CalibDCD.
 
-Modules: :mod:`.config` (typed config, ``paper``/``cpu`` presets), :mod:`.sampling` (module A),
+Modules: :mod:`.config` (typed config, ``official``/``paper``/``cpu`` presets),
+:mod:`.sampling` (module A),
 :mod:`.ot` + :mod:`.attribution` + :mod:`.perturb` + :mod:`.mlm` (module A'), :mod:`.mapping`
 (module B/B'), :mod:`.features` (z = [E | D | dE | dD], pruning, normalisation),
 :mod:`.protonet` (module C), :mod:`.detector` (the ``Detector``).
@@ -10,6 +11,7 @@ Importing this package does not import torch; the torch-backed modules import it
 """
 
 from .config import (
+    PRESETS,
     AttributionConfig,
     FeatureConfig,
     MappingConfig,
@@ -27,6 +29,7 @@ from .protonet import ProtoNetIB
 __all__ = [
     "BLOCKS",
     "OUTPUT_BLOCKS",
+    "PRESETS",
     "AttributionConfig",
     "FeatureConfig",
     "MappingConfig",

@@ -11,12 +11,15 @@ Usage (the runner's glue, see :mod:`calibdcd.detectors.base`)::
 ``prepare`` trains the mapping model transductively on the whole candidate pool (Q4: the official
 code trains it on every text, members and non-members, without labels); if it was not called, the
 first ``extract`` call's texts are the pool. One mapping model is kept per target (its training
-pairs are that target's suffixes under the original query e0).
+pairs are that target's suffixes under the original query e0), or two with
+``mapping.shared_model=False`` (one on <s, s_out> for f(s), one on <r, r_out> for f(r)).
 
 A CalibDCD view wraps the query of the text and of its perturbed copy; the features are then
-recomputed with the *same* mapping model, teacher-forcing the view's suffixes through the decoder,
-so exactly the output-derived blocks ``calibration_blocks = ("D", "dD")`` move (with the official
-``decoder_input="dummy"`` nothing moves: the observed output is then ignored at feature time).
+recomputed with the *same* mapping model (phi is unchanged by CalibDCD). With
+``features.decoder_input="suffix"`` the view's suffixes are teacher-forced through the decoder,
+so the output-derived blocks ``calibration_blocks = ("D", "dD")`` move; with the official
+``"constant"`` decoder input nothing moves (the observed output is ignored at feature time).
+``features.encoder_input="view"`` lets the encoder read the view's query too (E and dE move).
 
 ``timings`` accumulates wall seconds per step: ``suffixes``, ``perturbation``, ``mapping``,
 ``features`` (the classifier's own fit time is ``VeilProbeClassifier.fit_seconds``).
@@ -86,7 +89,7 @@ class VeilProbe:
         self.config = config or VeilProbeConfig.cpu()
         self.timings: dict[str, float] = defaultdict(float)
         self._suffix_memo: dict[tuple[str, str, str], list[str]] = {}
-        self._mapping: dict[str, MappingModel] = {}
+        self._mapping: dict[str, tuple[MappingModel, MappingModel]] = {}  # (for s, for r)
         self._pool: list[str] | None = None  # queries of the pool
         self._raw_pool: list[str] | None = None
         self._perturber = KeyTokenPerturber(
@@ -119,14 +122,24 @@ class VeilProbe:
         if _target_name(target) not in self._mapping:
             self.prepare(self._raw_pool or raw, target)
         texts = [self.query(t) for t in raw]
-        mm = self._mapping[_target_name(target)]
+        mm_s, mm_r = self._mapping[_target_name(target)]
         perturbed = self.perturbed(texts)
         s_suf = self.suffixes(texts, target, view)
         r_suf = self.suffixes(perturbed, target, view)
         t0 = time.perf_counter()
         fcfg = self.config.features
+        s_in, r_in = texts, perturbed
+        if fcfg.encoder_input == "view" and view is not None:
+            s_in, r_in = [view.apply(t) for t in texts], [view.apply(t) for t in perturbed]
         key = content_key(
-            "features", mm.key, dataclasses.asdict(fcfg), texts, perturbed, s_suf, r_suf
+            "features",
+            mm_s.key,
+            mm_r.key if mm_r is not mm_s else None,
+            dataclasses.asdict(fcfg),
+            s_in,
+            r_in,
+            s_suf,
+            r_suf,
         )
         path = self.config.cache_path / "features" / f"{key}.npz"
         if path.exists():
@@ -134,8 +147,8 @@ class VeilProbe:
             feats = Features(z, self.blocks)
         else:
             use_suffix = fcfg.decoder_input == "suffix"
-            E_s, D_s = pooled_features(mm, texts, s_suf if use_suffix else None, fcfg)
-            E_r, D_r = pooled_features(mm, perturbed, r_suf if use_suffix else None, fcfg)
+            E_s, D_s = pooled_features(mm_s, s_in, s_suf if use_suffix else None, fcfg)
+            E_r, D_r = pooled_features(mm_r, r_in, r_suf if use_suffix else None, fcfg)
             feats = compose(E_s, D_s, E_r, D_r)
             path.parent.mkdir(parents=True, exist_ok=True)
             np.savez(path, z=feats.values)
@@ -144,7 +157,9 @@ class VeilProbe:
 
     # -- steps ---------------------------------------------------------------------------------
     def prepare(self, pool: Sequence[str], target: Any) -> MappingModel:
-        """Train (or load from cache) the mapping model for ``target`` on the candidate pool."""
+        """Train (or load from cache) the mapping model for ``target`` on the candidate pool:
+        one model on every <s, s_out> and <r, r_out> pair (``mapping.shared_model``, official),
+        else one per side. Returns the model that reads the original texts."""
         self._raw_pool = _check_texts(pool)
         pool = [self.query(t) for t in self._raw_pool]
         self._pool = pool
@@ -152,16 +167,17 @@ class VeilProbe:
         s_suf = self.suffixes(pool, target)
         r_suf = self.suffixes(perturbed, target)
         t0 = time.perf_counter()
-        mm = train_mapping_model(
-            pool + perturbed,
-            s_suf + r_suf,
-            self.config.mapping,
-            self.config.cache_path,
-            progress=self.config.progress,
-        )
+        cfg, cache, progress = self.config.mapping, self.config.cache_path, self.config.progress
+        if cfg.shared_model:
+            mm_s = mm_r = train_mapping_model(
+                pool + perturbed, s_suf + r_suf, cfg, cache, progress=progress
+            )
+        else:
+            mm_s = train_mapping_model(pool, s_suf, cfg, cache, progress=progress)
+            mm_r = train_mapping_model(perturbed, r_suf, cfg, cache, progress=progress)
         self.timings["mapping"] += time.perf_counter() - t0
-        self._mapping[_target_name(target)] = mm
-        return mm
+        self._mapping[_target_name(target)] = (mm_s, mm_r)
+        return mm_s
 
     def perturbed(self, texts: Sequence[str]) -> list[str]:
         # ``texts`` here (and in ``suffixes``) are queries e0(s), i.e. ``self.query(text)``

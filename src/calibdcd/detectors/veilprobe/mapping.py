@@ -3,19 +3,16 @@
 The mapping model is a BERT2BERT ``EncoderDecoderModel`` trained from scratch to map an input text
 to the target LLM's suffixes for it (teacher-forced cross-entropy of the suffix given the text),
 over all candidate texts and their perturbed copies together (one shared model: Q3; trained
-transductively without labels: Q4).
+transductively without labels: Q4). How it is trained is set by :class:`MappingConfig` (every
+official ``Trainer`` behaviour is an option: padding to 512, no attention masks, pad labels,
+``[CLS] suffix [SEP]`` labels shifted behind ``[CLS]``, clipping at 1.0, no decay on biases and
+LayerNorm weights); :func:`training_inputs` builds exactly what the model receives.
 
-Target-side convention (a deliberate simplification of the official quirk): the decoder reads
-``[CLS] + suffix`` and predicts ``suffix + [SEP]`` (official labels are the tokenizer output
-``[CLS] suffix [SEP] [PAD]...``, shifted right behind another ``[CLS]``). ``labels_ignore_pad``
-chooses whether the padded label positions (id of [PAD]) are trained as in the official code.
-
-Features (:func:`pooled_features`): for a text x and its suffixes, E(x) concatenates the encoder's
-embedding output and every layer's hidden states and averages over positions; D(x) does the same
-for the decoder. With ``decoder_input="suffix"`` the decoder is teacher-forced on each observed
-suffix (pooled over its positions, then averaged over the suffixes); ``"dummy"`` is the official
-``"[CLS]"``-string decoder input. ``pooling="official"`` pads to ``max_length`` and averages over
-every position with no encoder/decoder masks; ``"masked"`` averages real tokens only.
+Features (:func:`pooled_features`): for a text x, E(x) concatenates the encoder's embedding output
+and every layer's hidden states and averages over positions; D(x) does the same for the decoder.
+The decoder reads either the constant official input (:func:`constant_decoder_batch`) or each
+observed suffix, teacher-forced as in training (:func:`decoder_batch`), then averaged over the
+suffixes. See :class:`FeatureConfig` for pooling and attention masks.
 """
 
 from __future__ import annotations
@@ -24,7 +21,7 @@ import dataclasses
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +31,15 @@ from .config import FeatureConfig, MappingConfig
 from .tokenization import train_wordpiece
 from .torchutil import autocast, pick_device, seed_everything
 
-__all__ = ["MappingModel", "pooled_features", "train_mapping_model"]
+__all__ = [
+    "MappingModel",
+    "TrainStep",
+    "constant_decoder_batch",
+    "decoder_batch",
+    "pooled_features",
+    "train_mapping_model",
+    "training_inputs",
+]
 
 
 @dataclasses.dataclass
@@ -96,21 +101,113 @@ def _tokenizer(cfg: MappingConfig, corpus: list[str], cache_dir: Path):
     return AutoTokenizer.from_pretrained(str(path))
 
 
-def _decoder_batch(tok, suffixes: Sequence[str], max_length: int, pad_to_max: bool):
-    """Decoder inputs ``[CLS] + suffix`` and labels ``suffix + [SEP]`` (pads: label = pad id)."""
+def decoder_batch(
+    tok, suffixes: Sequence[str], max_length: int, pad_to_max: bool, target_format: str
+):
+    """Teacher-forced decoder ``(input_ids, mask, labels)`` for ``suffixes``.
+
+    ``target_format="official"``: labels are ``tok(suffix)`` with its specials,
+    ``[CLS] suffix [SEP]``, and the decoder input is the labels shifted right behind the start
+    token ``[CLS]`` (``[CLS] [CLS] suffix [SEP]`` with pads behind, as HF's
+    ``shift_tokens_right``); ``"plain"``: input ``[CLS] suffix``, labels ``suffix [SEP]``.
+    Width: ``max_length`` when ``pad_to_max``, else the longest decoder input.
+    ``mask`` marks the positions that carry a real label; every other label is the [PAD] id.
+    """
     import torch
 
-    body = tok(list(suffixes), add_special_tokens=False, truncation=True, max_length=max_length - 1)
-    seqs = body["input_ids"]
-    width = max_length if pad_to_max else max(len(s) for s in seqs) + 1
-    ids = torch.full((len(seqs), width), tok.pad_token_id, dtype=torch.long)
-    labels = torch.full((len(seqs), width), tok.pad_token_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, : len(s) + 1] = torch.tensor([tok.cls_token_id, *s])
-        labels[i, : len(s) + 1] = torch.tensor([*s, tok.sep_token_id])
-        mask[i, : len(s) + 1] = 1
+    official = target_format == "official"
+    if official:
+        labs = tok(list(suffixes), truncation=True, max_length=max_length)["input_ids"]
+    else:
+        body = tok(
+            list(suffixes), add_special_tokens=False, truncation=True, max_length=max_length - 1
+        )["input_ids"]
+        labs = [[*s, tok.sep_token_id] for s in body]
+    inputs = [[tok.cls_token_id, *(lab if official else lab[:-1])] for lab in labs]
+    width = max_length if pad_to_max else min(max_length, max(len(x) for x in inputs))
+    ids = torch.full((len(labs), width), tok.pad_token_id, dtype=torch.long)
+    labels = torch.full((len(labs), width), tok.pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(labs), width), dtype=torch.long)
+    for i, (lab, inp) in enumerate(zip(labs, inputs, strict=True)):
+        labels[i, : len(lab)] = torch.tensor(lab)
+        mask[i, : len(lab)] = 1
+        ids[i, : min(len(inp), width)] = torch.tensor(inp[:width])
     return ids, mask, labels
+
+
+def constant_decoder_batch(tok, n: int, max_length: int, pad_to_max: bool):
+    """The official constant decoder input for ``n`` texts: the tokenisation of the literal
+    string ``"[CLS]"`` with its specials (``[CLS] [CLS] [SEP]``), padded to ``max_length`` when
+    ``pad_to_max``. Returns ``(input_ids, attention_mask)``."""
+    enc = tok(
+        [tok.cls_token] * n,
+        padding="max_length" if pad_to_max else True,
+        truncation=True,
+        max_length=max_length,
+        return_tensors="pt",
+    )
+    return enc["input_ids"], enc["attention_mask"]
+
+
+def training_inputs(tok, batch: Sequence[tuple[str, str]], cfg: MappingConfig):
+    """``(model_kwargs, labels)`` of one training batch of (text, suffix) pairs, as ``cfg``
+    says: padding (``train_pad_to_max``), attention masks (none when ``train_attend_pads``,
+    as in the official run, so every attention sees the pads), label format and pad labels."""
+    enc = tok(
+        [t for t, _ in batch],
+        padding="max_length" if cfg.train_pad_to_max else True,
+        truncation=True,
+        max_length=cfg.max_length,
+        return_tensors="pt",
+    )
+    dec_ids, dec_mask, labels = decoder_batch(
+        tok, [s for _, s in batch], cfg.max_length, cfg.train_pad_to_max, cfg.target_format
+    )
+    kwargs = {"input_ids": enc["input_ids"], "decoder_input_ids": dec_ids}
+    if not cfg.train_attend_pads:
+        kwargs["attention_mask"] = enc["attention_mask"]
+        kwargs["decoder_attention_mask"] = dec_mask
+    if cfg.labels_ignore_pad:
+        labels[dec_mask == 0] = -100
+    return kwargs, labels
+
+
+def _optimizer(model, cfg: MappingConfig):
+    """AdamW; without ``decay_bias_and_norm`` biases and LayerNorm weights are not decayed
+    (what the HF Trainer does)."""
+    import torch
+
+    if cfg.decay_bias_and_norm:
+        groups = [{"params": list(model.parameters()), "weight_decay": cfg.weight_decay}]
+    else:
+        norm = {
+            id(p)
+            for m in model.modules()
+            if isinstance(m, torch.nn.LayerNorm)
+            for p in m.parameters()
+        }
+        decay, rest = [], []
+        for name, p in model.named_parameters():
+            (rest if "bias" in name or id(p) in norm else decay).append(p)
+        groups = [
+            {"params": decay, "weight_decay": cfg.weight_decay},
+            {"params": rest, "weight_decay": 0.0},
+        ]
+    return torch.optim.AdamW(groups, lr=cfg.learning_rate)
+
+
+@dataclasses.dataclass
+class TrainStep:
+    """What one optimisation step saw, for ``train_mapping_model(on_step=...)``: the model's
+    inputs and labels, the loss, the gradient norm before clipping; called after clipping and
+    before the optimiser step (the model's ``.grad`` are the clipped gradients)."""
+
+    step: int
+    inputs: dict
+    labels: object
+    loss: float
+    grad_norm: float
+    model: object
 
 
 def train_mapping_model(
@@ -120,8 +217,10 @@ def train_mapping_model(
     cache_dir: str | Path,
     *,
     progress: bool = True,
+    on_step: Callable[[TrainStep], None] | None = None,
 ) -> MappingModel:
-    """Train (or load from ``<cache>/mapping/<key>``) the mapping model on every (text, suffix)."""
+    """Train (or load from ``<cache>/mapping/<key>``) the mapping model on every (text, suffix).
+    ``on_step`` (tests, diagnostics) is called at every step of a training that runs."""
     import torch
     from tqdm.auto import tqdm
     from transformers import AutoTokenizer, EncoderDecoderModel
@@ -148,40 +247,34 @@ def train_mapping_model(
     model = _build(cfg, tok).to(device).train()
     gen = torch.Generator().manual_seed(cfg.seed)
     steps = math.ceil(len(pairs) / cfg.batch_size) * cfg.epochs
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    opt = _optimizer(model, cfg)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1.0 - s / steps))
     bar = tqdm(total=steps, desc="mapping model", disable=not progress)
+    step = 0
     for _ in range(cfg.epochs):
         order = torch.randperm(len(pairs), generator=gen).tolist()
         for k in range(0, len(order), cfg.batch_size):
             batch = [pairs[i] for i in order[k : k + cfg.batch_size]]
-            enc = tok(
-                [t for t, _ in batch],
-                padding=True,
-                truncation=True,
-                max_length=cfg.max_length,
-                return_tensors="pt",
-            )
-            dec_ids, dec_mask, labels = _decoder_batch(
-                tok, [s for _, s in batch], cfg.max_length, pad_to_max=not cfg.labels_ignore_pad
-            )
-            if cfg.labels_ignore_pad:
-                labels[dec_mask == 0] = -100
+            inputs, labels = training_inputs(tok, batch, cfg)
             with autocast(device, cfg.bf16):
-                out = model(
-                    input_ids=enc["input_ids"].to(device),
-                    attention_mask=enc["attention_mask"].to(device),
-                    decoder_input_ids=dec_ids.to(device),
-                    decoder_attention_mask=dec_mask.to(device),
-                )
+                out = model(**{n: v.to(device) for n, v in inputs.items()})
                 logits = out.logits.float()
             loss = torch.nn.functional.cross_entropy(
                 logits.view(-1, logits.shape[-1]), labels.to(device).view(-1), ignore_index=-100
             )
             opt.zero_grad()
             loss.backward()
+            if cfg.max_grad_norm is not None:
+                norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+            elif on_step is not None:
+                norm = torch.nn.utils.get_total_norm(
+                    [p.grad for p in model.parameters() if p.grad is not None]
+                )
+            if on_step is not None:
+                on_step(TrainStep(step, inputs, labels, loss.item(), float(norm), model))
             opt.step()
             sched.step()
+            step += 1
             bar.update(1)
             bar.set_postfix(loss=f"{loss.item():.3f}")
     bar.close()
@@ -196,11 +289,11 @@ def train_mapping_model(
     return MappingModel(path, tok, model, cfg, seconds)
 
 
-def _pool(hidden: tuple, mask, official: bool) -> np.ndarray:
+def _pool(hidden: tuple, mask, all_positions: bool) -> np.ndarray:
     import torch
 
     h = torch.cat([x.float() for x in hidden], dim=-1)
-    if official:
+    if all_positions:
         return h.mean(dim=1).cpu().numpy()
     m = mask.unsqueeze(-1).to(h.dtype)
     return ((h * m).sum(dim=1) / m.sum(dim=1).clamp_min(1.0)).cpu().numpy()
@@ -214,11 +307,18 @@ def pooled_features(
     *,
     progress: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(E, D): the pooled encoder block and decoder block of every text, each (n, block_width)."""
+    """(E, D): the pooled encoder block and decoder block of every text, each (n, block_width).
+
+    The encoder always gets its padding mask (as the official ``model.encoder(**inputs)``);
+    with ``attention="official"`` the decoder's self-attention and cross-attention get none.
+    ``suffixes`` are needed (one non-empty list per text) for ``decoder_input="suffix"`` only.
+    """
     import torch
     from tqdm.auto import tqdm
 
-    official = fcfg.pooling == "official"
+    all_positions = fcfg.pooling == "all"
+    masked = fcfg.attention == "masked"
+    pad = fcfg.pad_to_max
     if fcfg.decoder_input == "suffix":
         if suffixes is None or len(suffixes) != len(texts):
             raise ValueError("decoder_input='suffix' needs one suffix list per text")
@@ -231,7 +331,7 @@ def pooled_features(
             batch = list(texts[k : k + fcfg.batch_size])
             enc = tok(
                 batch,
-                padding="max_length" if official else True,
+                padding="max_length" if pad else True,
                 truncation=True,
                 max_length=cfg.max_length,
                 return_tensors="pt",
@@ -242,34 +342,30 @@ def pooled_features(
                     attention_mask=enc["attention_mask"],
                     output_hidden_states=True,
                 )
-            E.append(_pool(eo.hidden_states, enc["attention_mask"], official))
+            E.append(_pool(eo.hidden_states, enc["attention_mask"], all_positions))
             states = eo.last_hidden_state
-            if fcfg.decoder_input == "dummy":
+            if fcfg.decoder_input == "constant":
                 owners = list(range(len(batch)))
-                dummy = tok(
-                    ["[CLS]"] * len(batch),
-                    padding="max_length" if official else True,
-                    max_length=cfg.max_length,
-                    return_tensors="pt",
-                ).to(device)
-                dec_ids, dec_mask = dummy["input_ids"], dummy["attention_mask"]
+                dec_ids, dec_mask = constant_decoder_batch(tok, len(batch), cfg.max_length, pad)
             else:
                 owners = [i for i, ss in enumerate(suffixes[k : k + len(batch)]) for _ in ss]
                 flat = [s for ss in suffixes[k : k + len(batch)] for s in ss]
-                dec_ids, dec_mask, _ = _decoder_batch(tok, flat, cfg.max_length, official)
-                dec_ids, dec_mask = dec_ids.to(device), dec_mask.to(device)
+                dec_ids, dec_mask, _ = decoder_batch(
+                    tok, flat, cfg.max_length, pad, cfg.target_format
+                )
+            dec_ids, dec_mask = dec_ids.to(device), dec_mask.to(device)
             idx = torch.tensor(owners, device=device)
             with autocast(device, cfg.bf16):
                 do = model.decoder(
                     input_ids=dec_ids,
-                    attention_mask=None if official else dec_mask,
+                    attention_mask=dec_mask if masked else None,
                     encoder_hidden_states=states.index_select(0, idx),
-                    encoder_attention_mask=None
-                    if official
-                    else enc["attention_mask"].index_select(0, idx),
+                    encoder_attention_mask=enc["attention_mask"].index_select(0, idx)
+                    if masked
+                    else None,
                     output_hidden_states=True,
                 )
-            pooled = _pool(do.hidden_states, dec_mask, official)
+            pooled = _pool(do.hidden_states, dec_mask, all_positions)
             sums = np.zeros((len(batch), pooled.shape[1]))
             counts = np.zeros(len(batch))
             np.add.at(sums, owners, pooled)

@@ -11,7 +11,8 @@ Deliberate deviations (documented, all for tokenizer-independence):
 * locations are character spans in the original text, not proxy-token positions, so proxies with
   different tokenizers can be aggregated and the replacement goes exactly where the key token is
   (the official string-level ``replace`` can hit an earlier occurrence of the word: quirk 7);
-* n_key = ceil(gamma * p) tokens, p = the first proxy's token count (official: 13 fixed).
+* ``n_key=None``: ceil(gamma * p) key tokens, p = the first proxy's token count (the official
+  13, from the top 26 of each proxy, is ``n_key=13``, the default).
 
 Replacement (as official): each key token is masked in the *unperturbed* text and predicted
 independently; from the top ``fill_top_k`` predictions drop the word itself and anything with a
@@ -37,7 +38,13 @@ from .cache import content_key
 from .config import PerturbConfig
 from .mlm import fill_mask, load_masked_lm, train_causal_proxy, train_masked_lm
 
-__all__ = ["KeyToken", "KeyTokenPerturber", "aggregate_key_tokens", "model_fingerprint"]
+__all__ = [
+    "KeyToken",
+    "KeyTokenPerturber",
+    "aggregate_key_tokens",
+    "key_token_count",
+    "model_fingerprint",
+]
 
 _ALLOWED = re.compile(r"^[A-Za-z0-9-]+$")
 
@@ -59,6 +66,16 @@ def model_fingerprint(path: str | Path) -> dict:
         if f.suffix in (".safetensors", ".bin", ".gguf", ".pt")
     )
     return {"path": str(p), "weights": files}
+
+
+def key_token_count(config: PerturbConfig, n_tokens: int) -> int:
+    """How many key tokens a text of ``n_tokens`` proxy tokens gets: ``config.n_key`` (official
+    13) or ``ceil(gamma * n_tokens)``; 0 for an empty text."""
+    if n_tokens <= 0:
+        return 0
+    if config.n_key is not None:
+        return config.n_key
+    return math.ceil(config.gamma * n_tokens)
 
 
 def _strip_span(text: str, start: int, end: int) -> tuple[int, int]:
@@ -139,6 +156,8 @@ class KeyTokenPerturber:
         cfg = dataclasses.asdict(self.config)
         cfg.pop("proxies")
         cfg.pop("masked_lm")
+        if cfg["n_key"] is None:  # the rule of earlier versions: their cached texts stay valid
+            cfg.pop("n_key")
         return content_key(
             cfg,
             [model_fingerprint(p) for p in self._proxy_paths],
@@ -154,8 +173,9 @@ class KeyTokenPerturber:
         self._load()
         per_proxy = [attribute(px, text, self.config.attribution) for px in self._proxies]
         p = len(per_proxy[0]) if per_proxy else 0
-        n_key = math.ceil(self.config.gamma * p) if p else 0
-        return aggregate_key_tokens(per_proxy, text, n_key, self.config.top_k_factor)
+        return aggregate_key_tokens(
+            per_proxy, text, key_token_count(self.config, p), self.config.top_k_factor
+        )
 
     def _replace(self, text: str, keys: list[KeyToken], seed_key: str) -> str:
         tok, model = self._mlm

@@ -2,11 +2,13 @@
 
 Embedding g: Linear(d, h) -> ReLU -> Linear(h, h) -> ReLU -> Linear(h, m) (the bottleneck).
 Training: ``episodes`` 2-way episodes; each samples ``n_support + n_query`` items per class without
-replacement, prototypes are support means, query logits are -d(g(q), c_k), loss = cross-entropy +
+replacement, prototypes are support means, query logits are -d(g(q), c_k) with
+d = ``train_distance`` (official: squared Euclidean), loss = cross-entropy +
 beta * sum_j log(1 + Var_q[g_j(q)]) (unbiased variance over the episode's queries; the official
 deterministic "compression" penalty). Adam, lr 3e-4, weight decay 1e-5, one step per episode; the
 final model is used (no model selection on any evaluation data).
-Inference: prototypes from all training items; score = d(g(z), c_0) - d(g(z), c_1), higher = member.
+Inference: prototypes from all training items; score = d(g(z), c_0) - d(g(z), c_1) with
+d = ``distance`` (official: Euclidean; CalibDCD: squared Euclidean), higher = member.
 """
 
 from __future__ import annotations
@@ -29,11 +31,11 @@ class ProtoNetIB:
         self.prototypes_ = None
         self.loss_history_: list[float] = []
 
-    def _distance(self, a, b):
+    def _distance(self, a, b, kind: str):
         import torch
 
         d = torch.cdist(a, b, p=2.0)
-        return d.pow(2) if self.config.distance == "sqeuclidean" else d
+        return d.pow(2) if kind == "sqeuclidean" else d
 
     def fit(self, z: np.ndarray, labels: np.ndarray) -> ProtoNetIB:
         # a small MLP on CPU: one intra-op thread is fastest (and deterministic)
@@ -83,7 +85,7 @@ class ProtoNetIB:
                 query.append(pick[cfg.n_support :])
             protos = torch.stack([self.net(x[s]).mean(dim=0) for s in support])
             gq = self.net(x[torch.cat(query)])
-            logits = -self._distance(gq, protos)
+            logits = -self._distance(gq, protos, cfg.train_distance)
             loss = nn.functional.cross_entropy(logits, q_labels)
             if cfg.use_ib:
                 loss = loss + cfg.beta * torch.log1p(gq.var(dim=0, unbiased=True)).sum()
@@ -106,5 +108,5 @@ class ProtoNetIB:
             raise RuntimeError("ProtoNetIB.score called before fit")
         with torch.no_grad(), cpu_threads(1):
             g = self.net(torch.as_tensor(np.asarray(z, dtype=np.float32)))
-            d = self._distance(g, self.prototypes_)
+            d = self._distance(g, self.prototypes_, self.config.distance)
         return (d[:, 0] - d[:, 1]).numpy().astype(np.float64)
