@@ -392,18 +392,19 @@ def prepare_setting(
         return detector.new_classifier(seed)
 
     clf_key = digest("classifier/v1", ext.det_key, z_sup_ok, y_sup, seed)
-    clf0 = ctx.arrays.load_object("models", clf_key)
+    clf_type = type(new_clf())
+    clf0 = ctx.arrays.load_model("models", clf_key, clf_type)
     if clf0 is None:
         clf0 = new_clf().fit(z_sup_ok, y_sup)
-        ctx.arrays.save_object("models", clf_key, clf0)
+        ctx.arrays.save_model("models", clf_key, clf0)
     space = resolve_space(clf0, cfg.calibration_space)
 
     def model_cache(kind: str, cal: Calibration, build: Callable[[], Any]) -> Any:
         key = digest(f"{kind}/v1", clf_key, cal.basis, cal.strength, space)
-        m = ctx.arrays.load_object("models", key)
+        m = ctx.arrays.load_model("models", key, clf_type)
         if m is None:
             m = build()
-            ctx.arrays.save_object("models", key, m)
+            ctx.arrays.save_model("models", key, m)
         return m
 
     block = _block_columns(

@@ -162,7 +162,22 @@ class CachedTarget:
 
         return _Tx()
 
+    def _damaged(self, e: sqlite3.DatabaseError) -> ValueError:
+        """A read/write error of the file (a corrupt page, ...) as an error naming the file."""
+        return ValueError(
+            f"generation cache {str(self.path)!r}: {e}. The file is damaged: move it aside "
+            "(completions are then requested again) or repair it with `sqlite3 FILE .recover`"
+        )
+
     def _lookup(self, keys: Sequence[str]) -> dict[str, str]:
+        try:
+            return self._lookup_unchecked(keys)
+        except sqlite3.DatabaseError as e:
+            if "locked" in str(e):
+                raise
+            raise self._damaged(e) from e
+
+    def _lookup_unchecked(self, keys: Sequence[str]) -> dict[str, str]:
         found: dict[str, str] = {}
         uniq = list(dict.fromkeys(keys))
         for i in range(0, len(uniq), _SQL_VARS):
@@ -173,6 +188,14 @@ class CachedTarget:
         return found
 
     def _store(self, rows: list[tuple[str, str, GenerationParams, int, str]]) -> None:
+        try:
+            self._store_unchecked(rows)
+        except sqlite3.DatabaseError as e:
+            if "locked" in str(e):
+                raise
+            raise self._damaged(e) from e
+
+    def _store_unchecked(self, rows: list[tuple[str, str, GenerationParams, int, str]]) -> None:
         now = time.time()
         with self._transaction():
             self._conn.executemany(

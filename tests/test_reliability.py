@@ -1,0 +1,172 @@
+"""Reliability (issue 15): corrupt caches are misses with a warning naming the file, nothing is
+unpickled from a cache, writes are atomic through one writer, secrets are redacted."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pickle
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from calibdcd.experiment.store import ArrayCache, read_json
+
+# --------------------------------------------------------------------------------------------
+# Cached classifiers: state() / from_state(), no pickle
+# --------------------------------------------------------------------------------------------
+
+
+class _Boom:
+    """Unpickling this writes a marker file: proof that a cache file was executed."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.write_text, (self.marker, "executed"))
+
+
+def _classifiers():
+    from calibdcd.detectors.dpdllm.gnb import GaussianNB
+    from calibdcd.detectors.overlap import LogisticClassifier
+    from calibdcd.detectors.veilprobe import VeilProbe
+    from calibdcd.detectors.veilprobe.config import ProtoNetConfig, VeilProbeConfig
+
+    vp = VeilProbe(dataclasses.replace(VeilProbeConfig.cpu(), protonet=ProtoNetConfig(episodes=5)))
+    d = 4 * vp.config.mapping.block_width
+    return [(GaussianNB(), 6), (LogisticClassifier(), 6), (vp.new_classifier(seed=3), d)]
+
+
+@pytest.mark.parametrize("i", [0, 1, 2], ids=["dpdllm-gnb", "overlap-logistic", "veilprobe"])
+def test_every_cached_classifier_round_trips_without_pickle(tmp_path, i):
+    clf, d = _classifiers()[i]
+    rng = np.random.default_rng(0)
+    y = np.repeat([0, 1], 30)
+    z = rng.normal(size=(60, d)) + 0.5 * y[:, None]
+    clf.fit(z, y)
+    arrays, meta = clf.state()
+    assert all(isinstance(v, np.ndarray) and v.dtype != object for v in arrays.values())
+    json.dumps(meta)  # JSON-able
+    back = type(clf).from_state(arrays, meta)
+    assert np.array_equal(back.score(z), clf.score(z))
+    if hasattr(clf, "transform"):  # the normaliser comes back too
+        assert np.array_equal(back.transform(z), clf.transform(z))
+    cache = ArrayCache(tmp_path)
+    assert cache.save_model("models", "ab12", clf)
+    files = list(tmp_path.rglob("*.*"))
+    assert [f.name for f in files] == ["ab12.model.npz"]
+    with np.load(files[0], allow_pickle=False) as f:  # loads without pickle
+        assert "__header__" in f.files
+    loaded = cache.load_model("models", "ab12", type(clf))
+    assert loaded is not None and np.array_equal(loaded.score(z), clf.score(z))
+
+
+def test_planted_pickles_are_never_executed(tmp_path):
+    from calibdcd.detectors.dpdllm.gnb import GaussianNB
+
+    marker = tmp_path / "marker"
+    cache = ArrayCache(tmp_path / "cache")
+    key = "cd34"
+    payload = pickle.dumps(_Boom(marker))
+    # where the old cache kept pickles, and a model file holding a pickled object array
+    pkl = cache.root / "models" / key[:2] / f"{key}.pkl"
+    pkl.parent.mkdir(parents=True)
+    pkl.write_bytes(payload)
+    npz = cache.root / "models" / key[:2] / f"{key}.model.npz"
+    np.savez(npz, __header__=np.array([_Boom(marker)], dtype=object))
+    with pytest.warns(RuntimeWarning, match=str(npz)):
+        assert cache.load_model("models", key, GaussianNB) is None
+    # a model file of the wrong class is a miss too
+    good = GaussianNB().fit(np.random.default_rng(1).normal(size=(10, 2)), np.repeat([0, 1], 5))
+    cache.save_model("models", "ef56", good)
+    from calibdcd.detectors.overlap import LogisticClassifier
+
+    with pytest.warns(RuntimeWarning, match="expected"):
+        assert cache.load_model("models", "ef56", LogisticClassifier) is None
+    assert not marker.exists()
+
+
+# --------------------------------------------------------------------------------------------
+# Corrupt caches: a miss with a warning naming the file
+# --------------------------------------------------------------------------------------------
+
+
+def test_truncated_feature_npz_is_a_miss_naming_the_file(tmp_path):
+    cache = ArrayCache(tmp_path)
+    cache.save_arrays("features", "aa11", {"z": np.arange(1000.0)})
+    (p,) = tmp_path.rglob("*.npz")
+    p.write_bytes(p.read_bytes()[:-10])
+    with pytest.warns(RuntimeWarning, match=f"{p}.*corrupt"):
+        assert cache.load_arrays("features", "aa11") is None
+    assert cache.misses == 1
+    cache.save_arrays("features", "aa11", {"z": np.arange(3.0)})  # rewritten atomically
+    assert cache.load_arrays("features", "aa11")["z"].tolist() == [0.0, 1.0, 2.0]
+
+
+def test_veilprobe_features_cache_truncated_is_a_miss(tmp_path):
+    from calibdcd.detectors.veilprobe.detector import _load_cached_features
+
+    p = tmp_path / "features" / "k.npz"
+    from calibdcd.atomic import atomic_savez
+
+    atomic_savez(p, {"z": np.ones((4, 8))})
+    assert _load_cached_features(p).shape == (4, 8)
+    p.write_bytes(p.read_bytes()[:-10])
+    with pytest.warns(RuntimeWarning, match=str(p)):
+        assert _load_cached_features(p) is None
+
+
+def test_veilprobe_perturbed_cache_with_a_torn_line(tmp_path):
+    from calibdcd.detectors.veilprobe.perturb import _read_perturbed
+
+    p = tmp_path / "perturbed" / "key.jsonl"
+    p.parent.mkdir()
+    rows = [{"text_key": f"k{i}", "perturbed": f"text {i}", "key_tokens": []} for i in range(3)]
+    good = "".join(json.dumps(r) + "\n" for r in rows)
+    p.write_text(good + '{"text_key": "k3", "pertu')  # killed mid-append
+    with pytest.warns(RuntimeWarning, match=rf"{p}.*line 4"):
+        done = _read_perturbed(p)
+    assert done == {f"k{i}": f"text {i}" for i in range(3)}
+    assert p.read_text() == good  # repaired: later appends start on a fresh line
+
+
+def test_run_dir_json_errors_name_the_file(tmp_path):
+    p = tmp_path / "result.json"
+    p.write_text('{"id": "x", ')
+    with pytest.raises(ValueError, match=str(p)):
+        read_json(p)
+
+
+def test_malformed_sqlite_cache_names_the_file(tmp_path):
+    from calibdcd.targets import GenerationParams
+    from calibdcd.targets.cache import CachedTarget
+    from test_cache import HashTarget
+
+    db = tmp_path / "gen.sqlite"
+    params = GenerationParams(max_new_tokens=8, temperature=0.8, n=1, seed=1)
+    with CachedTarget(HashTarget(), db) as c:
+        c.generate([f"prompt {i} " * 50 for i in range(200)], params)
+    with sqlite3.connect(db) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        page = conn.execute("PRAGMA page_size").fetchone()[0]
+    data = bytearray(db.read_bytes())
+    for off in range(3 * page, len(data) - page, page):  # garble every page after the schema
+        data[off : off + 64] = b"\xff" * 64
+    db.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=rf"{db}.*damaged"):
+        with CachedTarget(HashTarget(), db) as c:
+            c.generate([f"prompt {i} " * 50 for i in range(200)], params)
+
+
+def test_one_atomic_writer():
+    """VeilProbe's and the experiment's writers are the same (fsyncing) function."""
+    from calibdcd import atomic
+    from calibdcd.detectors.veilprobe import cache as vp_cache
+    from calibdcd.experiment import store
+
+    assert vp_cache.atomic_write_text is atomic.atomic_write_text
+    assert store.atomic_write_text is atomic.atomic_write_text
+    assert store.atomic_write_bytes is atomic.atomic_write_bytes
