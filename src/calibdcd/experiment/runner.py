@@ -9,6 +9,13 @@ Run directory layout::
       settings/<id>/       result.json (written last, atomically), scores.csv, split.json
       results.jsonl        one line per completed setting (rewritten after each setting)
       results.csv          the headline numbers per setting
+      settings/.stale/<id> settings of an earlier config that are not in this grid (moved aside)
+      .lock                the writing process (pid, host, start time) while a run is going
+
+The directory reflects exactly its config: settings not in the grid are moved aside (and the
+report reads only the grid's settings). One process writes a run directory at a time (see
+:mod:`calibdcd.experiment.rundir`). Secrets (see :mod:`calibdcd.redact`) are redacted in
+``config.yaml`` and ``environment.json``.
 
 A setting whose ``result.json`` matches its ``setting_hash`` is skipped, so re-running after a
 crash (or with more seeds/targets) computes only what is missing. Settings run target by target,
@@ -37,8 +44,10 @@ from calibdcd.experiment.components import (
     resolve_lab,
 )
 from calibdcd.experiment.config import ExperimentConfig
+from calibdcd.experiment.rundir import lock_run_dir, set_aside_stale
 from calibdcd.experiment.setting import RunContext, Setting, run_setting, setting_hash
 from calibdcd.experiment.store import atomic_write_text, write_csv, write_json
+from calibdcd.redact import redact_tree
 
 __all__ = ["describe_grid", "dry_run", "environment", "grid", "run_experiment", "summary_rows"]
 
@@ -159,21 +168,41 @@ def run_experiment(
     stop_after: int | None = None,
 ) -> Path:
     """Run (or resume) the grid; returns the run directory. ``stop_after`` ends after that many
-    newly computed settings (for tests and staged runs)."""
+    newly computed settings (for tests and staged runs). Raises :class:`RunDirLocked` when
+    another live process writes the same run directory."""
+    run_dir = Path(out_dir) if out_dir is not None else _default_out(cfg)
+    with lock_run_dir(run_dir):
+        return _run_locked(cfg, run_dir, progress=progress, log=log, stop_after=stop_after)
+
+
+def _run_locked(
+    cfg: ExperimentConfig,
+    run_dir: Path,
+    *,
+    progress: bool,
+    log: Callable[[str], None] | None,
+    stop_after: int | None,
+) -> Path:
     from tqdm.auto import tqdm
 
-    run_dir = Path(out_dir) if out_dir is not None else _default_out(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     say = log or (lambda s: None)
     atomic_write_text(
-        run_dir / "config.yaml", yaml.safe_dump(cfg.as_dict(), sort_keys=False, allow_unicode=True)
+        run_dir / "config.yaml",
+        yaml.safe_dump(redact_tree(cfg.as_dict()), sort_keys=False, allow_unicode=True),
     )
-    write_json(run_dir / "environment.json", environment())
+    write_json(run_dir / "environment.json", redact_tree(environment()))
     settings = grid(cfg)
     write_json(
         run_dir / "grid.json",
         [{"id": s.id, "setting_hash": setting_hash(s, cfg)} for s in settings],
     )
+    stale = set_aside_stale(run_dir, [s.id for s in settings])
+    if stale:
+        say(
+            f"{len(stale)} setting(s) not in this config moved to settings/.stale/ "
+            f"(not in results or the report): {', '.join(stale)}"
+        )
     _quiet_hub_bars()
     ctx = RunContext(cfg, progress=progress)
     results: list[dict[str, Any]] = []
@@ -182,9 +211,13 @@ def run_experiment(
     try:
         for s in bar:
             bar.set_postfix_str(s.id, refresh=True)
-            res = run_setting(
-                s, cfg, run_dir, ctx, status=lambda m, s=s: bar.set_postfix_str(f"{s.id}: {m}")
-            )
+            try:
+                res = run_setting(
+                    s, cfg, run_dir, ctx, status=lambda m, s=s: bar.set_postfix_str(f"{s.id}: {m}")
+                )
+            except Exception as exc:
+                exc.add_note(f"in setting {s.id}")  # `calibdcd run` names it in its error line
+                raise
             results.append(res)
             if res.get("skipped"):
                 say(f"skip {s.id} (complete)")
