@@ -140,11 +140,12 @@ class RunContext:
         return self._benchmarks[entry.label]
 
     def benchmark_digest(self, entry: BenchmarkEntry) -> str:
-        """A digest of the benchmark's texts and labels (computed once per run)."""
+        """A digest of the benchmark's texts, labels and text ids (computed once per run): a
+        renamed id changes it, so ``scores.csv`` never keeps an old id."""
         if entry.label not in self._benchmark_digests:
             bench = self.benchmark(entry)
             self._benchmark_digests[entry.label] = digest(
-                list(bench.texts), [int(y) for y in bench.labels]
+                list(bench.texts), [int(y) for y in bench.labels], [s.id for s in bench.samples]
             )
         return self._benchmark_digests[entry.label]
 
