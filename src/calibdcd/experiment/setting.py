@@ -180,7 +180,7 @@ class RunContext:
             family = entry.family
             tokenizer: Any = None
             local = Path(model_path(entry))
-            if family is None and local.exists():
+            if local.exists():  # a family without built-in views uses the chat template
                 tokenizer = str(local)
             elif family is None:
                 family = getattr(self.target(entry), "family", None)
