@@ -231,3 +231,46 @@ def test_dry_run_builds_the_view_bank_of_a_remote_target(tmp_path):
     target["family"] = "qwen2.5"
     lines, problems = dry_run(_target_config(tmp_path, target))
     assert problems == [] and any("views U1" in x and "Q1 Q2" in x for x in lines)
+
+
+def test_dry_run_rejects_unknown_target_options_and_too_small_splits(tmp_path):
+    """Both passed the dry run and failed after every request of the run."""
+    from calibdcd.experiment import dry_run, parse_config
+    from experiment_support import lab_micro
+
+    rows = (lab_micro() / "ground_truth.jsonl").read_text().splitlines()
+    members = [r for r in rows if json.loads(r)["label"] == 1][:52]
+    non_members = [r for r in rows if json.loads(r)["label"] == 0][:52]
+    small = tmp_path / "small.jsonl"
+    small.write_text("\n".join(members + non_members) + "\n")
+    cfg = parse_config(
+        {
+            "name": "t",
+            "benchmarks": [{"name": "lab", "path": str(small)}],
+            "targets": [
+                {
+                    "name": "remote",
+                    "backend": "openai",
+                    "model": "m",
+                    "family": "qwen2.5",
+                    "options": {"base_url": "http://127.0.0.1:9/v1", "concurrancy": 4},
+                }
+            ],
+            "detectors": ["overlap"],
+        }
+    )
+    _, problems = dry_run(cfg)
+    assert any(
+        "targets[0] (remote).options: 'concurrancy' is not an option of backend 'openai' "
+        "(did you mean 'concurrency'?)" in p
+        for p in problems
+    ), problems
+    assert any(
+        "benchmarks[0]" in p and "calibration non-member(s); CalibDCD needs at least 2" in p
+        for p in problems
+    ), problems
+    assert len(problems) == 2
+    from calibdcd.targets import create_target
+
+    with pytest.raises(ValueError, match="did you mean 'concurrency'"):  # the run: same words
+        create_target("openai", base_url="http://127.0.0.1:9", model="m", concurrancy=4)

@@ -249,7 +249,7 @@ def dry_run(cfg: ExperimentConfig) -> tuple[list[str], list[str]]:
     Returns (report lines, problems); an empty problems list means the config can run."""
     from calibdcd.data import SplitConfig, split_benchmark
     from calibdcd.experiment.components import load_benchmark_entry, model_path
-    from calibdcd.targets.base import available_backends
+    from calibdcd.targets.base import available_backends, unknown_options
 
     lines: list[str] = [f"config {cfg.name}" + (f" ({cfg.source})" if cfg.source else "")]
     problems: list[str] = []
@@ -295,6 +295,7 @@ def dry_run(cfg: ExperimentConfig) -> tuple[list[str], list[str]]:
         )
         for w in caught:
             lines.append(f"    warning: {w.message}")
+        problems.extend(f"{key}: {m}" for m in split_size_problems(sz, cfg.seeds[0]))
     # targets
     backends = available_backends()
     for i, t in enumerate(cfg.targets):
@@ -304,6 +305,10 @@ def dry_run(cfg: ExperimentConfig) -> tuple[list[str], list[str]]:
                 f"{key}.backend: {t.backend!r} is not available here "
                 f"({', '.join(backends) or 'none'})"
             )
+            continue
+        bad_options = unknown_options(t.backend, t.options)
+        if bad_options:
+            problems.extend(f"{key}.options: {m}" for m in bad_options)
             continue
         if t.lab is not None:
             ok = _lab_preset_known(t.lab)
@@ -378,6 +383,31 @@ def dry_run(cfg: ExperimentConfig) -> tuple[list[str], list[str]]:
     )
     lines.append(f"cache: {cfg.cache_dir}; output: {_default_out(cfg)}")
     return lines, problems
+
+
+#: the smallest parts a setting can run with: CalibDCD needs two calibration non-members
+#: (``calibrate``), the classifier both classes, the metrics both classes in the pool
+MIN_CALIBRATION = 2
+
+
+def split_size_problems(sizes: dict[str, tuple[int, int, int]], seed: int) -> list[str]:
+    """What a split of these sizes would fail on after all its generations (seed ``seed``)."""
+    out = []
+    n_cal = sizes["calibration"][2]
+    if n_cal < MIN_CALIBRATION:
+        out.append(
+            f"the split (seed {seed}) leaves {n_cal} calibration non-member(s); CalibDCD needs at "
+            f"least {MIN_CALIBRATION} (more texts, fewer split.n_supervised_per_class, or a "
+            "larger split.calibration_fraction)"
+        )
+    for part in ("supervised", "evaluation"):
+        _, m, nm = sizes[part]
+        if m < 1 or nm < 1:
+            out.append(
+                f"the split (seed {seed}) leaves the {part} part with {m} member(s) and {nm} "
+                "non-member(s); it needs both"
+            )
+    return out
 
 
 def _dry_view_bank(t: Any, system: str) -> list[str] | None:
