@@ -274,3 +274,19 @@ def test_dry_run_rejects_unknown_target_options_and_too_small_splits(tmp_path):
 
     with pytest.raises(ValueError, match="did you mean 'concurrency'"):  # the run: same words
         create_target("openai", base_url="http://127.0.0.1:9", model="m", concurrancy=4)
+
+
+@pytest.mark.parametrize("suffix", ["jsonl", "csv", "json"])
+def test_non_utf8_input_names_its_line(tmp_path, suffix):
+    from calibdcd.data.readers import read_records
+    from calibdcd.data.validation import DataError
+
+    lines = {
+        "jsonl": ['{"text": "a", "label": 1}', '{"text": "b", "label": 0}', '{"text": "caf\xe9"}'],
+        "csv": ["text,label", "a,1", "caf\xe9,0"],
+        "json": ["[", '{"text": "a"},', '{"text": "caf\xe9"}', "]"],
+    }[suffix]
+    p = tmp_path / f"data.{suffix}"
+    p.write_bytes("\n".join(lines).encode("latin-1"))
+    with pytest.raises(DataError, match=r"line 3: not valid UTF-8 \(byte 0xe9 at column"):
+        read_records(p)
