@@ -130,6 +130,8 @@ class FaultServer:
                     self._send(200, b'{"id": "cmpl-1", "choices": []}')
                 elif kind == "redirect":
                     self._send(307, b"", [("Location", "http://127.0.0.1:9/v1/completions")])
+                elif kind == "emptytext":
+                    self._send(200, b'{"choices": [{"text": ""}]}')
                 elif kind == "503":
                     self._send(503, b'{"error": "loading model, retry later"}')
 

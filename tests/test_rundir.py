@@ -152,3 +152,38 @@ def test_secrets_never_reach_files_or_messages(tmp_path, monkeypatch, loopback_s
         [*cmd, "--no-progress", "--debug"], env=env, capture_output=True, text=True
     )
     assert "Traceback" in debug.stderr and password not in debug.stderr
+
+
+def test_a_tiny_pool_and_empty_completions_warn_loudly(tmp_path, loopback_server):
+    lab = lab_micro()
+    rows = (lab / "ground_truth.jsonl").read_text().splitlines()
+    ones = [r for r in rows if json.loads(r)["label"] == 1][:18]
+    zeros = [r for r in rows if json.loads(r)["label"] == 0][:18]
+    small = _write(tmp_path / "small.jsonl", "\n".join(ones + zeros) + "\n")
+    loopback_server.plan = lambda p, a: "emptytext"
+    cfg = _write(
+        tmp_path / "c.yaml",
+        f"""
+name: tiny
+benchmarks: [{{name: lab, path: {small}, label: lab}}]
+targets:
+  - {{name: remote, backend: openai, model: tiny, family: llama3,
+     options: {{base_url: "{loopback_server.url}/v1", max_retries: 0}}}}
+detectors:
+  - {{name: overlap, label: Overlap, options: {{max_new_tokens: 4, positions: 4}}}}
+split: {{n_supervised_per_class: 10}}
+analyses: {{ablations: false, adaptive_vs_fixed: false, fp_recovery: false}}
+evaluation: {{n_boot: 20}}
+cache_dir: {tmp_path / "cache"}
+""",
+    )
+    log: list[str] = []
+    with pytest.warns(RuntimeWarning) as caught:
+        run = run_experiment(load_config(cfg), tmp_path / "run", progress=False, log=log.append)
+    said = " ".join(str(w.message) for w in caught)
+    assert "evaluation pool has only" in said and "completions of the target were empty" in said
+    (res,) = load_results(run)
+    assert len(res["warnings"]) == 2 and res["sizes"]["evaluation"][0] < 20
+    assert sum(x.startswith("WARNING lab__remote__Overlap__s0") for x in log) == 2
+    page = write_report(run).read_text()
+    assert "mostly noise" in page and "measures nothing" in page

@@ -229,6 +229,8 @@ def _run_locked(
                     f"TPR {res['before']['tpr']['estimate']:.3f} -> "
                     f"{res['after']['tpr']['estimate']:.3f}"
                 )
+                for w in res.get("warnings", []):
+                    say(f"WARNING {s.id}: {w}")
             _write_summaries(run_dir, results)
             if stop_after is not None and computed >= stop_after:
                 break

@@ -175,6 +175,13 @@ class RunContext:
 
             gc.collect()
 
+    def completion_counts(self, entry: TargetEntry) -> tuple[int, int]:
+        """(completions served, empty ones) so far by ``entry``'s target when it is loaded."""
+        if self._target is None or self._target[0] != entry.name:
+            return 0, 0
+        st = getattr(self._target[1], "stats", None)
+        return (st.served, st.empty) if st is not None and hasattr(st, "served") else (0, 0)
+
     def views(self, entry: TargetEntry) -> list[Any]:
         if entry.name not in self._views:
             family = entry.family
@@ -470,6 +477,28 @@ def run_analyses(prep: PreparedSetting, main: Outcome, cfg: ExperimentConfig) ->
     return out
 
 
+#: below this many texts in the evaluation pool an AUC is too noisy to report without a warning
+MIN_POOL = 20
+
+
+def reliability_warnings(n_pool: int, served: int, empty: int, auc_after: float) -> list[str]:
+    """Loud warnings for results that look fine but are not: a tiny pool, empty completions."""
+    out = []
+    if n_pool < MIN_POOL:
+        out.append(
+            f"the evaluation pool has only {n_pool} texts (< {MIN_POOL}): AUC {auc_after:.3f} "
+            "is mostly noise"
+        )
+    if served and empty == served:
+        out.append(
+            f"all {served} completions of the target were empty: AUC {auc_after:.3f} measures "
+            "nothing (check the server, max_new_tokens and the stop settings)"
+        )
+    elif served and empty / served >= 0.5:
+        out.append(f"{empty} of {served} completions of the target were empty")
+    return out
+
+
 def run_setting(
     setting: Setting,
     cfg: ExperimentConfig,
@@ -494,7 +523,9 @@ def run_setting(
             pass
     say = status or (lambda s: None)
     t_start = time.perf_counter()
+    served0, empty0 = ctx.completion_counts(setting.target)
     prep = prepare_setting(setting, cfg, ctx, status=say)
+    served1, empty1 = ctx.completion_counts(setting.target)
     problem, seed = prep.problem, setting.seed
     say("calibration")
     main = problem.run(cfg.calibration)
@@ -583,7 +614,12 @@ def run_setting(
             "detector": prep.detector_seconds,
         },
         "feature_extractions": prep.extractions,
+        "warnings": reliability_warnings(
+            len(y_eval), served1 - served0, empty1 - empty0, after["auc"]["estimate"]
+        ),
         "skipped": False,
     }
+    for w in result["warnings"]:
+        warnings.warn(f"{setting.id}: {w}", RuntimeWarning, stacklevel=2)
     write_json(done, result)
     return result

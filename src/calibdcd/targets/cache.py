@@ -43,11 +43,15 @@ _SQL_VARS = 500  # keys per SELECT ... IN (...)
 @dataclasses.dataclass
 class CacheStats:
     """``hits``: requested completions served from the file; ``misses``: completions the wrapped
-    target generated; ``target_calls``: calls made to the wrapped target (one per chunk)."""
+    target generated; ``target_calls``: calls made to the wrapped target (one per chunk);
+    ``served`` / ``empty``: completions returned and the empty ones among them."""
 
     hits: int = 0
     misses: int = 0
     target_calls: int = 0
+    #: completions returned to callers, and how many of them were empty (whitespace only)
+    served: int = 0
+    empty: int = 0
 
     @property
     def hit_rate(self) -> float:
@@ -291,7 +295,10 @@ class CachedTarget:
                 wanted = [k for k, *_ in stored if pending.pop(k, None) is not None]
                 self._stats.misses += len(wanted)
                 found.update(self._lookup(wanted))  # first writer wins across processes
-            return [found[k] for k in keys]
+            out = [found[k] for k in keys]
+            self._stats.served += len(out)
+            self._stats.empty += sum(not t.strip() for t in out)
+            return out
 
     # -- misc --
 
