@@ -145,6 +145,14 @@ def _write_summaries(run_dir: Path, results: list[dict[str, Any]]) -> None:
     write_csv(run_dir / "results.csv", header, rows)
 
 
+def _add_note(exc: BaseException, note: str) -> None:
+    """``exc.add_note(note)`` (Python >= 3.11), kept in ``__notes__`` on 3.10 too."""
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
+    else:  # pragma: no cover - Python 3.10
+        exc.__notes__ = [*getattr(exc, "__notes__", []), note]  # type: ignore[attr-defined]
+
+
 def _default_out(cfg: ExperimentConfig) -> Path:
     return Path(cfg.output) if cfg.output else Path("runs") / cfg.name
 
@@ -216,7 +224,7 @@ def _run_locked(
                     s, cfg, run_dir, ctx, status=lambda m, s=s: bar.set_postfix_str(f"{s.id}: {m}")
                 )
             except Exception as exc:
-                exc.add_note(f"in setting {s.id}")  # `calibdcd run` names it in its error line
+                _add_note(exc, f"in setting {s.id}")  # `calibdcd run` names it in its error
                 raise
             results.append(res)
             if res.get("skipped"):
