@@ -290,3 +290,25 @@ def test_non_utf8_input_names_its_line(tmp_path, suffix):
     p.write_bytes("\n".join(lines).encode("latin-1"))
     with pytest.raises(DataError, match=r"line 3: not valid UTF-8 \(byte 0xe9 at column"):
         read_records(p)
+
+
+@pytest.mark.slow  # computes one real setting on the lab micro (~50 s of CPU)
+def test_a_damaged_result_json_is_recomputed_with_a_warning_naming_it(tmp_path):
+    from calibdcd.experiment import RunContext, grid, load_config
+    from calibdcd.experiment.setting import run_setting
+    from experiment_support import micro_config_text
+
+    cfg_path = tmp_path / "c.yaml"
+    cfg_path.write_text(micro_config_text(tmp_path / "cache", targets=("chat-qwen",)))
+    cfg = load_config(cfg_path)
+    (s,) = grid(cfg)
+    done = tmp_path / "run" / "settings" / s.id / "result.json"
+    done.parent.mkdir(parents=True)
+    done.write_text('{"id": "')  # torn by a full disk
+    ctx = RunContext(cfg, progress=False)
+    try:
+        with pytest.warns(RuntimeWarning, match=rf"{done}: not valid JSON"):
+            res = run_setting(s, cfg, tmp_path / "run", ctx)
+    finally:
+        ctx.release_target()
+    assert res["skipped"] is False and read_json(done)["id"] == s.id

@@ -519,8 +519,8 @@ def run_setting(
             ):
                 prev["skipped"] = True
                 return prev
-        except (OSError, ValueError):
-            pass
+        except (OSError, ValueError) as exc:  # a damaged result is recomputed, loudly
+            warnings.warn(f"{exc}; recomputing the setting", RuntimeWarning, stacklevel=2)
     say = status or (lambda s: None)
     t_start = time.perf_counter()
     served0, empty0 = ctx.completion_counts(setting.target)
