@@ -448,3 +448,9 @@ def test_stored_results_are_reused_only_for_the_same_inputs(tmp_path):
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     after = (setting_hash(s, cfg), inputs_hash(s, cfg, RunContext(cfg, progress=False)))
     assert after[0] == before[0] and after[1] != before[1]
+    # a renamed text id (same text, same label) is part of the identity too: the stored result
+    # (whose scores.csv names the old id) is not reused
+    rows[1]["id"] = str(rows[1]["id"]) + "-renamed"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    renamed = inputs_hash(s, cfg, RunContext(cfg, progress=False))
+    assert renamed not in (before[1], after[1])

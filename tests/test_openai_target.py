@@ -36,8 +36,11 @@ class FaultServer:
     """A real HTTP/1.1 server on loopback. ``plan(prompt, attempt) -> kind`` decides each answer:
     ok | 429 | 500 | stall | drop | malformed | 400. It records every request."""
 
-    def __init__(self, plan, *, stall: float = 1.0, ok_delay: float = 0.0):
+    def __init__(
+        self, plan, *, stall: float = 1.0, ok_delay: float = 0.0, served_model: str | None = None
+    ):
         self.plan, self.stall, self.ok_delay = plan, stall, ok_delay
+        self.served_model = served_model  # the "model" field of ok answers (None: not sent)
         self.lock = threading.Lock()
         self.attempts: Counter = Counter()
         self.successes: Counter = Counter()
@@ -90,6 +93,8 @@ class FaultServer:
                     time.sleep(server.ok_delay)
                     text = expected_text(req["prompt"], req["seed"], req["max_tokens"])
                     body = {"choices": [{"text": text, "index": 0, "finish_reason": "length"}]}
+                    if server.served_model is not None:
+                        body["model"] = server.served_model
                     self._send(200, json.dumps(body).encode())
                     with server.lock:
                         server.successes[key] += 1
@@ -107,6 +112,28 @@ class FaultServer:
                     self._send(200, b'{"choices": [{"text": ')
                 elif kind == "400":
                     self._send(400, b'{"error": "prompt too long"}')
+                elif kind == "drip":  # a valid answer, one byte every 0.2 s (never idle long)
+                    text = expected_text(req["prompt"], req["seed"], req["max_tokens"])
+                    body = json.dumps({"choices": [{"text": text}]}).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.flush()
+                    for b in body:
+                        self.wfile.write(bytes([b]))
+                        self.wfile.flush()
+                        time.sleep(0.2)
+                elif kind == "error200":
+                    self._send(200, b'{"error": {"message": "KV cache exhausted", "code": 7}}')
+                elif kind == "empty":
+                    self._send(200, b'{"id": "cmpl-1", "choices": []}')
+                elif kind == "redirect":
+                    self._send(307, b"", [("Location", "http://127.0.0.1:9/v1/completions")])
+                elif kind == "emptytext":
+                    self._send(200, b'{"choices": [{"text": ""}]}')
+                elif kind == "503":
+                    self._send(503, b'{"error": "loading model, retry later"}')
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
@@ -202,6 +229,72 @@ def test_api_key_only_from_env_and_never_leaks(tmp_path, monkeypatch, caplog):
     with FaultServer(lambda p, a: "ok") as srv:
         OpenAITarget(srv.url, "m", api_key_env="CALIBDCD_TEST_KEY").generate(["prompt-0"], SAMPLED)
     assert set(srv.auth) == {None}
+
+
+def test_a_dripping_server_times_out_at_the_deadline_then_retries():
+    """httpx's timeout bounds each read; the deadline bounds the whole answer."""
+    with FaultServer(lambda p, a: "drip" if a == 0 else "ok") as srv:
+        t = OpenAITarget(srv.url, "m", timeout=1.0, max_retries=2, backoff_base=0.01)
+        t0 = time.monotonic()
+        out = t.generate(["prompt-0"], SAMPLED)
+        took = time.monotonic() - t0
+    assert out[0][0] == expected_text("prompt-0", request_seed(4, 0), 5)
+    assert t.retry_reasons["timeout"] == 2  # both samples dripped once, then succeeded
+    assert took < 4.0  # a drip takes ~ 0.2 s x 80 bytes = 16 s without the deadline
+    with FaultServer(lambda p, a: "drip") as srv:
+        t = OpenAITarget(srv.url, "m", timeout=0.5, max_retries=1, backoff_base=0.01)
+        t0 = time.monotonic()
+        with pytest.raises(OpenAITargetError, match=r"1 retries.*within 0.5 s"):
+            t.generate(["prompt-0"], SAMPLED)
+        assert time.monotonic() - t0 < 3.0
+
+
+def test_server_errors_are_surfaced_verbatim():
+    for kind, words in (
+        ("error200", "KV cache exhausted"),
+        ("empty", r"without any choice.*cmpl-1"),
+        ("redirect", r"307 redirect to 'http://127.0.0.1:9/v1/completions'.*not followed"),
+    ):
+        with FaultServer(lambda p, a, kind=kind: kind) as srv:
+            t = OpenAITarget(srv.url, "m", max_retries=3, backoff_base=0.01)
+            with pytest.raises(OpenAITargetError, match=words):
+                t.generate(["prompt-0"], SAMPLED)
+            assert sum(srv.attempts.values()) == 2  # one per sample: the server said why
+    with FaultServer(lambda p, a: "503") as srv:  # retried, and the last words are kept
+        t = OpenAITarget(srv.url, "m", max_retries=1, backoff_base=0.01)
+        with pytest.raises(OpenAITargetError, match=r"503.*loading model, retry later"):
+            t.generate(["prompt-0"], SAMPLED)
+
+
+def test_the_answering_model_is_checked_with_explicit_aliases(tmp_path):
+    with FaultServer(lambda p, a: "ok", served_model="other-model") as srv:
+        t = OpenAITarget(srv.url, "m", max_retries=0)
+        with (
+            CachedTarget(t, tmp_path / "g.sqlite") as c,
+            pytest.raises(OpenAITargetError, match=r"'other-model', not 'm'.*model_aliases"),
+        ):
+            c.generate(["prompt-0"], SAMPLED)
+        with CachedTarget(t, tmp_path / "g.sqlite") as c:
+            assert len(c) == 0  # nothing cached under the configured name
+        # llama.cpp reports its own name for the served model: an explicit alias accepts it
+        t = OpenAITarget(srv.url, "m", model_aliases=["other-model"])
+        assert t.generate(["prompt-0"], SAMPLED)[0][0].startswith("<prompt-0|")
+    with FaultServer(lambda p, a: "ok", served_model="m") as srv:
+        assert OpenAITarget(srv.url, "m").generate(["prompt-0"], SAMPLED)[0][0]
+    with pytest.raises(ValueError, match="model_aliases"):
+        OpenAITarget("http://127.0.0.1:9", "m", model_aliases="other")
+
+
+def test_credentials_in_the_url_never_reach_messages(caplog):
+    caplog.set_level(logging.DEBUG)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t = OpenAITarget(f"http://user:hunter2pw@127.0.0.1:{port}", "m", max_retries=1)
+    with pytest.raises(OpenAITargetError) as err:
+        t.generate(["x"], SAMPLED)
+    assert "hunter2pw" not in str(err.value) and "***@127.0.0.1" in str(err.value)
+    assert "hunter2pw" not in repr(t) and "hunter2pw" not in caplog.text
 
 
 def test_bad_inputs():

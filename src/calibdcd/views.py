@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from pathlib import Path
 from typing import Any, Literal
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "ORIGINAL",
     "View",
     "family_views",
+    "load_tokenizer",
     "strip_reasoning",
     "template_views",
     "universal_views",
@@ -265,10 +267,24 @@ def family_views(
     if system != "official":
         raise ValueError("system='none' is only supported for the built-in families")
     if isinstance(tokenizer, str) or hasattr(tokenizer, "__fspath__"):
-        from transformers import AutoTokenizer  # local import: views must not need torch
-
-        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer))
+        tokenizer = load_tokenizer(tokenizer)
     return template_views(tokenizer, family=family or "template")
+
+
+def load_tokenizer(path: str | Any) -> Any:
+    """The tokenizer (with its chat template) of a local checkpoint: a model/tokenizer directory,
+    a ``.gguf`` file, or a directory holding one ``.gguf`` and no ``config.json`` (GGUF
+    tokenizers are read from the file's metadata: no weights are loaded)."""
+    from transformers import AutoTokenizer  # local import: views must not need torch
+
+    p = Path(path)
+    if p.is_dir() and not (p / "config.json").exists() and not (p / "tokenizer.json").exists():
+        ggufs = sorted(p.glob("*.gguf"))
+        if len(ggufs) == 1:
+            p = ggufs[0]
+    if p.is_file() and p.suffix.lower() == ".gguf":
+        return AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
+    return AutoTokenizer.from_pretrained(str(p))
 
 
 def view_bank(

@@ -179,19 +179,43 @@ def read_records(path: str | Path) -> tuple[list[Record], list[str]]:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
     fmt, gz = file_format(path)
-    if fmt == "jsonl":
-        records, problems, columns = _read_jsonl(path, gz)
-    elif fmt == "json":
-        records, problems, columns = _read_json(path, gz)
-    elif fmt in ("csv", "tsv"):
-        records, problems, columns = _read_csv(path, gz, "," if fmt == "csv" else "\t")
-    else:
+    try:
+        if fmt == "jsonl":
+            records, problems, columns = _read_jsonl(path, gz)
+        elif fmt == "json":
+            records, problems, columns = _read_json(path, gz)
+        elif fmt in ("csv", "tsv"):
+            records, problems, columns = _read_csv(path, gz, "," if fmt == "csv" else "\t")
+    except UnicodeDecodeError:
+        raise DataError(_utf8_problem(path, gz)) from None
+    if fmt == "parquet":
         if gz:
             raise ValueError(f"{path}: gzipped parquet is not supported (parquet is compressed)")
         records, problems, columns = _read_parquet(path)
     if problems:
         raise DataError(problems)
     return records, columns
+
+
+def _utf8_problem(path: Path, gz: bool) -> Problem:
+    """Where a text file stops being UTF-8: its line and column."""
+    if gz:
+        with gzip.open(path, "rb") as fh:
+            data = fh.read()
+    else:
+        data = path.read_bytes()
+    try:
+        data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        start = e.start + (3 if data.startswith(b"\xef\xbb\xbf") else 0)
+        line = data.count(b"\n", 0, start) + 1
+        col = start - (data.rfind(b"\n", 0, start) + 1) + 1
+        bad = data[start : start + 1].hex()
+        return Problem(
+            Location(str(path), line),
+            f"not valid UTF-8 (byte 0x{bad} at column {col}); re-encode the file as UTF-8",
+        )
+    return Problem(Location(str(path), 1), "not valid UTF-8")  # pragma: no cover
 
 
 def rows_as_records(rows: Iterable[dict[str, Any]], source: str) -> tuple[list[Record], list[str]]:

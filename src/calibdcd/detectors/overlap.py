@@ -27,7 +27,7 @@ import dataclasses
 import math
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -166,6 +166,26 @@ class LogisticClassifier:
     def _check(self) -> None:
         if self.coef is None:
             raise ValueError("the classifier is not fitted: call fit first")
+
+    def state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Arrays + JSON-able meta of the fitted model (no pickle; see ``from_state``)."""
+        self._check()
+        assert self.mean is not None and self.std is not None and self.coef is not None
+        arrays = {"mean": self.mean, "std": self.std, "coef": self.coef}
+        return arrays, {"l2": self.l2, "max_iter": self.max_iter, "intercept": self.intercept}
+
+    @classmethod
+    def from_state(
+        cls, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]
+    ) -> LogisticClassifier:
+        m = cls(l2=float(meta["l2"]), max_iter=int(meta["max_iter"]))
+        m.mean, m.std, m.coef = (
+            np.asarray(arrays[k], dtype=np.float64) for k in ("mean", "std", "coef")
+        )
+        m.intercept = float(meta["intercept"])
+        if not (m.mean.shape == m.std.shape == m.coef.shape):
+            raise ValueError("inconsistent LogisticClassifier state")
+        return m
 
     def transform(self, z: np.ndarray) -> np.ndarray:
         if self.mean is None or self.std is None:

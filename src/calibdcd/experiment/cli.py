@@ -20,35 +20,64 @@ def run_command(
     ] = None,
     report: Annotated[bool, typer.Option(help="write the report when the grid is complete")] = True,
     progress: Annotated[bool, typer.Option(help="progress bars")] = True,
+    debug: Annotated[
+        bool, typer.Option("--debug", help="show the full traceback of an error")
+    ] = False,
 ) -> None:
     """Run (or resume) an experiment grid: benchmarks x targets x detectors x seeds."""
     from calibdcd.experiment.config import ConfigError, load_config
     from calibdcd.experiment.runner import dry_run as check
     from calibdcd.experiment.runner import run_experiment
+    from calibdcd.redact import redact
+
+    def echo(line: str, err: bool = False) -> None:
+        typer.echo(redact(line), err=err)
 
     try:
         cfg = load_config(config)
     except ConfigError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     if dry_run:
         lines, problems = check(cfg)
         for line in lines:
-            typer.echo(line)
+            echo(line)
         for p in problems:
-            typer.echo(f"error: {p}", err=True)
+            echo(f"error: {p}", err=True)
         if problems:
-            typer.echo(f"dry run: {len(problems)} problem(s)", err=True)
+            echo(f"dry run: {len(problems)} problem(s)", err=True)
             raise typer.Exit(1)
-        typer.echo("dry run: OK")
+        echo("dry run: OK")
         return
-    run_dir = run_experiment(cfg, out, progress=progress, log=typer.echo)
-    typer.echo(f"run directory: {run_dir}")
-    if report:
-        from calibdcd.report import write_report
+    try:
+        run_dir = run_experiment(cfg, out, progress=progress, log=echo)
+        echo(f"run directory: {run_dir}")
+        if report:
+            from calibdcd.report import write_report
 
-        html = write_report(run_dir)
-        typer.echo(f"report: {html}")
+            html = write_report(run_dir)
+            echo(f"report: {html}")
+    except (KeyboardInterrupt, typer.Exit):
+        raise
+    except Exception as exc:
+        if debug:
+            import traceback
+
+            echo("".join(traceback.format_exception(exc)).rstrip(), err=True)
+        echo(f"error: {one_line(exc)}", err=True)
+        if not debug:
+            echo("(run again with --debug for the traceback)", err=True)
+        raise typer.Exit(1) from None
+
+
+def one_line(exc: BaseException) -> str:
+    """``exc`` as one line: its type (unless a plain ValueError/RuntimeError), its message and
+    its notes (the runner notes the setting it failed in)."""
+    msg = " ".join(str(exc).split()) or "(no message)"
+    kind = type(exc).__name__
+    plain = kind in ("ValueError", "RuntimeError", "OpenAITargetError", "RunDirLocked")
+    notes = "; ".join(getattr(exc, "__notes__", []))
+    return (msg if plain else f"{kind}: {msg}") + (f" ({notes})" if notes else "")
 
 
 def report_command(

@@ -23,6 +23,9 @@ its cells (the data protocol, CalibDCD's grids, the evaluation, the analyses, th
 
 ``${VAR}`` and ``${VAR:-default}`` in strings are expanded from the environment
 (``CALIBDCD_SHARED`` defaults to the shared directory beside the repository, else ``/work/shared``).
+The value of a variable whose name contains KEY, TOKEN, SECRET or PASSWORD, or that is listed in
+``secrets: [VAR, ...]``, is secret: it is redacted (``***``) in every file and message the run
+writes (see :mod:`calibdcd.redact`), as are credentials in URLs.
 Relative paths are resolved against the config file's directory. Every problem is reported as a
 :class:`ConfigError` whose message starts with the key path, e.g. ``targets[1].backend: ...``.
 """
@@ -39,6 +42,7 @@ from typing import Any, Literal
 import yaml
 
 from calibdcd.calibration import CalibrationConfig
+from calibdcd.redact import is_secret_var, register_secret
 
 __all__ = [
     "AnalysisSpec",
@@ -241,6 +245,8 @@ def _expand(value: str, path: str, source: str | None) -> str:
     def sub(m: re.Match[str]) -> str:
         var, default = m.group(1), m.group(2)
         if var in os.environ:
+            if is_secret_var(var):
+                register_secret(os.environ[var])
             return os.environ[var]
         if var == "CALIBDCD_SHARED":
             return default_shared()
@@ -511,6 +517,7 @@ def parse_config(
         else (Path(source).resolve().parent if source else None)
     )
     r = _Reader(data, "", source)
+    _register_listed_secrets(r, source)
     name = _label(r, "name", Path(source).stem if source else "experiment")
     benchmarks = tuple(
         _benchmark(b, f"benchmarks[{i}]", source, base) for i, b in enumerate(r.list("benchmarks"))
@@ -569,6 +576,18 @@ def parse_config(
     r.finish()
     _check_unique(cfg, source)
     return cfg
+
+
+def _register_listed_secrets(r: _Reader, source: str | None) -> None:
+    """``secrets: [VAR, ...]``: environment variables whose values are secret whatever their
+    names (read first, so that every expansion after it is redacted)."""
+    names = r.raw("secrets", [])
+    if isinstance(names, str):
+        names = [names]
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise r.err("secrets", f"must be a list of environment variable names, got {names!r}")
+    for n in names:
+        register_secret(os.environ.get(n))
 
 
 def _check_unique(cfg: ExperimentConfig, source: str | None) -> None:

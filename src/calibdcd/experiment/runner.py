@@ -9,6 +9,13 @@ Run directory layout::
       settings/<id>/       result.json (written last, atomically), scores.csv, split.json
       results.jsonl        one line per completed setting (rewritten after each setting)
       results.csv          the headline numbers per setting
+      settings/.stale/<id> settings of an earlier config that are not in this grid (moved aside)
+      .lock                the writing process (pid, host, start time) while a run is going
+
+The directory reflects exactly its config: settings not in the grid are moved aside (and the
+report reads only the grid's settings). One process writes a run directory at a time (see
+:mod:`calibdcd.experiment.rundir`). Secrets (see :mod:`calibdcd.redact`) are redacted in
+``config.yaml`` and ``environment.json``.
 
 A setting whose ``result.json`` matches its ``setting_hash`` is skipped, so re-running after a
 crash (or with more seeds/targets) computes only what is missing. Settings run target by target,
@@ -37,8 +44,10 @@ from calibdcd.experiment.components import (
     resolve_lab,
 )
 from calibdcd.experiment.config import ExperimentConfig
+from calibdcd.experiment.rundir import lock_run_dir, set_aside_stale
 from calibdcd.experiment.setting import RunContext, Setting, run_setting, setting_hash
 from calibdcd.experiment.store import atomic_write_text, write_csv, write_json
+from calibdcd.redact import redact_tree
 
 __all__ = ["describe_grid", "dry_run", "environment", "grid", "run_experiment", "summary_rows"]
 
@@ -136,6 +145,14 @@ def _write_summaries(run_dir: Path, results: list[dict[str, Any]]) -> None:
     write_csv(run_dir / "results.csv", header, rows)
 
 
+def _add_note(exc: BaseException, note: str) -> None:
+    """``exc.add_note(note)`` (Python >= 3.11), kept in ``__notes__`` on 3.10 too."""
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
+    else:  # pragma: no cover - Python 3.10
+        exc.__notes__ = [*getattr(exc, "__notes__", []), note]  # type: ignore[attr-defined]
+
+
 def _default_out(cfg: ExperimentConfig) -> Path:
     return Path(cfg.output) if cfg.output else Path("runs") / cfg.name
 
@@ -159,21 +176,41 @@ def run_experiment(
     stop_after: int | None = None,
 ) -> Path:
     """Run (or resume) the grid; returns the run directory. ``stop_after`` ends after that many
-    newly computed settings (for tests and staged runs)."""
+    newly computed settings (for tests and staged runs). Raises :class:`RunDirLocked` when
+    another live process writes the same run directory."""
+    run_dir = Path(out_dir) if out_dir is not None else _default_out(cfg)
+    with lock_run_dir(run_dir):
+        return _run_locked(cfg, run_dir, progress=progress, log=log, stop_after=stop_after)
+
+
+def _run_locked(
+    cfg: ExperimentConfig,
+    run_dir: Path,
+    *,
+    progress: bool,
+    log: Callable[[str], None] | None,
+    stop_after: int | None,
+) -> Path:
     from tqdm.auto import tqdm
 
-    run_dir = Path(out_dir) if out_dir is not None else _default_out(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     say = log or (lambda s: None)
     atomic_write_text(
-        run_dir / "config.yaml", yaml.safe_dump(cfg.as_dict(), sort_keys=False, allow_unicode=True)
+        run_dir / "config.yaml",
+        yaml.safe_dump(redact_tree(cfg.as_dict()), sort_keys=False, allow_unicode=True),
     )
-    write_json(run_dir / "environment.json", environment())
+    write_json(run_dir / "environment.json", redact_tree(environment()))
     settings = grid(cfg)
     write_json(
         run_dir / "grid.json",
         [{"id": s.id, "setting_hash": setting_hash(s, cfg)} for s in settings],
     )
+    stale = set_aside_stale(run_dir, [s.id for s in settings])
+    if stale:
+        say(
+            f"{len(stale)} setting(s) not in this config moved to settings/.stale/ "
+            f"(not in results or the report): {', '.join(stale)}"
+        )
     _quiet_hub_bars()
     ctx = RunContext(cfg, progress=progress)
     results: list[dict[str, Any]] = []
@@ -182,9 +219,13 @@ def run_experiment(
     try:
         for s in bar:
             bar.set_postfix_str(s.id, refresh=True)
-            res = run_setting(
-                s, cfg, run_dir, ctx, status=lambda m, s=s: bar.set_postfix_str(f"{s.id}: {m}")
-            )
+            try:
+                res = run_setting(
+                    s, cfg, run_dir, ctx, status=lambda m, s=s: bar.set_postfix_str(f"{s.id}: {m}")
+                )
+            except Exception as exc:
+                _add_note(exc, f"in setting {s.id}")  # `calibdcd run` names it in its error
+                raise
             results.append(res)
             if res.get("skipped"):
                 say(f"skip {s.id} (complete)")
@@ -196,6 +237,8 @@ def run_experiment(
                     f"TPR {res['before']['tpr']['estimate']:.3f} -> "
                     f"{res['after']['tpr']['estimate']:.3f}"
                 )
+                for w in res.get("warnings", []):
+                    say(f"WARNING {s.id}: {w}")
             _write_summaries(run_dir, results)
             if stop_after is not None and computed >= stop_after:
                 break
@@ -216,7 +259,7 @@ def dry_run(cfg: ExperimentConfig) -> tuple[list[str], list[str]]:
     Returns (report lines, problems); an empty problems list means the config can run."""
     from calibdcd.data import SplitConfig, split_benchmark
     from calibdcd.experiment.components import load_benchmark_entry, model_path
-    from calibdcd.targets.base import available_backends
+    from calibdcd.targets.base import available_backends, unknown_options
 
     lines: list[str] = [f"config {cfg.name}" + (f" ({cfg.source})" if cfg.source else "")]
     problems: list[str] = []
@@ -262,6 +305,7 @@ def dry_run(cfg: ExperimentConfig) -> tuple[list[str], list[str]]:
         )
         for w in caught:
             lines.append(f"    warning: {w.message}")
+        problems.extend(f"{key}: {m}" for m in split_size_problems(sz, cfg.seeds[0]))
     # targets
     backends = available_backends()
     for i, t in enumerate(cfg.targets):
@@ -271,6 +315,10 @@ def dry_run(cfg: ExperimentConfig) -> tuple[list[str], list[str]]:
                 f"{key}.backend: {t.backend!r} is not available here "
                 f"({', '.join(backends) or 'none'})"
             )
+            continue
+        bad_options = unknown_options(t.backend, t.options)
+        if bad_options:
+            problems.extend(f"{key}.options: {m}" for m in bad_options)
             continue
         if t.lab is not None:
             ok = _lab_preset_known(t.lab)
@@ -301,17 +349,15 @@ def dry_run(cfg: ExperimentConfig) -> tuple[list[str], list[str]]:
                 continue
             where = f"{t.options['base_url']} model {t.model}"
         fam = t.family or "from the checkpoint"
-        if t.family is not None:
-            try:
-                from calibdcd.views import view_bank
-
-                codes = [v.code for v in view_bank(t.family, system=cfg.view_system)]
-                fam += f" (views {' '.join(codes)})"
-            except ImportError:
-                pass
-            except ValueError as exc:
-                problems.append(f"{key}.family: {exc}")
-                continue
+        try:
+            codes = _dry_view_bank(t, cfg.view_system)
+        except ImportError:
+            codes = None
+        except Exception as exc:  # the run would fail here after all its generations
+            problems.append(f"{key}.family: cannot build the view bank: {exc}")
+            continue
+        if codes is not None:
+            fam += f" (views {' '.join(codes)})"
         lines.append(f"  {key}: {t.backend} {where}; family {fam}; base {t.base or '-'}")
     # detectors
     bench_names = sorted({b.name for b in cfg.benchmarks})
@@ -347,6 +393,54 @@ def dry_run(cfg: ExperimentConfig) -> tuple[list[str], list[str]]:
     )
     lines.append(f"cache: {cfg.cache_dir}; output: {_default_out(cfg)}")
     return lines, problems
+
+
+#: the smallest parts a setting can run with: CalibDCD needs two calibration non-members
+#: (``calibrate``), the classifier both classes, the metrics both classes in the pool
+MIN_CALIBRATION = 2
+
+
+def split_size_problems(sizes: dict[str, tuple[int, int, int]], seed: int) -> list[str]:
+    """What a split of these sizes would fail on after all its generations (seed ``seed``)."""
+    out = []
+    n_cal = sizes["calibration"][2]
+    if n_cal < MIN_CALIBRATION:
+        out.append(
+            f"the split (seed {seed}) leaves {n_cal} calibration non-member(s); CalibDCD needs at "
+            f"least {MIN_CALIBRATION} (more texts, fewer split.n_supervised_per_class, or a "
+            "larger split.calibration_fraction)"
+        )
+    for part in ("supervised", "evaluation"):
+        _, m, nm = sizes[part]
+        if m < 1 or nm < 1:
+            out.append(
+                f"the split (seed {seed}) leaves the {part} part with {m} member(s) and {nm} "
+                "non-member(s); it needs both"
+            )
+    return out
+
+
+def _dry_view_bank(t: Any, system: str) -> list[str] | None:
+    """The view codes the run will use for target ``t``, built as the run builds them (a local
+    checkpoint's tokenizer and chat template; never its weights); None when that needs a model
+    that is not here yet (a lab to build, a hub id)."""
+    from calibdcd.experiment.components import model_path
+    from calibdcd.views import view_bank
+
+    local = Path(model_path(t, build_lab=False))
+    if t.lab is not None and not local.exists():
+        return None
+    if local.exists():
+        return [v.code for v in view_bank(t.family, str(local), system=system)]  # type: ignore[arg-type]
+    family = t.family
+    if t.backend == "hf":
+        if family is None:
+            return None  # a hub checkpoint: its tokenizer is checked where it is resolved
+    elif family is None:  # remote backends derive it from the model name (no tokenizer)
+        from calibdcd.targets.hf import detect_family
+
+        family = detect_family(t.model.rstrip("/").split("@")[0])
+    return [v.code for v in view_bank(family, system=system)]  # type: ignore[arg-type]
 
 
 def _lab_preset_known(preset: str) -> bool | str:

@@ -140,11 +140,12 @@ class RunContext:
         return self._benchmarks[entry.label]
 
     def benchmark_digest(self, entry: BenchmarkEntry) -> str:
-        """A digest of the benchmark's texts and labels (computed once per run)."""
+        """A digest of the benchmark's texts, labels and text ids (computed once per run): a
+        renamed id changes it, so ``scores.csv`` never keeps an old id."""
         if entry.label not in self._benchmark_digests:
             bench = self.benchmark(entry)
             self._benchmark_digests[entry.label] = digest(
-                list(bench.texts), [int(y) for y in bench.labels]
+                list(bench.texts), [int(y) for y in bench.labels], [s.id for s in bench.samples]
             )
         return self._benchmark_digests[entry.label]
 
@@ -174,12 +175,19 @@ class RunContext:
 
             gc.collect()
 
+    def completion_counts(self, entry: TargetEntry) -> tuple[int, int]:
+        """(completions served, empty ones) so far by ``entry``'s target when it is loaded."""
+        if self._target is None or self._target[0] != entry.name:
+            return 0, 0
+        st = getattr(self._target[1], "stats", None)
+        return (st.served, st.empty) if st is not None and hasattr(st, "served") else (0, 0)
+
     def views(self, entry: TargetEntry) -> list[Any]:
         if entry.name not in self._views:
             family = entry.family
             tokenizer: Any = None
             local = Path(model_path(entry))
-            if family is None and local.exists():
+            if local.exists():  # a family without built-in views uses the chat template
                 tokenizer = str(local)
             elif family is None:
                 family = getattr(self.target(entry), "family", None)
@@ -392,18 +400,19 @@ def prepare_setting(
         return detector.new_classifier(seed)
 
     clf_key = digest("classifier/v1", ext.det_key, z_sup_ok, y_sup, seed)
-    clf0 = ctx.arrays.load_object("models", clf_key)
+    clf_type = type(new_clf())
+    clf0 = ctx.arrays.load_model("models", clf_key, clf_type)
     if clf0 is None:
         clf0 = new_clf().fit(z_sup_ok, y_sup)
-        ctx.arrays.save_object("models", clf_key, clf0)
+        ctx.arrays.save_model("models", clf_key, clf0)
     space = resolve_space(clf0, cfg.calibration_space)
 
     def model_cache(kind: str, cal: Calibration, build: Callable[[], Any]) -> Any:
         key = digest(f"{kind}/v1", clf_key, cal.basis, cal.strength, space)
-        m = ctx.arrays.load_object("models", key)
+        m = ctx.arrays.load_model("models", key, clf_type)
         if m is None:
             m = build()
-            ctx.arrays.save_object("models", key, m)
+            ctx.arrays.save_model("models", key, m)
         return m
 
     block = _block_columns(
@@ -468,6 +477,28 @@ def run_analyses(prep: PreparedSetting, main: Outcome, cfg: ExperimentConfig) ->
     return out
 
 
+#: below this many texts in the evaluation pool an AUC is too noisy to report without a warning
+MIN_POOL = 20
+
+
+def reliability_warnings(n_pool: int, served: int, empty: int, auc_after: float) -> list[str]:
+    """Loud warnings for results that look fine but are not: a tiny pool, empty completions."""
+    out = []
+    if n_pool < MIN_POOL:
+        out.append(
+            f"the evaluation pool has only {n_pool} texts (< {MIN_POOL}): AUC {auc_after:.3f} "
+            "is mostly noise"
+        )
+    if served and empty == served:
+        out.append(
+            f"all {served} completions of the target were empty: AUC {auc_after:.3f} measures "
+            "nothing (check the server, max_new_tokens and the stop settings)"
+        )
+    elif served and empty / served >= 0.5:
+        out.append(f"{empty} of {served} completions of the target were empty")
+    return out
+
+
 def run_setting(
     setting: Setting,
     cfg: ExperimentConfig,
@@ -488,11 +519,13 @@ def run_setting(
             ):
                 prev["skipped"] = True
                 return prev
-        except (OSError, ValueError):
-            pass
+        except (OSError, ValueError) as exc:  # a damaged result is recomputed, loudly
+            warnings.warn(f"{exc}; recomputing the setting", RuntimeWarning, stacklevel=2)
     say = status or (lambda s: None)
     t_start = time.perf_counter()
+    served0, empty0 = ctx.completion_counts(setting.target)
     prep = prepare_setting(setting, cfg, ctx, status=say)
+    served1, empty1 = ctx.completion_counts(setting.target)
     problem, seed = prep.problem, setting.seed
     say("calibration")
     main = problem.run(cfg.calibration)
@@ -581,7 +614,12 @@ def run_setting(
             "detector": prep.detector_seconds,
         },
         "feature_extractions": prep.extractions,
+        "warnings": reliability_warnings(
+            len(y_eval), served1 - served0, empty1 - empty0, after["auc"]["estimate"]
+        ),
         "skipped": False,
     }
+    for w in result["warnings"]:
+        warnings.warn(f"{setting.id}: {w}", RuntimeWarning, stacklevel=2)
     write_json(done, result)
     return result

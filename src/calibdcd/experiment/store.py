@@ -1,26 +1,34 @@
-"""On-disk artefacts: content-addressed array and model caches, atomic JSON/CSV writes, hashing."""
+"""On-disk artefacts: content-addressed array and model caches, atomic JSON/CSV writes, hashing.
+
+Nothing here unpickles: cached models are ``.npz`` files of arrays plus a JSON header (format
+version, class, JSON-able meta), loaded with ``allow_pickle=False`` and rebuilt by the class's own
+``from_state``. A cache entry that cannot be read is a miss with a warning naming the file.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import hashlib
 import json
-import os
-import pickle
-import tempfile
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
+from calibdcd.atomic import atomic_savez, atomic_write_bytes, atomic_write_text
+
 __all__ = [
+    "MODEL_FORMAT",
     "ArrayCache",
+    "Persistable",
     "atomic_write_bytes",
     "atomic_write_text",
     "digest",
+    "pack_state",
     "read_json",
+    "unpack_state",
     "write_csv",
     "write_json",
 ]
@@ -37,26 +45,6 @@ def digest(*parts: Any) -> str:
             h.update(json.dumps(p, sort_keys=True, default=str).encode())
         h.update(b"\x00")
     return h.hexdigest()
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file and ``os.replace`` (never half-written)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def _json_default(x: Any) -> Any:
@@ -76,7 +64,12 @@ def write_json(path: Path, obj: Any) -> None:
 
 
 def read_json(path: Path) -> Any:
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+    """Parse a JSON file; a file that is not valid JSON (or UTF-8) raises ValueError naming it."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
 
 
 def write_csv(path: Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
@@ -93,11 +86,76 @@ def write_csv(path: Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) 
     atomic_write_text(path, buf.getvalue())
 
 
+#: version of the cached-model file layout (``__header__`` JSON + arrays in one ``.npz``)
+MODEL_FORMAT = 1
+
+
+@runtime_checkable
+class Persistable(Protocol):
+    """A fitted object that can be stored without pickle: ``state()`` returns its arrays (name ->
+    ndarray) and a JSON-able meta dict; ``from_state(arrays, meta)`` rebuilds it."""
+
+    def state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]: ...
+
+    @classmethod
+    def from_state(cls, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> Any: ...
+
+
+P = TypeVar("P")
+
+
+def class_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def pack_state(obj: Persistable) -> bytes:
+    """``obj``'s state as the bytes of one ``.npz``: its arrays and a JSON ``__header__``."""
+    import io
+
+    arrays, meta = obj.state()
+    if "__header__" in arrays:
+        raise ValueError("'__header__' is reserved")
+    header = {"format": MODEL_FORMAT, "class": class_name(type(obj)), "meta": meta}
+    raw = json.dumps(header, sort_keys=True, default=_json_default).encode("utf-8")
+    buf = io.BytesIO()
+    np.savez(
+        buf,
+        __header__=np.frombuffer(raw, dtype=np.uint8),
+        **{k: np.asarray(v) for k, v in arrays.items()},
+    )
+    return buf.getvalue()
+
+
+def unpack_state(path: Path, cls: type[P]) -> P:
+    """Rebuild a ``cls`` saved by :func:`pack_state` (no pickle; the class must match)."""
+    with np.load(path, allow_pickle=False) as f:
+        arrays = {k: f[k] for k in f.files}
+    if "__header__" not in arrays:
+        raise ValueError("no __header__ (not a calibdcd model file)")
+    header = json.loads(arrays.pop("__header__").tobytes().decode("utf-8"))
+    if header.get("format") != MODEL_FORMAT:
+        raise ValueError(f"model format {header.get('format')!r}, this code reads {MODEL_FORMAT}")
+    if header.get("class") != class_name(cls):
+        raise ValueError(f"holds a {header.get('class')!r}, expected {class_name(cls)!r}")
+    return cls.from_state(arrays, header["meta"])  # type: ignore[attr-defined]
+
+
+def cache_miss_warning(path: Path, exc: BaseException) -> None:
+    """The one warning for a cache entry that exists but cannot be read (it is recomputed)."""
+    warnings.warn(
+        f"{path}: corrupt cache entry ignored, recomputing ({type(exc).__name__}: {exc})",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
 class ArrayCache:
-    """Content-addressed ``.npz`` arrays and pickled models under one directory.
+    """Content-addressed ``.npz`` arrays and models (``state()`` + JSON header, no pickle) under
+    one directory.
 
     Keys are hex digests (see :func:`digest`) of everything the artefact depends on. Writes are
-    atomic, so a crash never leaves a truncated entry; a corrupt entry is treated as a miss.
+    atomic, so a crash never leaves a truncated entry; a corrupt entry (e.g. truncated by a full
+    disk or edited by hand) is a miss with a warning naming the file.
     """
 
     def __init__(self, root: str | Path):
@@ -116,38 +174,34 @@ class ArrayCache:
         try:
             with np.load(p, allow_pickle=False) as f:
                 out = {k: f[k] for k in f.files}
-        except (OSError, ValueError):
+        except Exception as exc:  # BadZipFile, zlib/EOF errors, pickled content, ...
+            cache_miss_warning(p, exc)
             self.misses += 1
             return None
         self.hits += 1
         return out
 
     def save_arrays(self, kind: str, key: str, arrays: Mapping[str, np.ndarray]) -> None:
-        import io
+        atomic_savez(self._path(kind, key, "npz"), arrays)
 
-        buf = io.BytesIO()
-        np.savez(buf, **{k: np.asarray(v) for k, v in arrays.items()})
-        atomic_write_bytes(self._path(kind, key, "npz"), buf.getvalue())
-
-    def load_object(self, kind: str, key: str) -> Any | None:
-        p = self._path(kind, key, "pkl")
+    def load_model(self, kind: str, key: str, cls: type[P]) -> P | None:
+        """The cached ``cls`` under ``key`` (rebuilt with ``cls.from_state``), else None."""
+        p = self._path(kind, key, "model.npz")
         if not p.is_file():
             self.misses += 1
             return None
         try:
-            with p.open("rb") as fh:
-                obj = pickle.load(fh)
-        except Exception:
+            obj = unpack_state(p, cls)
+        except Exception as exc:
+            cache_miss_warning(p, exc)
             self.misses += 1
             return None
         self.hits += 1
         return obj
 
-    def save_object(self, kind: str, key: str, obj: Any) -> bool:
-        """Pickle ``obj``; returns False (and stores nothing) when it cannot be pickled."""
-        try:
-            data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception:
+    def save_model(self, kind: str, key: str, obj: Any) -> bool:
+        """Store ``obj``'s ``state()``; returns False (and stores nothing) when it has none."""
+        if not isinstance(obj, Persistable):
             return False
-        atomic_write_bytes(self._path(kind, key, "pkl"), data)
+        atomic_write_bytes(self._path(kind, key, "model.npz"), pack_state(obj))
         return True

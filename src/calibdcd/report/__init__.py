@@ -15,6 +15,7 @@ Figures need matplotlib (the ``report`` extra); nothing here imports torch.
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 __all__ = ["write_report"]
@@ -23,6 +24,7 @@ __all__ = ["write_report"]
 def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path:
     """Write the report of ``run_dir`` (default into ``run_dir/report``); returns index.html."""
     from calibdcd.experiment.store import atomic_write_text, write_json
+    from calibdcd.redact import redact
     from calibdcd.report import aggregate as agg
     from calibdcd.report.figures import make_figures
     from calibdcd.report.html import render_html
@@ -47,6 +49,13 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
             "base_vs_post": agg.base_vs_post(results),
         },
     )
+    stale = agg.stale_settings(run)
+    if stale:
+        warnings.warn(
+            f"{run}: {len(stale)} setting(s) not in the run's grid are left out of the report: "
+            + ", ".join(stale),
+            stacklevel=2,
+        )
     figures = make_figures(run, results, out / "figures")
     env_path, cfg_path = run / "environment.json", run / "config.yaml"
     env = json.loads(env_path.read_text()) if env_path.is_file() else None
@@ -59,6 +68,8 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
         env=env,
         config_text=cfg_text,
         n_results=len(results),
+        excluded=stale,
+        warnings=[f"{r['id']}: {w}" for r in results for w in r.get("warnings", [])],
     )
-    atomic_write_text(out / "index.html", page)
+    atomic_write_text(out / "index.html", redact(page))
     return out / "index.html"

@@ -9,6 +9,7 @@ per setting.
 from __future__ import annotations
 
 import json
+import warnings
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from pathlib import Path
@@ -22,10 +23,12 @@ __all__ = [
     "adaptive_vs_fixed",
     "base_vs_post",
     "fp_recovery_summary",
+    "grid_ids",
     "load_results",
     "main_cells",
     "selection_distribution",
     "space_comparison",
+    "stale_settings",
 ]
 
 #: (key in result["analyses"]["ablations"], display name), in the paper's order
@@ -38,19 +41,55 @@ ABLATIONS = (
 
 
 def load_results(run_dir: str | Path) -> list[dict[str, Any]]:
-    """Every completed setting of a run directory, in grid order when ``grid.json`` exists."""
+    """The completed settings of a run directory's grid (``grid.json``), in grid order.
+
+    Settings in ``settings/`` that are not in the grid (left by an earlier config) are not read:
+    :func:`stale_settings` lists them. A run directory without ``grid.json`` (older runs) reads
+    every setting. A ``result.json`` that cannot be parsed is skipped with a warning naming it."""
     run = Path(run_dir)
     if not run.is_dir():
         raise FileNotFoundError(f"{run}: no such run directory")
     found = {p.parent.name: p for p in (run / "settings").glob("*/result.json")}
+    ids = grid_ids(run)
+    if ids is not None:
+        found = {i: p for i, p in found.items() if i in ids}
     if not found:
-        raise ValueError(f"{run}: no completed setting (settings/*/result.json)")
-    order = []
-    grid = run / "grid.json"
-    if grid.is_file():
-        order = [g["id"] for g in json.loads(grid.read_text()) if g["id"] in found]
-    order += sorted(set(found) - set(order))
-    return [json.loads(found[i].read_text()) for i in order]
+        raise ValueError(f"{run}: no completed setting of its grid (settings/*/result.json)")
+    order = [i for i in (ids or []) if i in found] + sorted(set(found) - set(ids or []))
+    out = []
+    for i in order:
+        try:
+            out.append(json.loads(found[i].read_text(encoding="utf-8")))
+        except (OSError, ValueError) as exc:
+            warnings.warn(f"{found[i]}: unreadable result skipped ({exc})", stacklevel=2)
+    if not out:
+        raise ValueError(f"{run}: no readable result (settings/*/result.json)")
+    return out
+
+
+def grid_ids(run_dir: str | Path) -> list[str] | None:
+    """The setting ids of the run's grid (``grid.json``), None when the file is absent."""
+    grid = Path(run_dir) / "grid.json"
+    if not grid.is_file():
+        return None
+    try:
+        return [g["id"] for g in json.loads(grid.read_text(encoding="utf-8"))]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{grid}: not a valid grid file ({exc})") from None
+
+
+def stale_settings(run_dir: str | Path) -> list[str]:
+    """Settings in the run directory that are not in its grid (moved aside to
+    ``settings/.stale/`` by the runner, or left in ``settings/``): never part of the report."""
+    run = Path(run_dir)
+    ids = grid_ids(run)
+    settings = run / "settings"
+    if ids is None or not settings.is_dir():
+        return []
+    here = {d.name for d in settings.iterdir() if d.is_dir() and not d.name.startswith(".")}
+    aside = settings / ".stale"
+    moved = {d.name for d in aside.iterdir() if d.is_dir()} if aside.is_dir() else set()
+    return sorted((here | moved) - set(ids))
 
 
 def post_trained(results: list[dict[str, Any]]) -> list[dict[str, Any]]:

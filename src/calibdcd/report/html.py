@@ -40,6 +40,8 @@ def render_html(
     env: dict[str, Any] | None,
     config_text: str | None,
     n_results: int,
+    excluded: Sequence[str] = (),
+    warnings: Sequence[str] = (),
 ) -> str:
     by_key = {t.key: t for t in tables}
     parts = [
@@ -49,6 +51,17 @@ def render_html(
         f"<p>{n_results} completed setting(s). Scores: higher = member. Metrics on the evaluation "
         "pool; CalibDCD is fitted on the calibration non-members only.</p>",
     ]
+    if warnings:
+        parts.append(
+            "<p class='note'><b>Warnings</b></p><ul>"
+            + "".join(f"<li>{html.escape(w)}</li>" for w in warnings)
+            + "</ul>"
+        )
+    if excluded:
+        parts.append(
+            f"<p class='note'>{len(excluded)} setting(s) in the run directory are not in its "
+            "config and are left out: " + html.escape(", ".join(excluded)) + "</p>"
+        )
 
     def section(name: str, keys: Sequence[str], figs: Sequence[str] = ()) -> None:
         body = [by_key[k].html() for k in keys if k in by_key]

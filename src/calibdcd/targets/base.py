@@ -8,7 +8,7 @@ config can say ``backend: hf`` or ``backend: openai``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "available_backends",
     "create_target",
     "register_backend",
+    "unknown_options",
     "validate_prompts",
 ]
 
@@ -114,7 +115,36 @@ def create_target(backend: str, **kwargs: Any) -> Target:
         raise ValueError(
             f"unknown target backend {backend!r}; available: {', '.join(sorted(_BACKENDS))}"
         ) from None
+    unknown = unknown_options(backend, kwargs)
+    if unknown:
+        raise ValueError("; ".join(unknown))
     return factory(**kwargs)
+
+
+def unknown_options(backend: str, options: Mapping[str, Any]) -> list[str]:
+    """One message per option name that ``backend``'s constructor does not take (with the
+    closest known name), checked against its signature without building anything."""
+    import difflib
+    import inspect
+
+    _import_builtin_backends()
+    factory = _BACKENDS.get(backend)
+    if factory is None:
+        return []
+    params = inspect.signature(factory).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return []
+    known = [n for n, p in params.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL]
+    out = []
+    for name in options:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            out.append(
+                f"{name!r} is not an option of backend {backend!r}{hint}; "
+                f"known: {', '.join(sorted(known))}"
+            )
+    return out
 
 
 def _import_builtin_backends() -> None:

@@ -43,11 +43,15 @@ _SQL_VARS = 500  # keys per SELECT ... IN (...)
 @dataclasses.dataclass
 class CacheStats:
     """``hits``: requested completions served from the file; ``misses``: completions the wrapped
-    target generated; ``target_calls``: calls made to the wrapped target (one per chunk)."""
+    target generated; ``target_calls``: calls made to the wrapped target (one per chunk);
+    ``served`` / ``empty``: completions returned and the empty ones among them."""
 
     hits: int = 0
     misses: int = 0
     target_calls: int = 0
+    #: completions returned to callers, and how many of them were empty (whitespace only)
+    served: int = 0
+    empty: int = 0
 
     @property
     def hit_rate(self) -> float:
@@ -162,7 +166,22 @@ class CachedTarget:
 
         return _Tx()
 
+    def _damaged(self, e: sqlite3.DatabaseError) -> ValueError:
+        """A read/write error of the file (a corrupt page, ...) as an error naming the file."""
+        return ValueError(
+            f"generation cache {str(self.path)!r}: {e}. The file is damaged: move it aside "
+            "(completions are then requested again) or repair it with `sqlite3 FILE .recover`"
+        )
+
     def _lookup(self, keys: Sequence[str]) -> dict[str, str]:
+        try:
+            return self._lookup_unchecked(keys)
+        except sqlite3.DatabaseError as e:
+            if "locked" in str(e):
+                raise
+            raise self._damaged(e) from e
+
+    def _lookup_unchecked(self, keys: Sequence[str]) -> dict[str, str]:
         found: dict[str, str] = {}
         uniq = list(dict.fromkeys(keys))
         for i in range(0, len(uniq), _SQL_VARS):
@@ -173,6 +192,14 @@ class CachedTarget:
         return found
 
     def _store(self, rows: list[tuple[str, str, GenerationParams, int, str]]) -> None:
+        try:
+            self._store_unchecked(rows)
+        except sqlite3.DatabaseError as e:
+            if "locked" in str(e):
+                raise
+            raise self._damaged(e) from e
+
+    def _store_unchecked(self, rows: list[tuple[str, str, GenerationParams, int, str]]) -> None:
         now = time.time()
         with self._transaction():
             self._conn.executemany(
@@ -268,7 +295,10 @@ class CachedTarget:
                 wanted = [k for k, *_ in stored if pending.pop(k, None) is not None]
                 self._stats.misses += len(wanted)
                 found.update(self._lookup(wanted))  # first writer wins across processes
-            return [found[k] for k in keys]
+            out = [found[k] for k in keys]
+            self._stats.served += len(out)
+            self._stats.empty += sum(not t.strip() for t in out)
+            return out
 
     # -- misc --
 

@@ -13,10 +13,22 @@
 * ``top_k`` is sent only when set (it is not an OpenAI field; vLLM/SGLang/TGI accept it).
   ``extra_body`` adds server-specific fields.
 * Bounded concurrency (``asyncio`` + ``httpx``, ``concurrency`` requests in flight).
+* ``timeout`` is a total deadline per attempt (connect, send, wait and read the whole answer),
+  enforced with ``asyncio.wait_for``: a server that drips its answer byte by byte times out too.
 * Retries (at most ``max_retries`` per request) with exponential backoff and jitter on 429
-  (``Retry-After`` honoured, seconds or HTTP date), 5xx, timeouts, connection errors and malformed
-  response bodies; any other 4xx raises :class:`OpenAITargetError` at once.
-  ``retries`` / ``retry_reasons`` count them.
+  (``Retry-After`` honoured, seconds or HTTP date), 5xx, timeouts, connection errors and
+  unparseable response bodies; any other 4xx raises :class:`OpenAITargetError` at once.
+  ``retries`` / ``retry_reasons`` count them. The server's own words are kept: the body of a
+  non-2xx answer, an HTTP 200 whose JSON carries ``error``, or an empty ``choices`` is quoted in
+  the error (an error body and an empty ``choices`` are not retried: the server said why).
+* Redirects are refused: a 3xx raises :class:`OpenAITargetError` naming the ``Location``. A
+  redirected POST may change method or host (and would carry the Authorization header there);
+  point ``base_url`` at the final address instead.
+* The answer's ``model`` field (when the server sends one) must equal ``model`` or one of
+  ``model_aliases``; otherwise the completion is rejected (it would be cached under the
+  configured model); ``<model>@<revision>`` is accepted for a ``model`` given without a revision
+  (``transformers serve`` answers ``<id>@main``). Servers that report their own name (llama.cpp
+  reports the GGUF file name) need that name in ``model_aliases``.
 * The API key is read from the environment variable ``api_key_env`` at request time and only put
   in the ``Authorization`` header: it is never stored on the object, in ``name``, in errors, logs
   or cache files. Without the variable no header is sent (local servers).
@@ -96,6 +108,7 @@ class OpenAITarget:
         family: str | None = None,
         name: str | None = None,
         extra_body: dict[str, Any] | None = None,
+        model_aliases: Sequence[str] = (),
         progress: bool = False,
     ) -> None:
         if not isinstance(base_url, str) or urlparse(base_url).scheme not in ("http", "https"):
@@ -112,9 +125,14 @@ class OpenAITarget:
             raise ValueError(f"max_retries must be an integer >= 0, got {max_retries!r}")
         if extra_body is not None and not isinstance(extra_body, dict):
             raise ValueError("extra_body must be a dict of extra request fields")
+        if isinstance(model_aliases, str) or not all(
+            isinstance(a, str) and a for a in model_aliases
+        ):
+            raise ValueError(f"model_aliases must be a list of model names, got {model_aliases!r}")
         url = base_url.rstrip("/")
         self.url = url + ("/completions" if url.endswith("/v1") else "/v1/completions")
         self.model = model
+        self.model_aliases = tuple(model_aliases)
         self.api_key_env = api_key_env
         self.concurrency = concurrency
         self.timeout = float(timeout)
@@ -135,7 +153,14 @@ class OpenAITarget:
         self._count_lock = threading.Lock()
 
     def __repr__(self) -> str:
-        return f"OpenAITarget(url={self.url!r}, model={self.model!r}, name={self.name!r})"
+        return f"OpenAITarget(url={self.where!r}, model={self.model!r}, name={self.name!r})"
+
+    @property
+    def where(self) -> str:
+        """The endpoint for messages: credentials in the URL are redacted."""
+        from calibdcd.redact import redact_url
+
+        return redact_url(self.url)
 
     @property
     def stats(self) -> dict[str, Any]:
@@ -207,7 +232,9 @@ class OpenAITarget:
             max_connections=self.concurrency, max_keepalive_connections=self.concurrency
         )
         bar = tqdm(total=len(unique), desc="requests", disable=not self.progress)
-        async with httpx.AsyncClient(timeout=self.timeout, limits=limits) as client:
+        async with httpx.AsyncClient(
+            timeout=self.timeout, limits=limits, follow_redirects=False
+        ) as client:
 
             async def one(row: tuple[str, int]) -> str:
                 async with sem:
@@ -249,6 +276,9 @@ class OpenAITarget:
             headers["Authorization"] = f"Bearer {key}"
         return headers
 
+    def _same_model(self, served: Any) -> bool:
+        return _same_model_name(served, self.model, self.model_aliases)
+
     def _count(self, reason: str | None) -> None:
         with self._count_lock:
             if reason is None:
@@ -267,7 +297,7 @@ class OpenAITarget:
             except _Retryable as e:
                 if attempt == self.max_retries:
                     raise OpenAITargetError(
-                        f"{self.url}: giving up after {self.max_retries} retries "
+                        f"{self.where}: giving up after {self.max_retries} retries "
                         f"(last failure: {e.reason})"
                     ) from None
                 self._count(e.reason.split(":")[0])
@@ -275,7 +305,7 @@ class OpenAITarget:
                 delay *= 0.5 + random.random() / 2  # jitter: spread simultaneous retries
                 if e.retry_after is not None:
                     delay = max(delay, min(e.retry_after, 10 * self.backoff_max))
-                log.debug("retrying %s in %.2fs (%s)", self.url, delay, e.reason)
+                log.debug("retrying %s in %.2fs (%s)", self.where, delay, e.reason)
                 await asyncio.sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -284,29 +314,65 @@ class OpenAITarget:
 
         self._count(None)
         try:
-            resp = await client.post(self.url, json=body, headers=self._headers())
+            # httpx's timeout bounds each read, not the whole answer: the deadline is total
+            resp = await asyncio.wait_for(
+                client.post(self.url, json=body, headers=self._headers()), self.timeout
+            )
+        except (TimeoutError, asyncio.TimeoutError):
+            raise _Retryable(f"timeout: no complete answer within {self.timeout:g} s") from None
         except httpx.TimeoutException as e:
             raise _Retryable(f"timeout: {type(e).__name__}") from None
         except httpx.TransportError as e:  # connection refused/reset, dropped, protocol errors
             raise _Retryable(f"connection: {type(e).__name__}") from None
         status = resp.status_code
+        said = _quote(resp.text)
         if status == 429:
-            raise _Retryable("429", _parse_retry_after(resp.headers.get("retry-after")))
+            raise _Retryable(f"429: {said}", _parse_retry_after(resp.headers.get("retry-after")))
         if status >= 500:
-            raise _Retryable(f"5xx: {status}", _parse_retry_after(resp.headers.get("retry-after")))
-        if status >= 400:
-            raise OpenAITargetError(
-                f"{self.url} answered {status} (not retried): {resp.text[:500]}"
+            raise _Retryable(
+                f"5xx: {status} {said}", _parse_retry_after(resp.headers.get("retry-after"))
             )
+        if 300 <= status < 400:
+            raise OpenAITargetError(
+                f"{self.where} answered {status} redirect to "
+                f"{resp.headers.get('location', '?')!r}; redirects are not followed: "
+                "set base_url to the final address"
+            )
+        if status >= 400 or status < 200:
+            raise OpenAITargetError(f"{self.where} answered {status} (not retried): {said}")
         try:
             data = resp.json()
-            choice = data["choices"][0]
-            text = choice["text"]
-        except (ValueError, KeyError, IndexError, TypeError):
-            raise _Retryable("malformed: response is not a completions JSON") from None
+        except ValueError:
+            raise _Retryable(f"malformed: response is not JSON: {said}") from None
+        if isinstance(data, dict) and data.get("error"):
+            raise OpenAITargetError(f"{self.where} answered 200 with an error: {said}")
+        choices = data.get("choices") if isinstance(data, dict) else None
+        if not isinstance(choices, list) or not choices:
+            raise OpenAITargetError(f"{self.where} answered without any choice: {said}")
+        served = data.get("model")
+        if served is not None and not self._same_model(served):
+            raise OpenAITargetError(
+                f"{self.where} answered as model {served!r}, not {self.model!r}; if the server "
+                f"reports its own name for this model, add it to the target's model_aliases"
+            )
+        text = choices[0].get("text") if isinstance(choices[0], dict) else None
         if not isinstance(text, str):
-            raise _Retryable("malformed: choices[0].text is not a string")
+            raise _Retryable(f"malformed: choices[0].text is not a string: {said}")
         return text
+
+
+def _same_model_name(served: Any, model: str, aliases: Sequence[str]) -> bool:
+    """``served`` names ``model``: equal, an alias, or ``model@<revision>`` for a model given
+    without a revision (``transformers serve`` answers ``<id>@main``)."""
+    if served == model or served in aliases:
+        return True
+    return isinstance(served, str) and "@" not in model and served.split("@", 1)[0] == model
+
+
+def _quote(text: str, limit: int = 1000) -> str:
+    """The server's own answer, verbatim up to ``limit`` characters."""
+    text = text.strip()
+    return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
 def _check_params(params: GenerationParams) -> None:

@@ -12,6 +12,8 @@ saturates at 0/1 on 64-256-dimensional inputs and makes TPR@5%FPR meaningless.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -100,6 +102,28 @@ class GaussianNB:
         priors = np.asarray(self.priors, dtype=float) if self.priors else counts / counts.sum()
         self.means_, self.variances_, self.log_priors_ = means, variances, np.log(priors)
         return self
+
+    def state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Arrays + JSON-able meta of the fitted model (no pickle; see ``from_state``)."""
+        self._require_fit()
+        assert self.variances_ is not None and self.log_priors_ is not None
+        arrays = {"means": self.means_, "variances": self.variances_}
+        arrays["log_priors"] = self.log_priors_
+        priors = None if self.priors is None else [float(x) for x in self.priors]
+        return arrays, {"var_smoothing": self.var_smoothing, "priors": priors}
+
+    @classmethod
+    def from_state(cls, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> GaussianNB:
+        priors = meta.get("priors")
+        m = cls(var_smoothing=float(meta["var_smoothing"]), priors=priors and tuple(priors))
+        m.means_ = np.asarray(arrays["means"], dtype=np.float64)
+        m.variances_ = np.asarray(arrays["variances"], dtype=np.float64)
+        m.log_priors_ = np.asarray(arrays["log_priors"], dtype=np.float64)
+        if not (m.means_.ndim == 2 and m.means_.shape == m.variances_.shape):
+            raise ValueError(
+                f"inconsistent GaussianNB state: {m.means_.shape} / {m.variances_.shape}"
+            )
+        return m
 
     def _require_fit(self) -> None:
         if self.means_ is None:

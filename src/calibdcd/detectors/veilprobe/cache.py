@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
-from pathlib import Path
 from typing import Any
+
+from calibdcd.atomic import atomic_write_text  # the project's one (fsyncing) atomic writer
 
 __all__ = ["CACHE_FORMAT", "atomic_write_text", "content_key"]
 
@@ -25,11 +24,3 @@ def content_key(*parts: Any, length: int = 20) -> str:
         h.update(json.dumps(part, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8"))
         h.update(b"\x1e")
     return h.hexdigest()[:length]
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)

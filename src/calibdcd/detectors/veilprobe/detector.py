@@ -30,11 +30,15 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+import warnings
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from calibdcd.atomic import atomic_savez
 
 from ..base import Features
 from .cache import CACHE_FORMAT, content_key
@@ -74,6 +78,34 @@ class VeilProbeClassifier:
 
     def transform(self, z: np.ndarray) -> np.ndarray:
         return self.preprocessor.transform(z)
+
+    def state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """The fitted normaliser and ProtoNet as arrays (``pre.*`` / ``protonet.*``) + meta."""
+        arrays: dict[str, np.ndarray] = {}
+        meta: dict[str, Any] = {"seed": self.seed}
+        for name, part in (("pre", self.preprocessor), ("protonet", self.protonet)):
+            a, m = part.state()
+            arrays.update({f"{name}.{k}": v for k, v in a.items()})
+            meta[name] = m
+        return arrays, meta
+
+    @classmethod
+    def from_state(
+        cls, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]
+    ) -> VeilProbeClassifier:
+        """A fitted classifier from :meth:`state` (its ``config`` is not kept: ``None``; a refit
+        uses the restored preprocessing and ProtoNet settings)."""
+
+        def part(name: str) -> dict[str, np.ndarray]:
+            return {k[len(name) + 1 :]: v for k, v in arrays.items() if k.startswith(name + ".")}
+
+        clf = cls.__new__(cls)
+        clf.config = None  # type: ignore[assignment]
+        clf.seed = int(meta["seed"])
+        clf.preprocessor = Preprocessor.from_state(part("pre"), meta["pre"])
+        clf.protonet = ProtoNetIB.from_state(part("protonet"), meta["protonet"])
+        clf.fit_seconds = 0.0
+        return clf
 
     def score(self, z: np.ndarray) -> np.ndarray:
         return self.protonet.score(self.preprocessor.transform(z))
@@ -142,16 +174,15 @@ class VeilProbe:
             r_suf,
         )
         path = self.config.cache_path / "features" / f"{key}.npz"
-        if path.exists():
-            z = np.load(path)["z"]
+        z = _load_cached_features(path)
+        if z is not None:
             feats = Features(z, self.blocks)
         else:
             use_suffix = fcfg.decoder_input == "suffix"
             E_s, D_s = pooled_features(mm_s, s_in, s_suf if use_suffix else None, fcfg)
             E_r, D_r = pooled_features(mm_r, r_in, r_suf if use_suffix else None, fcfg)
             feats = compose(E_s, D_s, E_r, D_r)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            np.savez(path, z=feats.values)
+            atomic_savez(path, {"z": feats.values})
         self.timings["features"] += time.perf_counter() - t0
         return feats
 
@@ -231,3 +262,19 @@ def _view_code(view: Any | None) -> str:
     if code is None:
         raise ValueError("view has no .code attribute")
     return f"view:{code}"
+
+
+def _load_cached_features(path: Path) -> np.ndarray | None:
+    """The cached feature matrix, or None when absent or unreadable (a warning names the file)."""
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            return np.asarray(f["z"])
+    except Exception as exc:  # truncated / corrupt: recompute
+        warnings.warn(
+            f"{path}: corrupt cache entry ignored, recomputing ({type(exc).__name__}: {exc})",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return None

@@ -15,7 +15,8 @@ stay valid), then z-score normalisation (std floored; constant columns stay 0).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -92,6 +93,32 @@ class Preprocessor:
             self.std_ = np.where(std > self.eps, std, 1.0)
             self.mean_[std <= self.eps] = zp[0, std <= self.eps]  # constant columns -> 0
         return self
+
+    def state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Arrays + JSON-able meta of the fitted preprocessor (see ``from_state``)."""
+        if self.zeroed_ is None:
+            raise RuntimeError("Preprocessor.state called before fit")
+        arrays = {"zeroed": self.zeroed_}
+        if self.prune_columns is not None:
+            arrays["prune_columns"] = self.prune_columns
+        if self.normalize:
+            assert self.mean_ is not None and self.std_ is not None
+            arrays.update(mean=self.mean_, std=self.std_)
+        return arrays, {"prune_p": self.prune_p, "normalize": self.normalize, "eps": self.eps}
+
+    @classmethod
+    def from_state(cls, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> Preprocessor:
+        pre = cls(
+            arrays.get("prune_columns"),
+            prune_p=float(meta["prune_p"]),
+            normalize=bool(meta["normalize"]),
+            eps=float(meta["eps"]),
+        )
+        pre.zeroed_ = np.asarray(arrays["zeroed"], dtype=int)
+        if pre.normalize:
+            pre.mean_ = np.asarray(arrays["mean"], dtype=np.float64)
+            pre.std_ = np.asarray(arrays["std"], dtype=np.float64)
+        return pre
 
     def _prune(self, z: np.ndarray) -> np.ndarray:
         z = np.array(z, dtype=np.float64, copy=True)

@@ -27,6 +27,7 @@ import json
 import math
 import random
 import re
+import warnings
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,7 +35,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from .attribution import TokenScore, attribute, load_proxy
-from .cache import content_key
+from .cache import atomic_write_text, content_key
 from .config import PerturbConfig
 from .mlm import fill_mask, load_masked_lm, train_causal_proxy, train_masked_lm
 
@@ -208,13 +209,7 @@ class KeyTokenPerturber:
         texts = list(texts)
         self.prepare(pool if pool is not None else texts)
         path = self.cache_dir / "perturbed" / f"{self._key()}.jsonl"
-        done: dict[str, str] = {}
-        if path.exists():
-            with path.open(encoding="utf-8") as f:
-                for line in f:
-                    if line.strip():
-                        row = json.loads(line)
-                        done[row["text_key"]] = row["perturbed"]
+        done = _read_perturbed(path)
         todo = [t for t in dict.fromkeys(texts) if content_key(t) not in done]
         if todo:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -231,3 +226,37 @@ class KeyTokenPerturber:
                     f.write(json.dumps(row, ensure_ascii=False) + "\n")
                     f.flush()
         return [done[content_key(t)] for t in texts]
+
+
+def _read_perturbed(path: Path) -> dict[str, str]:
+    """The cached perturbations (text key -> perturbed text) of an append-only ``.jsonl``.
+
+    Rows are appended one text at a time, so a killed run can leave a torn last line; a line that
+    does not parse is dropped with a warning naming the file and line (those texts are redone),
+    and the file is rewritten atomically with the good rows so later appends start clean."""
+    done: dict[str, str] = {}
+    if not path.exists():
+        return done
+    good: list[str] = []
+    bad: list[int] = []
+    with path.open("rb") as f:
+        for i, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            try:
+                row = json.loads(raw.decode("utf-8"))
+                done[row["text_key"]] = row["perturbed"]
+            except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
+                bad.append(i)
+                first_error = exc
+                continue
+            good.append(raw.decode("utf-8").rstrip("\n") + "\n")
+    if bad:
+        warnings.warn(
+            f"{path}: {len(bad)} unreadable cache line(s) dropped (line {bad[0]}: "
+            f"{type(first_error).__name__}: {first_error}); those texts are perturbed again",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        atomic_write_text(path, "".join(good))
+    return done

@@ -13,6 +13,10 @@ d = ``distance`` (official: Euclidean; CalibDCD: squared Euclidean), higher = me
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
 from .config import ProtoNetConfig
@@ -62,13 +66,7 @@ class ProtoNetIB:
         gen = torch.Generator().manual_seed(self.seed)
         torch_state = torch.random.get_rng_state()
         torch.manual_seed(self.seed)
-        self.net = nn.Sequential(
-            nn.Linear(x.shape[1], cfg.hidden),
-            nn.ReLU(),
-            nn.Linear(cfg.hidden, cfg.hidden),
-            nn.ReLU(),
-            nn.Linear(cfg.hidden, cfg.latent),
-        )
+        self.net = self._build_net(x.shape[1])
         torch.random.set_rng_state(torch_state)
         opt = torch.optim.Adam(
             self.net.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay
@@ -100,6 +98,44 @@ class ProtoNetIB:
                 [g[torch.as_tensor(idx[0])].mean(dim=0), g[torch.as_tensor(idx[1])].mean(dim=0)]
             )
         return self
+
+    def _build_net(self, d_in: int) -> Any:
+        from torch import nn
+
+        cfg = self.config
+        return nn.Sequential(
+            nn.Linear(d_in, cfg.hidden),
+            nn.ReLU(),
+            nn.Linear(cfg.hidden, cfg.hidden),
+            nn.ReLU(),
+            nn.Linear(cfg.hidden, cfg.latent),
+        )
+
+    def state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """The trained embedding's weights and the prototypes as arrays, the config as meta."""
+        if self.net is None or self.prototypes_ is None:
+            raise RuntimeError("ProtoNetIB.state called before fit")
+        arrays = {f"net.{k}": v.detach().cpu().numpy() for k, v in self.net.state_dict().items()}
+        arrays["prototypes"] = self.prototypes_.detach().cpu().numpy()
+        meta = {"config": dataclasses.asdict(self.config), "seed": self.seed}
+        meta["d_in"] = int(arrays["net.0.weight"].shape[1])
+        return arrays, meta
+
+    @classmethod
+    def from_state(cls, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> ProtoNetIB:
+        import torch
+
+        m = cls(ProtoNetConfig(**meta["config"]), seed=int(meta["seed"]))
+        m.net = m._build_net(int(meta["d_in"]))
+        weights = {
+            k[len("net.") :]: torch.as_tensor(np.asarray(v))
+            for k, v in arrays.items()
+            if k.startswith("net.")
+        }
+        m.net.load_state_dict(weights, strict=True)
+        m.net.eval()
+        m.prototypes_ = torch.as_tensor(np.asarray(arrays["prototypes"]))
+        return m
 
     def score(self, z: np.ndarray) -> np.ndarray:
         import torch

@@ -1,0 +1,47 @@
+"""The one atomic file writer: every cache and run-directory file goes through it.
+
+A write goes to a temporary file in the same directory, is flushed and fsynced, and then
+replaces the target with ``os.replace``: a reader (or a run resumed after ``kill -9`` or a full
+disk) sees the old file or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["atomic_savez", "atomic_write_bytes", "atomic_write_text"]
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file and ``os.replace`` (never half-written)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_savez(path: str | Path, arrays: Mapping[str, np.ndarray]) -> None:
+    """``np.savez`` of ``arrays`` to ``path``, atomically."""
+    buf = io.BytesIO()
+    np.savez(buf, **{k: np.asarray(v) for k, v in arrays.items()})
+    atomic_write_bytes(path, buf.getvalue())
