@@ -142,6 +142,10 @@ class AnalysisSpec:
     #: also run the complete method in the other calibration space (raw <-> normalised) where the
     #: classifier has both; the paper does not say which one it means (see README)
     space_comparison: bool = True
+    #: the controls beside CalibDCD: placebo basis, noise floor, centred variant (analyses.py)
+    controls: bool = True
+    #: the blind baseline (TF-IDF + logistic regression on the texts alone; calibdcd.blind)
+    blind: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -495,6 +499,8 @@ def _analyses(data: Any, path: str, source: str | None) -> AnalysisSpec:
         fixed_strength=r.float("fixed_strength", 0.9, low=0.0, high=1.0),
         fp_recovery=r.bool("fp_recovery", True),
         space_comparison=r.bool("space_comparison", True),
+        controls=r.bool("controls", True),
+        blind=r.bool("blind", True),
     )
     r.finish()
     return spec

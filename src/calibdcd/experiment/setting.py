@@ -15,9 +15,12 @@
 3. the original classifier on the supervised split (cached), CalibDCD on the calibration
    non-members (correctable block = the detector's ``calibration_blocks``), the retrained
    classifier, AUC and TPR@FPR with bootstrap CIs before and after on the evaluation pool;
-4. the analyses (:mod:`calibdcd.experiment.analyses`) from the same arrays;
-5. the setting directory: ``scores.csv`` (per text), ``split.json``, and ``result.json`` written
-   atomically last; a setting with a ``result.json`` of the same ``setting_hash`` is complete.
+4. the analyses (:mod:`calibdcd.experiment.analyses`) from the same arrays, the controls
+   (placebo, noise floor, centred variant) and the blind baseline (:mod:`calibdcd.blind`), each
+   compared with the original detector on the same pool (:func:`calibdcd.stats.compare`);
+5. the setting directory: ``scores.csv`` (per text: original, CalibDCD, every control and the
+   blind baseline), ``split.json``, and ``result.json`` written atomically last; a setting with
+   a ``result.json`` of the same ``setting_hash`` is complete.
 """
 
 from __future__ import annotations
@@ -34,9 +37,11 @@ import numpy as np
 
 from calibdcd.calibration import Calibration
 from calibdcd.experiment.analyses import (
+    CONTROLS,
     CalibrationProblem,
     Outcome,
     ablation_configs,
+    controls,
     fixed_config,
     fp_recovery,
     full_correction_config,
@@ -399,7 +404,8 @@ def prepare_setting(
     space = resolve_space(clf0, cfg.calibration_space)
 
     def model_cache(kind: str, cal: Calibration, build: Callable[[], Any]) -> Any:
-        key = digest(f"{kind}/v1", clf_key, cal.basis, cal.strength, space)
+        centre = () if getattr(cal, "center", None) is None else (cal.center,)
+        key = digest(f"{kind}/v1", clf_key, cal.basis, cal.strength, space, *centre)
         m = ctx.arrays.load_object("models", key)
         if m is None:
             m = build()
@@ -468,6 +474,82 @@ def run_analyses(prep: PreparedSetting, main: Outcome, cfg: ExperimentConfig) ->
     return out
 
 
+#: scores.csv column of each per-text score besides the original and CalibDCD
+CONTROL_COLUMNS = {name: f"score_{name}" for name in (*CONTROLS, "blind")}
+
+
+@dataclasses.dataclass
+class ControlRun:
+    """The controls and blind baseline of one setting: summaries, paired comparisons with the
+    original detector, and per-text scores for ``scores.csv`` (keyed by benchmark index)."""
+
+    summaries: dict[str, Any]
+    paired: dict[str, Any]
+    text_scores: dict[str, dict[int, float]]
+
+
+def run_controls(prep: PreparedSetting, main: Outcome, cfg: ExperimentConfig) -> ControlRun:
+    """Placebo, noise floor, centred variant (:func:`analyses.controls`) and the blind baseline,
+    with the paired statistics of every "method vs original" on the same pool (one seed here;
+    the report pools the seeds)."""
+    from calibdcd.stats import compare
+
+    problem, seed, an, ev = prep.problem, prep.setting.seed, cfg.analyses, cfg.evaluation
+    y = problem.y_eval
+    all_idx = np.concatenate([prep.sup_used, prep.rest_used])
+    z_all = np.concatenate([problem.z_sup, prep.z_rest_used])
+    pool_scores: dict[str, np.ndarray] = {"calibdcd": main.scores}
+    summaries: dict[str, Any] = {}
+    text_scores: dict[str, dict[int, float]] = {}
+    if an.controls:
+        for name, (out, extra) in controls(
+            problem, main, cfg.calibration, fixed_rank=an.fixed_rank,
+            fixed_strength=an.fixed_strength, seed=seed,
+        ).items():  # fmt: skip
+            summaries[name] = {**out.summary(), **extra, "label": CONTROLS[name]}
+            pool_scores[name] = out.scores
+            if name == "noise_floor":
+                s_all = np.asarray(out.classifier.score(z_all), dtype=np.float64)
+            else:
+                s_all = problem.final_scorer(out.calibration, out.classifier)(z_all)
+            text_scores[name] = dict(zip(all_idx.tolist(), s_all.tolist(), strict=True))
+    if an.blind:
+        from calibdcd.blind import BLIND_LABEL, blind_scores
+
+        texts, labels = prep.benchmark.texts, np.asarray(prep.benchmark.labels)
+        scored = np.concatenate([prep.sup_used, prep.rest_used])
+        s_all = blind_scores(
+            [texts[i] for i in prep.sup_used], labels[prep.sup_used],
+            [texts[i] for i in scored], seed=seed,
+        )  # fmt: skip
+        by_idx = dict(zip(scored.tolist(), s_all.tolist(), strict=True))
+        text_scores["blind"] = by_idx
+        s_pool = np.array([by_idx[int(i)] for i in prep.eval_used])
+        summaries["blind"] = {
+            "label": BLIND_LABEL,
+            "auc": auc(y, s_pool),
+            "tpr": tpr_at_fpr(y, s_pool, cfg.evaluation.fpr),
+        }
+        pool_scores["blind"] = s_pool
+
+    def paired(a: np.ndarray, b: np.ndarray) -> dict[str, Any]:
+        n_boot = max(ev.n_boot, 1)
+        res = compare([(y, a, b)], fpr=cfg.evaluation.fpr, n_boot=n_boot, level=ev.level, seed=seed)
+        return {k: v.as_dict() for k, v in res.items()}
+
+    before = problem.scores_before
+    comparisons: dict[str, Any] = {}
+    for name, s in pool_scores.items():
+        if name == "blind":
+            comparisons["original_vs_blind"] = paired(before, s)
+            comparisons["calibdcd_vs_blind"] = paired(main.scores, s)
+        else:
+            comparisons[f"{name}_vs_original"] = paired(s, before)
+    if "placebo" in pool_scores:
+        comparisons["calibdcd_vs_placebo"] = paired(main.scores, pool_scores["placebo"])
+    return ControlRun(summaries=summaries, paired=comparisons, text_scores=text_scores)
+
+
 def run_setting(
     setting: Setting,
     cfg: ExperimentConfig,
@@ -512,6 +594,8 @@ def run_setting(
     }
     say("analyses")
     analyses = run_analyses(prep, main, cfg)
+    say("controls")
+    ctl = run_controls(prep, main, cfg)
 
     # per-text scores: every kept text of the subsample, its part, and both detectors' scores
     final = problem.final_scorer(main.calibration, main.classifier)
@@ -525,6 +609,7 @@ def run_setting(
     ev_set = set(prep.eval_used.tolist())
     sup_set = set(prep.sup_used.tolist())
     rows = []
+    extra = [c for c in CONTROL_COLUMNS if c in ctl.text_scores]
     for i, b, a in zip(all_idx, s_before, s_after, strict=True):
         i = int(i)
         part = "supervised" if i in sup_set else ("evaluation" if i in ev_set else "calibration")
@@ -537,11 +622,13 @@ def run_setting(
                 int(i in cal_set),
                 float(b),
                 float(a),
+                *(float(ctl.text_scores[c][i]) for c in extra),
             ]
         )
     write_csv(
         out / "scores.csv",
-        ["id", "label", "part", "in_pool", "calibration", "score_before", "score_after"],
+        ["id", "label", "part", "in_pool", "calibration", "score_before", "score_after"]
+        + [CONTROL_COLUMNS[c] for c in extra],
         rows,
     )
     write_json(out / "split.json", split.to_dict())
@@ -574,6 +661,8 @@ def run_setting(
         "after": after,
         "calibration": main.calibration.summary(),
         "analyses": analyses,
+        "controls": ctl.summaries,
+        "paired": ctl.paired,
         "views": {v.code: v.name for v in prep.views},
         "timings": {
             "total": time.perf_counter() - t_start,
