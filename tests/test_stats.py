@@ -6,8 +6,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from calibdcd.metrics import auc
-from calibdcd.stats import combined_delong_p, compare, delong, paired_bootstrap
+from calibdcd.metrics import auc, tpr_at_fpr
+from calibdcd.stats import (
+    auc_rows,
+    combined_delong_p,
+    compare,
+    delong,
+    paired_bootstrap,
+    tpr_rows,
+)
 
 
 def _brute_delong(y, a, b):
@@ -52,6 +59,23 @@ def test_delong_hand_values():
     assert d.auc_a == 0.875 and d.delta == 0.0 and d.z == 0.0 and d.p_value == 1.0
     # v10 = [1, .75] (var .03125), v01 = [1, .75] (var .03125): var = .03125/2 * 2
     assert d.cov[0, 0] == pytest.approx(0.03125)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_row_metrics_match_the_scalar_metrics(seed):
+    rng = np.random.default_rng(seed)
+    m, n = int(rng.integers(1, 30)), int(rng.integers(1, 60))
+    tied = seed % 2
+    pos = rng.integers(0, 5, (6, m)).astype(float) if tied else rng.normal(size=(6, m)) + 1
+    neg = rng.integers(0, 5, (6, n)).astype(float) if tied else rng.normal(size=(6, n))
+    y = np.r_[np.ones(m), np.zeros(n)].astype(int)
+    got_auc = auc_rows(pos, neg)
+    for fpr in (0.0, 0.01, 0.05, 0.1, 0.5, 1.0):
+        got = tpr_rows(pos, neg, fpr)
+        for i in range(6):
+            s = np.r_[pos[i], neg[i]]
+            assert got[i] == pytest.approx(tpr_at_fpr(y, s, fpr))
+            assert got_auc[i] == pytest.approx(auc(y, s))
 
 
 def test_identical_scores_give_zero_delta_and_zero_width():
@@ -103,7 +127,7 @@ def test_bootstrap_resamples_seeds_then_texts():
     perfect = np.r_[np.ones(20), np.zeros(20)]
     useless = np.zeros(40)
     pools = [(y, perfect, useless), (y, useless, perfect)]
-    d = paired_bootstrap(pools, {"auc": auc}, n_boot=400, seed=0)["auc"]
+    d = paired_bootstrap(pools, ("auc",), n_boot=400, seed=0)["auc"]
     assert d.per_seed == (0.5, -0.5) and d.estimate == 0.0
     # each replicate draws (s1, s1), (s1, s2) or (s2, s2): means +.5, 0, -.5 (texts cannot change
     # a perfect or a constant score's AUC)
@@ -118,9 +142,9 @@ def test_seeded_and_validated():
     assert one == compare([(y, a, b)], n_boot=50, seed=7)
     assert one["auc"].as_dict()["half_width"] == one["auc"].half_width
     with pytest.raises(ValueError, match="pool 0: needs both"):
-        paired_bootstrap([(np.ones(4), a[:4], b[:4])], {"auc": auc})
+        paired_bootstrap([(np.ones(4), a[:4], b[:4])])
     with pytest.raises(ValueError, match="one length"):
-        paired_bootstrap([(y, a, b[:3])], {"auc": auc})
+        paired_bootstrap([(y, a, b[:3])])
     with pytest.raises(ValueError, match="n_boot"):
         compare([(y, a, b)], n_boot=0)
 

@@ -34,21 +34,20 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from scipy.stats import norm
-
-from calibdcd.metrics import auc, tpr_at_fpr
+from scipy.stats import norm, rankdata
 
 __all__ = [
     "DeLong",
     "PairedDelta",
+    "auc_rows",
     "combined_delong_p",
     "compare",
     "delong",
     "paired_bootstrap",
+    "tpr_rows",
 ]
 
 Pool = tuple[np.ndarray, np.ndarray, np.ndarray]  #: (labels, scores_a, scores_b) of one seed
-Metric = Callable[[np.ndarray, np.ndarray], float]
 
 
 def _pool(labels: Any, a: Any, b: Any, where: str = "pool") -> Pool:
@@ -198,22 +197,6 @@ class PairedDelta:
         return d
 
 
-def _resample_indices(
-    pools: Sequence[Pool], n_boot: int, rng: np.random.Generator
-) -> list[list[tuple[int, np.ndarray]]]:
-    """Per replicate: the drawn seeds with, for each, stratified resampled row indices."""
-    strata = [(np.flatnonzero(p[0] == 1), np.flatnonzero(p[0] == 0)) for p in pools]
-    reps = []
-    for _ in range(n_boot):
-        draw = rng.integers(0, len(pools), size=len(pools))
-        rep = []
-        for s in draw:
-            pos, neg = strata[s]
-            rep.append((int(s), np.r_[rng.choice(pos, pos.size), rng.choice(neg, neg.size)]))
-        reps.append(rep)
-    return reps
-
-
 def _check_boot(n_boot: int, level: float) -> None:
     if n_boot < 1:
         raise ValueError(f"n_boot must be >= 1, got {n_boot}")
@@ -221,44 +204,85 @@ def _check_boot(n_boot: int, level: float) -> None:
         raise ValueError(f"level must lie in (0, 1), got {level}")
 
 
+def auc_rows(pos: np.ndarray, neg: np.ndarray) -> np.ndarray:
+    """AUC of every row: ``pos`` (B, m) member scores, ``neg`` (B, n) non-member scores (ties
+    count ½, as :func:`calibdcd.metrics.auc`)."""
+    m, n = pos.shape[1], neg.shape[1]
+    ranks = rankdata(np.concatenate([pos, neg], axis=1), axis=1)
+    return (ranks[:, :m].sum(axis=1) - m * (m + 1) / 2.0) / (m * n)
+
+
+def tpr_rows(pos: np.ndarray, neg: np.ndarray, fpr: float) -> np.ndarray:
+    """TPR@``fpr`` of every row, as :func:`calibdcd.metrics.tpr_at_fpr`: at the largest ROC
+    point with FPR ≤ fpr, i.e. the share of members strictly above the (k+1)-th largest
+    non-member score, k = ⌊fpr·n⌋ (all members when k ≥ n)."""
+    n = neg.shape[1]
+    k = int(np.floor(fpr * n + 1e-12 * n))
+    if k >= n:
+        return np.ones(pos.shape[0])
+    kth = -np.partition(-neg, k, axis=1)[:, k]
+    return (pos > kth[:, None]).mean(axis=1)
+
+
+def _batch_metric(name: str, fpr: float) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    if name == "auc":
+        return auc_rows
+    if name == "tpr":
+        return lambda p, q: tpr_rows(p, q, fpr)
+    raise ValueError(f"unknown metric {name!r} (auc, tpr)")
+
+
 def paired_bootstrap(
     pools: Sequence[Pool],
-    metrics: dict[str, Metric],
+    metrics: Sequence[str] = ("auc", "tpr"),
     *,
+    fpr: float = 0.05,
     n_boot: int = 1000,
     level: float = 0.95,
     seed: int = 0,
 ) -> dict[str, PairedDelta]:
-    """Hierarchical paired bootstrap of metric(A) − metric(B) for every metric, all metrics on
-    the same resamples (see the module doc). Seeded: same inputs, same intervals."""
+    """Hierarchical paired bootstrap of metric(A) − metric(B) for every metric ("auc",
+    "tpr" at ``fpr``), all metrics on the same resamples (see the module doc). Vectorised: the
+    resamples of one seed are drawn and scored as one (draws, texts) matrix. Seeded: same
+    inputs, same intervals."""
     _check_boot(n_boot, level)
     if not pools:
         raise ValueError("paired_bootstrap needs at least one pool")
     pools = [_pool(*p, where=f"pool {i}") for i, p in enumerate(pools)]
+    fns = {name: _batch_metric(name, fpr) for name in metrics}
     rng = np.random.default_rng(seed)
-    reps = _resample_indices(pools, n_boot, rng)
+    n_seeds = len(pools)
+    draw = rng.integers(0, n_seeds, size=(n_boot, n_seeds))  # level 1: seeds per replicate
+    sums = {name: np.zeros(n_boot) for name in fns}
+    per_seed: dict[str, list[float]] = {name: [] for name in fns}
+    for s, (y, a, b) in enumerate(pools):
+        pos, neg = np.flatnonzero(y == 1), np.flatnonzero(y == 0)
+        for name, fn in fns.items():
+            d0 = fn(a[pos][None], a[neg][None]) - fn(b[pos][None], b[neg][None])
+            per_seed[name].append(float(d0[0]))
+        rep, _slot = np.nonzero(draw == s)  # replicate of every draw of this seed
+        if rep.size == 0:
+            continue
+        # level 2: texts within the seed's pool, stratified by label, same rows for A and B
+        ip = pos[rng.integers(0, pos.size, size=(rep.size, pos.size))]
+        ineg = neg[rng.integers(0, neg.size, size=(rep.size, neg.size))]
+        for name, fn in fns.items():
+            delta = fn(a[ip], a[ineg]) - fn(b[ip], b[ineg])
+            np.add.at(sums[name], rep, delta)
     alpha = (1.0 - level) / 2.0
     out = {}
-    for name, metric in metrics.items():
-        per_seed = [metric(y, a) - metric(y, b) for y, a, b in pools]
-        # per (seed, replicate) Δ, computed once per distinct resample
-        stats = np.empty(n_boot)
-        for i, rep in enumerate(reps):
-            ds = []
-            for s, idx in rep:
-                y, a, b = pools[s]
-                ds.append(metric(y[idx], a[idx]) - metric(y[idx], b[idx]))
-            stats[i] = np.mean(ds)
+    for name in fns:
+        stats = sums[name] / n_seeds
         low, high = np.quantile(stats, [alpha, 1.0 - alpha])
         out[name] = PairedDelta(
             metric=name,
-            estimate=float(np.mean(per_seed)),
+            estimate=float(np.mean(per_seed[name])),
             low=float(low),
             high=float(high),
             level=level,
             n_boot=n_boot,
-            n_seeds=len(pools),
-            per_seed=tuple(float(d) for d in per_seed),
+            n_seeds=n_seeds,
+            per_seed=tuple(per_seed[name]),
         )
     return out
 
@@ -275,7 +299,8 @@ def compare(
     the combined DeLong p-value on ΔAUC."""
     res = paired_bootstrap(
         pools,
-        {"auc": auc, "tpr": lambda y, s: tpr_at_fpr(y, s, fpr)},
+        ("auc", "tpr"),
+        fpr=fpr,
         n_boot=n_boot,
         level=level,
         seed=seed,
