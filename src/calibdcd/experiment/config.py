@@ -160,6 +160,9 @@ class ExperimentConfig:
     calibration_fraction: float = 0.5
     n_calibration: int | None = None
     balance: Literal["equal", "stratified"] = "equal"
+    #: group-aware split: the sample meta field holding a text's group (``group``: book/paper of
+    #: the known benchmarks; the lab's ``source``); None = split by text (the paper)
+    group_by: str | None = None
     calibration: CalibrationConfig = dataclasses.field(default_factory=CalibrationConfig)
     evaluation: EvaluationSpec = dataclasses.field(default_factory=EvaluationSpec)
     analyses: AnalysisSpec = dataclasses.field(default_factory=AnalysisSpec)
@@ -194,6 +197,8 @@ class ExperimentConfig:
         }
         if self.n_calibration is not None:
             split["n_calibration"] = self.n_calibration
+        if self.group_by is not None:
+            split["group_by"] = self.group_by
         out: dict[str, Any] = {
             "name": self.name,
             "seeds": list(self.seeds),
@@ -545,6 +550,7 @@ def parse_config(
     frac = split.float("calibration_fraction", 0.5, low=1e-6, high=0.999999)
     n_cal = split.int("n_calibration", None, minimum=1)
     balance = split.str("balance", "equal", choices=("equal", "stratified"))
+    group_by = split.str("group_by", None)
     if split.has("subsample"):
         sub = split.raw("subsample")
         benchmarks = tuple(
@@ -563,6 +569,7 @@ def parse_config(
         calibration_fraction=frac,
         n_calibration=n_cal,
         balance=balance,
+        group_by=group_by,
         calibration=_calibration(r.raw("calibration", {}), "calibration", source),
         evaluation=_evaluation(r.raw("evaluation", {}), "evaluation", source),
         analyses=_analyses(r.raw("analyses", {}), "analyses", source),

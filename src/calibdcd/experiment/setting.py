@@ -101,6 +101,7 @@ def setting_hash(setting: Setting, cfg: ExperimentConfig) -> str:
         cfg.calibration_fraction,
         cfg.n_calibration,
         cfg.balance,
+        cfg.group_by,
         cfg.calibration.kwargs(),
         dataclasses.asdict(cfg.evaluation),
         dataclasses.asdict(cfg.analyses),
@@ -333,6 +334,7 @@ def split_config(setting: Setting, cfg: ExperimentConfig) -> Any:
         n_supervised_per_class=cfg.n_supervised_per_class,
         calibration_fraction=cfg.calibration_fraction,
         n_calibration=cfg.n_calibration,
+        group_by=cfg.group_by,
     )
 
 
@@ -652,6 +654,7 @@ def run_setting(
             "calibration": [len(problem.z_cal), 0],
             "evaluation": [len(y_eval), int(y_eval.sum())],
             "dropped": prep.n_dropped,
+            "excluded_by_group": len(split.excluded),
         },
         "feature_dim": prep.feature_dim,
         "block_dim": prep.feature_dim if problem.block is None else len(problem.block),
