@@ -163,6 +163,10 @@ class ExperimentConfig:
     #: group-aware split: the sample meta field holding a text's group (``group``: book/paper of
     #: the known benchmarks; the lab's ``source``); None = split by text (the paper)
     group_by: str | None = None
+    #: "offset" (default): a setting's seed is added to every ``seed`` of its detector's config
+    #: (generation sampling, perturbations, trained parts), so seeds vary the detector's random
+    #: state as well as the split and the classifier; "fixed": only split and classifier vary
+    detector_seed: Literal["offset", "fixed"] = "offset"
     calibration: CalibrationConfig = dataclasses.field(default_factory=CalibrationConfig)
     evaluation: EvaluationSpec = dataclasses.field(default_factory=EvaluationSpec)
     analyses: AnalysisSpec = dataclasses.field(default_factory=AnalysisSpec)
@@ -212,6 +216,7 @@ class ExperimentConfig:
             "analyses": dataclasses.asdict(self.analyses),
             "view_system": self.view_system,
             "calibration_space": self.calibration_space,
+            "detector_seed": self.detector_seed,
             "cache_dir": self.cache_dir,
         }
         if self.output is not None:
@@ -575,6 +580,7 @@ def parse_config(
         analyses=_analyses(r.raw("analyses", {}), "analyses", source),
         view_system=r.str("view_system", "official", choices=("official", "none")),
         calibration_space=r.str("calibration_space", "auto", choices=("auto", "raw", "normalized")),
+        detector_seed=r.str("detector_seed", "offset", choices=("offset", "fixed")),
         cache_dir=_resolve_path(r.str("cache_dir", ".calibdcd-cache"), base) or ".calibdcd-cache",
         output=_resolve_path(r.str("output", None), base),
         source=source,

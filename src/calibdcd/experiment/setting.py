@@ -102,6 +102,7 @@ def setting_hash(setting: Setting, cfg: ExperimentConfig) -> str:
         cfg.n_calibration,
         cfg.balance,
         cfg.group_by,
+        cfg.detector_seed,
         cfg.calibration.kwargs(),
         dataclasses.asdict(cfg.evaluation),
         dataclasses.asdict(cfg.analyses),
@@ -116,13 +117,39 @@ def inputs_hash(setting: Setting, cfg: ExperimentConfig, ctx: RunContext) -> str
     the benchmark's texts and labels. A stored result is reused only when these match too, so a
     rebuilt lab or reference model is never hidden behind an old result."""
     bench = ctx.benchmark(setting.benchmark)
-    det = ctx.detector(setting.detector, bench.name)
+    det = ctx.detector(setting.detector, bench.name, setting.seed)
     return digest(
         setting_hash(setting, cfg),
         detector_fingerprint(det),
         target_identity(setting.target, model_path(setting.target, build_lab=False)),
         ctx.benchmark_digest(setting.benchmark),
     )[:16]
+
+
+def seed_offsets(config: Any, seed: int) -> dict[str, Any]:
+    """Nested options that add ``seed`` to every ``seed`` field of a detector config tree."""
+    if config is None or not dataclasses.is_dataclass(config):
+        return {}
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(config):
+        v = getattr(config, f.name)
+        if f.name == "seed" and isinstance(v, int) and not isinstance(v, bool):
+            out["seed"] = v + seed
+        elif dataclasses.is_dataclass(v):
+            sub = seed_offsets(v, seed)
+            if sub:
+                out[f.name] = sub
+    return out
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
 
 
 class RunContext:
@@ -154,10 +181,25 @@ class RunContext:
             )
         return self._benchmark_digests[entry.label]
 
-    def detector(self, entry: DetectorEntry, benchmark_name: str) -> Any:
-        key = (entry.label, benchmark_name)
+    def detector(self, entry: DetectorEntry, benchmark_name: str, seed: int = 0) -> Any:
+        """The detector of ``entry`` for one benchmark and setting seed: with
+        ``detector_seed: offset`` every ``seed`` field of its config (sampling, perturbation,
+        training) is shifted by the setting seed (seed 0 = the configured detector)."""
+        if self.cfg.detector_seed == "fixed":
+            seed = 0
+        key = (entry.label, benchmark_name, seed)
         if key not in self._detectors:
-            self._detectors[key] = build_detector(entry, benchmark_name, str(self.cache_root))
+            base = self._detectors.get((entry.label, benchmark_name, 0))
+            if base is None:
+                base = build_detector(entry, benchmark_name, str(self.cache_root))
+                self._detectors[(entry.label, benchmark_name, 0)] = base
+            if seed == 0:
+                return base
+            offsets = seed_offsets(getattr(base, "config", None), seed)
+            opts = _deep_merge(dict(entry.options), offsets)
+            self._detectors[key] = build_detector(
+                dataclasses.replace(entry, options=opts), benchmark_name, str(self.cache_root)
+            )
         return self._detectors[key]
 
     def target(self, entry: TargetEntry) -> Any:
@@ -362,7 +404,7 @@ def prepare_setting(
     ev_idx = np.asarray(split.evaluation)
     pos_rest = {int(i): k for k, i in enumerate(rest)}
 
-    detector = ctx.detector(setting.detector, bench.name)
+    detector = ctx.detector(setting.detector, bench.name, setting.seed)
     pool = [texts[i] for i in split.subsample]
     ext = _Extractor(ctx, setting, detector, pool)
     sup_texts = [texts[i] for i in sup]
