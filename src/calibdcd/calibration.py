@@ -34,7 +34,10 @@ Choices where the paper is silent (each is a documented setting or constant here
 - γ ≥ τ is tested with a tolerance of 1e-10 so that directions shared exactly by all views
   (γ = 1 up to rounding) are never lost to floating-point noise when τ = 1.
 - ``guard=True`` applies the paper's "no correction when the best J ≤ 0" rule; fixed-configuration
-  ablations that must apply their correction regardless can pass ``guard=False``.
+  ablations that must apply their correction regardless can pass ``guard=False``. J ≤ 0 is
+  tested up to rounding: J must exceed 1e-12 · max(1, mean |q(z0)|), so a J that is 0 in exact
+  arithmetic (e.g. a correction that cannot change a linear score's mean) never selects a
+  correction through floating-point noise.
 
 Beyond the paper (an option, off by default): ``centering="nonmembers"`` applies the correction
 around the calibration non-members' mean m (block columns) instead of the feature origin,
@@ -70,6 +73,7 @@ Centering = Literal["origin", "nonmembers"]
 ScoreFn = Callable[[np.ndarray], np.ndarray]
 
 _GAMMA_TOL = 1e-10
+_J_TOL = 1e-12  #: relative rounding tolerance of the guard's J > 0 test
 
 
 # --------------------------------------------------------------------------------------------
@@ -473,7 +477,7 @@ def calibrate(
 
     assert best is not None
     apply_it = bases[best[0]].shape[1] > 0 and best[1] > 0.0
-    if cfg.guard and objective[best] <= 0.0:
+    if cfg.guard and objective[best] <= _J_TOL * max(1.0, float(np.abs(q0).mean())):
         apply_it = False
     basis = np.zeros((d, bases[best[0]].shape[1] if apply_it else 0))
     if apply_it:
