@@ -550,7 +550,11 @@ def run_controls(prep: PreparedSetting, main: Outcome, cfg: ExperimentConfig) ->
             problem, main, cfg.calibration, fixed_rank=an.fixed_rank,
             fixed_strength=an.fixed_strength, seed=seed,
         ).items():  # fmt: skip
-            summaries[name] = {**out.summary(), **extra, "label": CONTROLS[name]}
+            summary = out.summary()
+            if name != "centred":  # no calibration of their own: no views, no objective
+                summary.pop("selected_views")
+                summary.pop("best_objective")
+            summaries[name] = {**summary, **extra, "label": CONTROLS[name]}
             pool_scores[name] = out.scores
             if name == "noise_floor":
                 s_all = np.asarray(out.classifier.score(z_all), dtype=np.float64)
