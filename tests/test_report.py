@@ -187,6 +187,13 @@ def test_analysis_aggregates(report):
         assert row["d_auc"] == pytest.approx(sum(d) / len(d))
     stored = json.loads((html.parent / "analyses.json").read_text())
     assert stored["selection"]["positions"] == sel["positions"]
+    paired = {(p["target"], p["comparison"]): p for p in stored["paired"]}
+    for r in results:
+        d = paired[(r["target"], "calibdcd")]["auc"]
+        assert d["estimate"] == pytest.approx(
+            r["after"]["auc"]["estimate"] - r["before"]["auc"]["estimate"]
+        )
+        assert d["n_seeds"] == 1 and d["low"] <= d["estimate"] <= d["high"]
 
 
 def test_report_cli(report, tmp_path):
