@@ -151,6 +151,27 @@ def test_dry_run_reports_every_problem_without_loading_models():
     )
 
 
+def test_dry_run_checks_the_group_aware_split():
+    if not (SHARED / "data" / "BookTection").is_dir():
+        pytest.skip(f"benchmark copies not found at {SHARED / 'data'}")
+    bench = [{"name": "booktection", "path": str(SHARED / "data" / "BookTection")}]
+    cfg = parse_config(_base(benchmarks=bench, split={"group_by": "group"}))
+    assert cfg.group_by == "group" and load_config_roundtrip(cfg).group_by == "group"
+    lines, problems = dry_run(cfg)
+    assert not [p for p in problems if "benchmarks" in p]
+    line = next(x for x in lines if "booktection" in x and "left out by group" in x)
+    assert "supervised 100" in line
+    _, problems = dry_run(parse_config(_base(benchmarks=bench, split={"group_by": "author"})))
+    assert any("benchmarks[0]" in p and "group_by='author' but 5484 of 5484 texts have no "
+               "meta 'author'" in p for p in problems)  # fmt: skip
+
+
+def load_config_roundtrip(cfg):
+    import yaml
+
+    return parse_config(yaml.safe_load(yaml.safe_dump(cfg.as_dict())))
+
+
 def test_paper_config_dry_run_passes():
     from typer.testing import CliRunner
 
