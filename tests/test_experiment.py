@@ -335,7 +335,8 @@ def test_controls_match_direct_recomputation(run):
         assert isinstance(placebo, Calibration) and placebo.corrected
         b = placebo.basis
         np.testing.assert_allclose(b.T @ b, np.eye(b.shape[1]), atol=1e-12)  # orthonormal
-        assert not b[np.setdiff1d(np.arange(b.shape[0]), p.block)].any()  # inside the block
+        block = np.arange(b.shape[0]) if p.block is None else p.block
+        assert not b[np.setdiff1d(np.arange(b.shape[0]), block)].any()  # inside the block
         if main.calibration.corrected:
             assert b.shape[1] == main.calibration.basis.shape[1]
             assert placebo.strength == main.calibration.strength
