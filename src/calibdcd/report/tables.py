@@ -270,7 +270,9 @@ def _paired_table(
         note=(
             "Percentage points. Intervals: hierarchical paired bootstrap (seeds resampled, then "
             "each seed's pool texts within label; both methods on the same resampled texts). "
-            "Half-width = the smallest difference this setting can resolve. p: per-seed DeLong z "
+            "Half-width = the smallest difference this setting can resolve (0 with Δ = 0 means "
+            "identical scores, e.g. CalibDCD selected no correction, not infinite resolution: "
+            "read the placebo's and the noise floor's half-widths). p: per-seed DeLong z "
             "averaged over seeds against N(0, 1), conservative for seeds that share texts. "
             "better/worse only when the interval excludes 0."
         ),
