@@ -298,13 +298,26 @@ def _detail_table(results: list[dict[str, Any]]) -> Table:
                 ci(r["after"]["tpr"]),
                 "none" if c["rank"] is None else f"{c['rank']}/{c['strength']:g}",
                 " ".join(c["selected_views"]),
+                pct(r.get("controls", {}).get("placebo", {}).get("auc")),
+                pct(r.get("controls", {}).get("blind", {}).get("auc")),
             ]
         )
     level = results[0]["before"]["auc"].get("level", 0.95) if results else 0.95
     return Table(
         "settings",
         "Every setting: AUC and TPR@FPR before → after CalibDCD",
-        ["Setting", "Pool n", "AUC", "AUC + CalibDCD", "TPR", "TPR + CalibDCD", "r/λ", "Views"],
+        [
+            "Setting",
+            "Pool n",
+            "AUC",
+            "AUC + CalibDCD",
+            "TPR",
+            "TPR + CalibDCD",
+            "r/λ",
+            "Views",
+            "AUC placebo",
+            "AUC blind",
+        ],
         rows,
         note=f"Percent with {100 * level:.0f}% stratified bootstrap intervals on the pool.",
     )
