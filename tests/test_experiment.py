@@ -251,6 +251,7 @@ def test_run_directory_contents(run):
             assert d["estimate"] == pytest.approx(want, abs=1e-12)
             assert d["low"] <= d["estimate"] <= d["high"] and 0 <= d["p_value"] <= 1
             assert d["half_width"] == pytest.approx((d["high"] - d["low"]) / 2)
+            assert d["n_boot"] == 1000  # at least MIN_PAIRED_BOOT, whatever evaluation.n_boot
         assert {r["id"] for r in rows if r["calibration"] == "1"} == set(split["calibration"])
     # the detector finds the lab's repeated members on the chat model
     first = json.loads((run_dir / "settings" / ids[0] / "result.json").read_text())

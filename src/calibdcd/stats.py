@@ -37,6 +37,7 @@ import numpy as np
 from scipy.stats import norm, rankdata
 
 __all__ = [
+    "MIN_PAIRED_BOOT",
     "DeLong",
     "PairedDelta",
     "auc_rows",
@@ -46,6 +47,10 @@ __all__ = [
     "paired_bootstrap",
     "tpr_rows",
 ]
+
+#: replicates of the paired bootstrap at least (the experiment and the report): percentile
+#: intervals from a few dozen replicates are too coarse to decide a table's marks
+MIN_PAIRED_BOOT = 1000
 
 Pool = tuple[np.ndarray, np.ndarray, np.ndarray]  #: (labels, scores_a, scores_b) of one seed
 

@@ -536,7 +536,7 @@ def run_controls(prep: PreparedSetting, main: Outcome, cfg: ExperimentConfig) ->
     """Placebo, noise floor, centred variant (:func:`analyses.controls`) and the blind baseline,
     with the paired statistics of every "method vs original" on the same pool (one seed here;
     the report pools the seeds)."""
-    from calibdcd.stats import compare
+    from calibdcd.stats import MIN_PAIRED_BOOT, compare
 
     problem, seed, an, ev = prep.problem, prep.setting.seed, cfg.analyses, cfg.evaluation
     y = problem.y_eval
@@ -581,7 +581,7 @@ def run_controls(prep: PreparedSetting, main: Outcome, cfg: ExperimentConfig) ->
         pool_scores["blind"] = s_pool
 
     def paired(a: np.ndarray, b: np.ndarray) -> dict[str, Any]:
-        n_boot = max(ev.n_boot, 1)
+        n_boot = max(ev.n_boot, MIN_PAIRED_BOOT)
         res = compare([(y, a, b)], fpr=cfg.evaluation.fpr, n_boot=n_boot, level=ev.level, seed=seed)
         return {k: v.as_dict() for k, v in res.items()}
 

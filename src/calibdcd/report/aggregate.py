@@ -177,9 +177,10 @@ def paired_cells(
     """``{(detector, benchmark, target): {comparison: {"auc": PairedDelta, "tpr": ...}}}`` over
     the cell's seeds (hierarchical paired bootstrap + combined DeLong p, :func:`stats.compare`),
     for every comparison of :data:`COMPARISONS` whose two methods have per-text scores in every
-    seed. ``n_boot`` / ``level`` default to the run's ``evaluation`` settings (1000 when the run
-    used none)."""
-    from calibdcd.stats import compare
+    seed. ``n_boot`` defaults to the run's ``evaluation.n_boot`` but at least
+    :data:`~calibdcd.stats.MIN_PAIRED_BOOT` (the marks of the tables rest on these intervals, and
+    the vectorised bootstrap is cheap); ``level`` to the run's ``evaluation.level``."""
+    from calibdcd.stats import MIN_PAIRED_BOOT, compare
 
     cells: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in results:
@@ -190,7 +191,7 @@ def paired_cells(
     out: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
     for k, rs in cells.items():
         ev = rs[0]["before"]["auc"]
-        nb = n_boot if n_boot is not None else (ev.get("n_boot") or 1000)
+        nb = n_boot if n_boot is not None else max(ev.get("n_boot") or 0, MIN_PAIRED_BOOT)
         lv = level if level is not None else ev.get("level", 0.95)
         fpr = rs[0].get("fpr", 0.05)
         rs = sorted(rs, key=lambda r: r["seed"])
