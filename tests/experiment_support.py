@@ -27,11 +27,18 @@ def lab_micro() -> Path:
     return lab
 
 
-def micro_config_text(cache_dir: Path, *, targets: tuple[str, ...] = ("chat-qwen", "base")) -> str:
+def micro_config_text(
+    cache_dir: Path,
+    *,
+    targets: tuple[str, ...] = ("chat-qwen", "base"),
+    seeds: tuple[int, ...] = (0,),
+    detector_seed: str = "offset",
+) -> str:
     lab = lab_micro()
     lines = [
         "name: micro-test",
-        "seeds: [0]",
+        f"seeds: [{', '.join(map(str, seeds))}]",
+        f"detector_seed: {detector_seed}",
         "protocol: paper",
         "benchmarks:",
         f"  - {{name: lab, path: {lab / 'ground_truth.jsonl'}, label: lab}}",
@@ -65,5 +72,26 @@ def micro_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     if not cfg_path.exists():
         cfg_path.write_text(micro_config_text(base / "cache"))
     run_dir = base / "run"
+    run_experiment(load_config(cfg_path), run_dir, progress=False)
+    return cfg_path, run_dir
+
+
+def micro_seeds_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(config path, run dir) of a two-seed run (chat-qwen only) sharing the micro run's cache.
+
+    ``detector_seed: fixed`` keeps the overlap detector's generation parameters, so seed 1 is
+    served from the generation cache of seed 0 (same texts, new split): cheap, and the seeds
+    still differ in their split and classifier."""
+    from calibdcd.experiment import load_config, run_experiment
+
+    micro_run(tmp_path_factory)  # fills the shared generation cache
+    base = tmp_path_factory.getbasetemp() / "micro-run"
+    cfg_path = base / "micro-seeds.yaml"
+    if not cfg_path.exists():
+        text = micro_config_text(
+            base / "cache", targets=("chat-qwen",), seeds=(0, 1), detector_seed="fixed"
+        )
+        cfg_path.write_text(text)
+    run_dir = base / "run-seeds"
     run_experiment(load_config(cfg_path), run_dir, progress=False)
     return cfg_path, run_dir

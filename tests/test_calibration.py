@@ -402,6 +402,55 @@ def test_fixed_configuration():
     assert guarded.corrected == (guarded.objective[(3, 0.9)] > 0)
 
 
+def test_centred_variant_is_translation_equivariant_and_off_by_default():
+    """Beyond the paper: centering="nonmembers" corrects around the calibration mean m,
+    z -> m + (z - m)(I - λBBᵀ). Shifting every feature by a constant c (and the score with it)
+    leaves its J, its choice and its corrected scores unchanged, which the paper's origin-centred
+    correction does not guarantee."""
+    z0, views, score, _, block = planted(seed=3, d=12, block=np.arange(2, 10))
+    paper = calibrate(z0, views, score, block=block)
+    assert paper.center is None and paper.config.centering == "origin"
+    fixed = {"ranks": (3,), "strengths": (0.9,), "guard": False}
+    cen = calibrate(z0, views, score, block=block, centering="nonmembers", **fixed)
+    m = np.zeros(z0.shape[1])
+    m[block] = z0[:, block].mean(axis=0)
+    np.testing.assert_allclose(cen.center, m)
+    assert cen.corrected
+    b = cen.basis
+    a = np.eye(z0.shape[1]) - cen.strength * b @ b.T
+    np.testing.assert_allclose(cen.transform(z0), m + (z0 - m) @ a, atol=1e-12)
+    (r, lam) = cen.rank, cen.strength
+    j = np.mean(score(z0) - score(m + (z0 - m) @ a))
+    assert cen.objective[(r, lam)] == pytest.approx(j)
+    # same basis as the paper's (the shifts do not depend on the centre)
+    np.testing.assert_allclose(
+        np.abs(cen.basis.T @ calibrate(z0, views, score, block=block, **fixed).basis), 1.0
+    )
+    c = np.zeros(z0.shape[1])
+    c[block] = 5.0
+    moved = calibrate(
+        z0 + c, {k: v + c for k, v in views.items()}, lambda z: score(z - c), block=block,
+        centering="nonmembers", **fixed,
+    )  # fmt: skip
+    assert (moved.rank, moved.strength) == (r, lam)
+    for key, val in cen.objective.items():
+        assert moved.objective[key] == pytest.approx(val, abs=1e-9)
+    np.testing.assert_allclose(moved.transform(z0 + c) - c, cen.transform(z0), atol=1e-9)
+    with pytest.raises(ValueError, match="centering"):
+        CalibrationConfig(centering="mean")
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_centred_objective_vanishes_for_a_linear_score(seed):
+    """Why the centred variant is rarely selected for linear classifiers: the correction keeps
+    the calibration mean, so J = λ·mean(w·BBᵀ(z0 - m)) = 0 for a linear score."""
+    z0, views, _, _, _ = planted(seed=seed, d=10)
+    w = np.random.default_rng(seed).normal(size=10)
+    cal = calibrate(z0, views, lambda z: z @ w, centering="nonmembers")
+    assert max(abs(j) for j in cal.objective.values()) < 1e-12
+    assert not cal.corrected  # J = 0 up to rounding never passes the guard
+
+
 def test_config_defaults_match_calibrate_signature():
     sig = inspect.signature(calibrate)
     for field, value in CalibrationConfig().kwargs().items():

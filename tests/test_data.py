@@ -702,7 +702,7 @@ def test_hub_rows_become_the_same_benchmark(monkeypatch):
     assert calls == [("swj0419/BookMIA", None, "train")]
     assert bench.source == "hf://datasets/swj0419/BookMIA/train"
     assert bench.texts == ["old words", "new words"]
-    assert bench.samples[0].meta == {"book_id": 1, "book": "A.txt", "snippet_id": 0}
+    assert bench.samples[0].meta == {"book_id": 1, "book": "A.txt", "snippet_id": 0, "group": "1"}
     calls.clear()
     with pytest.raises(
         DataError, match=r"hf://datasets/swj0419/WikiMIA/WikiMIA_length128, line 1: no text column"
@@ -720,3 +720,77 @@ def test_split_to_dict_uses_ids():
     assert d["protocol"] == "paper" and d["seed"] == 2
     assert len(d["supervised"]) == 100 and all(i.startswith("s") for i in d["supervised"])
     json.dumps(d)
+
+
+# --- group-aware split -------------------------------------------------------------------------
+def _groups_of(bench: Benchmark, idx) -> set[str]:
+    return {bench.samples[int(i)].meta["group"] for i in idx}
+
+
+@needs_data
+@pytest.mark.parametrize(
+    ("name", "rel", "n_groups"),
+    [("booktection", "BookTection", 165), ("arxivtection", "arXivTection", 50),
+     ("bookmia", "BookMIA", 82), ("booktection", "BookTection/BookTection_medium_passages.jsonl",
+                                 165)],
+)  # fmt: skip
+def test_loaders_expose_the_book_or_paper_as_group(name, rel, n_groups):
+    bench = load_quiet(name, path=DATA / rel, split="medium" if "passages" in rel else None)
+    groups = [s.meta.get("group") for s in bench]
+    assert None not in groups and len(set(groups)) == n_groups
+    if name == "booktection":  # DE-COP ID: title_-_author
+        assert "_-_" in groups[0]
+
+
+@needs_data
+@pytest.mark.parametrize("name", ["booktection", "arxivtection"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_group_aware_split_keeps_every_group_on_one_side(name, seed, booktection):
+    bench = booktection if name == "booktection" else load_quiet(name, path=DATA / "arXivTection")
+    plain = split_benchmark(bench, seed=seed)
+    # the paper's split puts passages of one book / paper on both sides
+    assert _groups_of(bench, plain.supervised) & _groups_of(bench, plain.evaluation)
+    sp = split_benchmark(bench, SplitConfig(group_by="group"), seed=seed)
+    sup, pool = _groups_of(bench, sp.supervised), _groups_of(bench, sp.evaluation)
+    assert not sup & pool
+    assert not sup & _groups_of(bench, sp.calibration)
+    sizes = sp.sizes()
+    assert sizes["subsample"] == plain.sizes()["subsample"]
+    assert sizes["supervised"] == (100, 50, 50)
+    # the pool is the subsample minus the supervised groups' texts, both classes present
+    assert _groups_of(bench, sp.excluded) <= sup
+    total = sizes["supervised"][0] + sizes["evaluation"][0] + len(sp.excluded)
+    assert total == sizes["subsample"][0]
+    assert sizes["evaluation"][1] > 0 and sizes["evaluation"][2] > 0
+    assert sizes["calibration"][0] == (sizes["evaluation"][2]) // 2
+    assert sp.to_dict()["excluded"] == [bench.ids[i] for i in sp.excluded]
+    again = split_benchmark(bench, SplitConfig(group_by="group"), seed=seed)
+    np.testing.assert_array_equal(again.supervised, sp.supervised)
+
+
+def test_group_aware_split_on_hand_built_groups():
+    # 3 member groups of 4, 3 non-member groups of 4; 5 supervised per class takes 2 groups each
+    labels = np.array([1] * 12 + [0] * 12)
+    groups = [f"g{i // 4}" for i in range(24)]
+    sp = make_split(labels, SplitConfig(n_supervised_per_class=5), seed=3, groups=groups)
+    g = np.array(groups)
+    assert set(g[sp.supervised]).isdisjoint(g[sp.evaluation])
+    assert len(sp.supervised) == 10 and len(sp.excluded) == 6
+    assert sp.sizes()["evaluation"] == (8, 4, 4)
+    # a class whose groups would all be consumed fails clearly
+    with pytest.raises(ValueError, match="take all 3 member group"):
+        make_split(labels, SplitConfig(n_supervised_per_class=9), seed=0, groups=groups)
+    with pytest.raises(ValueError, match="none is left for calibration"):
+        make_split(
+            np.array([1] * 12 + [0] * 12),
+            SplitConfig(n_supervised_per_class=5),
+            groups=[f"g{i // 4}" for i in range(12)] + ["n0"] * 12,
+        )
+
+
+def test_group_by_needs_the_field_on_every_text():
+    samples = [Sample(id=str(i), text=f"t {i}", label=i % 2, meta={"book": "b"} if i else {})
+               for i in range(6)]  # fmt: skip
+    bench = Benchmark(name="x", samples=tuple(samples), source="mem")
+    with pytest.raises(ValueError, match=r"group_by='book' but 1 of 6 texts have no meta 'book'"):
+        split_benchmark(bench, SplitConfig(group_by="book", n_supervised_per_class=1))

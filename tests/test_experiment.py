@@ -151,6 +151,27 @@ def test_dry_run_reports_every_problem_without_loading_models():
     )
 
 
+def test_dry_run_checks_the_group_aware_split():
+    if not (SHARED / "data" / "BookTection").is_dir():
+        pytest.skip(f"benchmark copies not found at {SHARED / 'data'}")
+    bench = [{"name": "booktection", "path": str(SHARED / "data" / "BookTection")}]
+    cfg = parse_config(_base(benchmarks=bench, split={"group_by": "group"}))
+    assert cfg.group_by == "group" and load_config_roundtrip(cfg).group_by == "group"
+    lines, problems = dry_run(cfg)
+    assert not [p for p in problems if "benchmarks" in p]
+    line = next(x for x in lines if "booktection" in x and "left out by group" in x)
+    assert "supervised 100" in line
+    _, problems = dry_run(parse_config(_base(benchmarks=bench, split={"group_by": "author"})))
+    assert any("benchmarks[0]" in p and "group_by='author' but 5484 of 5484 texts have no "
+               "meta 'author'" in p for p in problems)  # fmt: skip
+
+
+def load_config_roundtrip(cfg):
+    import yaml
+
+    return parse_config(yaml.safe_load(yaml.safe_dump(cfg.as_dict())))
+
+
 def test_paper_config_dry_run_passes():
     from typer.testing import CliRunner
 
@@ -215,6 +236,22 @@ def test_run_directory_contents(run):
             assert tpr_at_fpr(y, s) == pytest.approx(res[stage]["tpr"]["estimate"], abs=1e-9)
             iv = res[stage]["auc"]
             assert iv["low"] <= iv["estimate"] <= iv["high"] and iv["n_boot"] == 50
+        # the controls and the blind baseline: per-text scores and their pool metrics
+        pool_scores = {"original": np.array([float(r["score_before"]) for r in pool])}
+        for name in ("placebo", "noise_floor", "centred", "blind"):
+            s = np.array([float(r[f"score_{name}"]) for r in pool])
+            pool_scores[name] = s
+            assert auc(y, s) == pytest.approx(res["controls"][name]["auc"], abs=1e-9), name
+            assert tpr_at_fpr(y, s) == pytest.approx(res["controls"][name]["tpr"], abs=1e-9)
+        assert res["controls"]["centred"]["beyond_paper"] is True
+        for key, (a, b) in {"placebo_vs_original": ("placebo", "original"),
+                            "original_vs_blind": ("original", "blind")}.items():  # fmt: skip
+            d = res["paired"][key]["auc"]
+            want = auc(y, pool_scores[a]) - auc(y, pool_scores[b])
+            assert d["estimate"] == pytest.approx(want, abs=1e-12)
+            assert d["low"] <= d["estimate"] <= d["high"] and 0 <= d["p_value"] <= 1
+            assert d["half_width"] == pytest.approx((d["high"] - d["low"]) / 2)
+            assert d["n_boot"] == 1000  # at least MIN_PAIRED_BOOT, whatever evaluation.n_boot
         assert {r["id"] for r in rows if r["calibration"] == "1"} == set(split["calibration"])
     # the detector finds the lab's repeated members on the chat model
     first = json.loads((run_dir / "settings" / ids[0] / "result.json").read_text())
@@ -277,6 +314,98 @@ def test_analyses_match_direct_calibrate_calls(run):
         assert alt["rank"] == rcal.rank and alt["selected_views"] == list(rcal.selected_views)
         assert alt["auc"] == pytest.approx(auc(p.y_eval, rs), abs=1e-12)
     assert ctx.target_loads == 0  # everything came from the feature cache
+
+
+def test_controls_match_direct_recomputation(run):
+    """Placebo, noise floor, centred variant and blind baseline recomputed from the cached
+    features and the split's texts agree with the stored results."""
+    from calibdcd.blind import blind_scores
+    from calibdcd.calibration import Calibration
+    from calibdcd.experiment.analyses import controls
+
+    cfg_path, run_dir = run
+    cfg = load_config(cfg_path)
+    ctx = RunContext(cfg, progress=False)
+    for s in grid(cfg):
+        prep = prepare_setting(s, cfg, ctx)
+        p = prep.problem
+        res = json.loads((run_dir / "settings" / s.id / "result.json").read_text())
+        main = p.run(cfg.calibration)
+        out = controls(p, main, cfg.calibration, seed=s.seed)
+        placebo = out["placebo"][0].calibration
+        assert isinstance(placebo, Calibration) and placebo.corrected
+        b = placebo.basis
+        np.testing.assert_allclose(b.T @ b, np.eye(b.shape[1]), atol=1e-12)  # orthonormal
+        block = np.arange(b.shape[0]) if p.block is None else p.block
+        assert not b[np.setdiff1d(np.arange(b.shape[0]), block)].any()  # inside the block
+        if main.calibration.corrected:
+            assert b.shape[1] == main.calibration.basis.shape[1]
+            assert placebo.strength == main.calibration.strength
+            assert out["placebo"][1]["size_from"] == "calibdcd"
+        else:
+            assert placebo.strength == cfg.analyses.fixed_strength
+            assert out["placebo"][1]["size_from"] == "fixed"
+        # the random directions are not CalibDCD's
+        if main.calibration.corrected:
+            assert np.abs(main.calibration.basis.T @ b).max() < 0.99
+        for name in ("placebo", "noise_floor", "centred"):
+            assert out[name][0].auc == pytest.approx(res["controls"][name]["auc"], abs=1e-12)
+        # the noise floor is a different classifier (bootstrap resample), not the original
+        assert not np.allclose(out["noise_floor"][0].scores, p.scores_before)
+        assert res["controls"]["centred"]["strength"] == out["centred"][0].calibration.strength
+        texts, labels = prep.benchmark.texts, np.asarray(prep.benchmark.labels)
+        sb = blind_scores([texts[i] for i in prep.sup_used], labels[prep.sup_used],
+                          [texts[i] for i in prep.eval_used], seed=s.seed)  # fmt: skip
+        assert auc(p.y_eval, sb) == pytest.approx(res["controls"]["blind"]["auc"], abs=1e-12)
+    assert ctx.target_loads == 0
+
+
+def test_seeds_vary_the_split_the_classifier_and_the_detector_state():
+    """`seeds` is an axis: each seed has its own split, classifier seed and (with the default
+    ``detector_seed: offset``) every seed field of the detector config shifted; seed 0 is the
+    configured detector; ``detector_seed: fixed`` keeps the detector."""
+    from calibdcd.detectors.dpdllm.detector import DPDLLMConfig
+    from calibdcd.detectors.veilprobe.config import VeilProbeConfig
+    from calibdcd.experiment.setting import seed_offsets, split_config
+
+    def seeds_of(cfg, path=""):
+        import dataclasses
+
+        out = {}
+        for f in dataclasses.fields(cfg):
+            v = getattr(cfg, f.name)
+            if f.name == "seed":
+                out[path + "seed"] = v
+            elif dataclasses.is_dataclass(v):
+                out.update(seeds_of(v, f"{path}{f.name}."))
+        return out
+
+    from calibdcd.experiment.components import replace_nested
+
+    for base in (DPDLLMConfig(), VeilProbeConfig()):
+        before = seeds_of(base)
+        assert before  # every detector has random state
+        after = seeds_of(replace_nested(base, seed_offsets(base, 2)))
+        assert after == {k: v + 2 for k, v in before.items()}
+
+    cfg = parse_config(
+        {**_base(), "seeds": [0, 1, 2], "detectors": [{"name": "overlap", "options": {"seed": 5}}]}
+    )
+    assert cfg.detector_seed == "offset"
+    ctx = RunContext(cfg, progress=False)
+    settings = grid(cfg)
+    assert [s.seed for s in settings] == [0, 1, 2]
+    dets = [ctx.detector(s.detector, "wikimia", s.seed) for s in settings]
+    assert [d.config.seed for d in dets] == [5, 6, 7]
+    fixed = RunContext(parse_config({**_base(), "seeds": [0, 1], "detector_seed": "fixed"}))
+    e = fixed.cfg.detectors[0]
+    assert fixed.detector(e, "wikimia", 1) is fixed.detector(e, "wikimia", 0)
+    from calibdcd.data import make_split
+
+    labels = np.array([1] * 150 + [0] * 150)
+    sups = [tuple(make_split(labels, split_config(s, cfg), seed=s.seed).supervised)
+            for s in settings]  # fmt: skip
+    assert len(set(sups)) == 3
 
 
 def test_fp_recovery_counts_are_consistent(run):

@@ -7,6 +7,7 @@ import io
 import json
 import re
 
+import numpy as np
 import pytest
 
 from calibdcd.report import write_report
@@ -16,7 +17,8 @@ from calibdcd.report.aggregate import (
     selection_distribution,
 )
 from calibdcd.report.tables import build_tables
-from experiment_support import micro_run
+from calibdcd.stats import compare
+from experiment_support import micro_run, micro_seeds_run
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +35,8 @@ def test_report_files(report):
     for name in ("tables.md", "tables.tex", "analyses.json"):
         assert (out / name).is_file(), name
     csvs = sorted(p.stem for p in (out / "csv").glob("*.csv"))
-    expected = {"auc_main", "tpr_main", "ablation", "adaptive", "fp_recovery", "space",
-                "settings", "selection_views", "selection_rank_strength",
+    expected = {"auc_main", "tpr_main", "paired", "ablation", "adaptive", "fp_recovery",
+                "space", "settings", "selection_views", "selection_rank_strength",
                 "base_vs_post"}  # fmt: skip
     assert expected <= set(csvs)
     tex = (out / "tables.tex").read_text()
@@ -59,6 +61,12 @@ def test_html_is_self_contained(report):
     assert "AUC of the detectors with and without CalibDCD" in page
     assert "Resolved config" in page and "Environment" in page
     assert "Calibration space" in page
+    # the controls, the blind baseline and the paired statistics sit in the main results
+    main = page.split("<h2>Main results</h2>")[1].split("<h2>")[0]
+    for words in ("placebo (random basis)", "noise floor (bootstrap retrain)",
+                  "centred CalibDCD (beyond the paper)", "Blind (TF-IDF + LR)",
+                  "Paired comparisons", "Half-width", "p (DeLong)"):  # fmt: skip
+        assert words in main, words
 
 
 def test_main_tables_hold_the_run_numbers(report):
@@ -68,9 +76,24 @@ def test_main_tables_hold_the_run_numbers(report):
     header, body = rows[0], rows[1:]
     post = [r for r in results if r["post_trained"]]
     assert header[1:-1] == [f"{r['benchmark']} / {r['target']}" for r in post]
-    assert body[0][0] == "Overlap" and body[1][0] == "Overlap + CalibDCD"
-    for stage, row in (("before", body[0]), ("after", body[1])):
-        assert row[1] == f"{100 * post[0][stage]['auc']['estimate']:.1f}"
+    assert [r[0] for r in body] == [
+        "Overlap",
+        "Overlap + CalibDCD",
+        "Overlap + placebo (random basis)",
+        "Overlap noise floor (bootstrap retrain)",
+        "Overlap + centred CalibDCD (beyond the paper)",
+        "Blind (TF-IDF + LR)",
+    ]
+    # one seed: the value alone (no ±), marks after it
+    values = [post[0]["before"]["auc"]["estimate"], post[0]["after"]["auc"]["estimate"]] + [
+        post[0]["controls"][c]["auc"] for c in ("placebo", "noise_floor", "centred", "blind")
+    ]
+    for row, v in zip(body, values, strict=True):
+        assert row[1].rstrip("▲▼†") == f"{100 * v:.1f}"
+    # the micro lab's members and non-members come from one distribution: the blind baseline
+    # is near chance and the detector beats it (no †)
+    assert abs(post[0]["controls"]["blind"]["auc"] - 0.5) < 0.15
+    assert "†" not in body[0][1]
     # base-vs-post pairs the chat model with its base
     rows = list(csv.reader(io.StringIO((html.parent / "csv" / "base_vs_post.csv").read_text())))
     base = next(r for r in results if r["target"] == "base")
@@ -81,18 +104,65 @@ def test_main_tables_hold_the_run_numbers(report):
     assert rows[1][6] == f"{100 * chat['after']['auc']['estimate']:.1f}"
 
 
-def test_bold_marks_the_better_of_each_pair(report):
+def test_marks_follow_the_paired_intervals(report):
+    """▲/▼ and bold only where the paired interval excludes 0; † where the detector does not
+    beat the blind baseline (forced here by making the blind scores the detector's own)."""
     run_dir, _ = report
     results = load_results(run_dir)
-    table = next(t for t in build_tables(results) if t.key == "auc_main")
-    for j in range(1, len(table.header)):
-        b, a = float(table.rows[0][j]), float(table.rows[1][j])
-        if a > b:
-            assert (1, j) in table.bold and (0, j) not in table.bold
-        elif b > a:
-            assert (0, j) in table.bold and (1, j) not in table.bold
-        md = table.markdown()
-        assert md.count("**") == 2 * len(table.bold)
+    tables = {t.key: t for t in build_tables(results)}
+    table, paired = tables["auc_main"], tables["paired"]
+    verdict = {(r[0], r[1]): r[7] for r in paired.rows}
+    for j, col in enumerate(table.header[1:-1], start=1):
+        v = verdict[("Overlap + CalibDCD vs Overlap", col)]
+        cell = table.rows[1][j]
+        assert cell.endswith("▲") == (v == "better") and cell.endswith("▼") == (v == "worse")
+        assert ((1, j) in table.bold) == (v == "better")
+        assert ((0, j) in table.bold) == (v == "worse")
+        for i, key in ((2, "Overlap + placebo vs Overlap"),
+                       (3, "Overlap noise floor vs Overlap")):  # fmt: skip
+            v = verdict[(key, col)]
+            assert table.rows[i][j].endswith("▲") == (v == "better")
+            assert table.rows[i][j].endswith("▼") == (v == "worse")
+    md = table.markdown()
+    assert md.count("**") == 2 * len(table.bold)
+    for r in results:
+        if r["_pool"] is not None:
+            r["_pool"]["blind"] = r["_pool"]["original"].copy()
+    forced = next(t for t in build_tables(results) if t.key == "auc_main")
+    assert all(c.endswith("†") for c in forced.rows[0][1:-1])
+
+
+def test_seed_axis_mean_spread_and_pooled_paired_statistics(tmp_path_factory):
+    """Two seeds of one cell: the main table prints mean ± SD over the seeds and the paired
+    table's numbers are the hierarchical bootstrap over both seeds' pools (scores.csv)."""
+    _, run_dir = micro_seeds_run(tmp_path_factory)
+    results = load_results(run_dir)
+    assert sorted(r["seed"] for r in results) == [0, 1]
+    splits = [json.loads((run_dir / "settings" / r["id"] / "split.json").read_text())
+              for r in results]  # fmt: skip
+    assert splits[0]["supervised"] != splits[1]["supervised"]
+    tables = {t.key: t for t in build_tables(results)}
+    row = tables["auc_main"].rows[0]
+    per_seed = [r["before"]["auc"]["estimate"] for r in results]
+    mean, sd = 100 * sum(per_seed) / 2, 100 * float(np.std(per_seed, ddof=1))
+    assert row[1].rstrip("▲▼†") == f"{mean:.1f} ± {sd:.1f}"
+    pools = []
+    for r in sorted(results, key=lambda r: r["seed"]):
+        with (run_dir / "settings" / r["id"] / "scores.csv").open() as fh:
+            rows = [x for x in csv.DictReader(fh) if x["in_pool"] == "1"]
+        pools.append((np.array([int(x["label"]) for x in rows]),
+                      np.array([float(x["score_placebo"]) for x in rows]),
+                      np.array([float(x["score_before"]) for x in rows])))  # fmt: skip
+    want = compare(pools, n_boot=1000, seed=0)  # the run's n_boot is 50: at least 1000
+    got = next(p for p in tables["paired"].rows if p[0] == "Overlap + placebo vs Overlap")
+    assert got[2] == 2
+    a = want["auc"]
+    assert got[3] == f"{100 * a.estimate:+.1f}"
+    assert got[4] == f"[{100 * a.low:+.1f}, {100 * a.high:+.1f}]"
+    assert got[5] == f"{100 * a.half_width:.1f}" and got[6] == f"{a.p_value:.3g}"
+    assert a.per_seed == pytest.approx(
+        [r["controls"]["placebo"]["auc"] - r["before"]["auc"]["estimate"] for r in results]
+    )
 
 
 def test_analysis_aggregates(report):
@@ -117,6 +187,13 @@ def test_analysis_aggregates(report):
         assert row["d_auc"] == pytest.approx(sum(d) / len(d))
     stored = json.loads((html.parent / "analyses.json").read_text())
     assert stored["selection"]["positions"] == sel["positions"]
+    paired = {(p["target"], p["comparison"]): p for p in stored["paired"]}
+    for r in results:
+        d = paired[(r["target"], "calibdcd")]["auc"]
+        assert d["estimate"] == pytest.approx(
+            r["after"]["auc"]["estimate"] - r["before"]["auc"]["estimate"]
+        )
+        assert d["n_seeds"] == 1 and d["low"] <= d["estimate"] <= d["high"]
 
 
 def test_report_cli(report, tmp_path):

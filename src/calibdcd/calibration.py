@@ -34,7 +34,18 @@ Choices where the paper is silent (each is a documented setting or constant here
 - γ ≥ τ is tested with a tolerance of 1e-10 so that directions shared exactly by all views
   (γ = 1 up to rounding) are never lost to floating-point noise when τ = 1.
 - ``guard=True`` applies the paper's "no correction when the best J ≤ 0" rule; fixed-configuration
-  ablations that must apply their correction regardless can pass ``guard=False``.
+  ablations that must apply their correction regardless can pass ``guard=False``. J ≤ 0 is
+  tested up to rounding: J must exceed 1e-12 · max(1, mean |q(z0)|), so a J that is 0 in exact
+  arithmetic (e.g. a correction that cannot change a linear score's mean) never selects a
+  correction through floating-point noise.
+
+Beyond the paper (an option, off by default): ``centering="nonmembers"`` applies the correction
+around the calibration non-members' mean m (block columns) instead of the feature origin,
+z -> m + (z − m) A = z − λ ((z − m) B) Bᵀ, with B estimated exactly as above (the shifts Δz do
+not depend on the centre) and J computed the same way on the corrected z0. The paper's
+correction is linear and pulls features towards the origin along B, so where the origin lies
+(raw features vs a z-scored space) decides whether J can be positive; the centred variant makes
+the correction invariant to that. ``centering="origin"`` is the paper's method.
 """
 
 from __future__ import annotations
@@ -58,9 +69,11 @@ __all__ = [
 
 ViewSelection = Literal["fpp", "random", "top1"]
 Weighting = Literal["score", "binary"]
+Centering = Literal["origin", "nonmembers"]
 ScoreFn = Callable[[np.ndarray], np.ndarray]
 
 _GAMMA_TOL = 1e-10
+_J_TOL = 1e-12  #: relative rounding tolerance of the guard's J > 0 test
 
 
 # --------------------------------------------------------------------------------------------
@@ -86,6 +99,8 @@ class CalibrationConfig:
     consensus: bool = True
     guard: bool = True
     seed: int = 0
+    #: "origin" (paper) or "nonmembers" (beyond the paper: around the calibration mean)
+    centering: Centering = "origin"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ranks", tuple(self.ranks))
@@ -121,6 +136,8 @@ def _check_settings(cfg: CalibrationConfig) -> None:
         )
     if cfg.weighting not in ("score", "binary"):
         raise ValueError(f"weighting must be 'score' or 'binary', got {cfg.weighting!r}")
+    if cfg.centering not in ("origin", "nonmembers"):
+        raise ValueError(f"centering must be 'origin' or 'nonmembers', got {cfg.centering!r}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -142,7 +159,8 @@ class ViewShift:
 class Calibration:
     """The outcome of :func:`calibrate`: the selected correction and every diagnostic.
 
-    ``transform(z) = z − λ (z B) Bᵀ``; it is the identity when no correction was selected.
+    ``transform(z) = z − λ ((z − c) B) Bᵀ`` with c = ``center`` (0, the paper's correction, unless
+    ``centering="nonmembers"``); it is the identity when no correction was selected.
     """
 
     fpp: dict[str, float]  #: false-positive pressure of every candidate view (mapping order)
@@ -160,6 +178,8 @@ class Calibration:
     dim: int  #: feature dimension d
     config: CalibrationConfig
     baseline_score: float  #: mean q(z0) over the calibration non-members
+    #: (d,) centre of the correction (zero outside ``block``); None = the origin (paper)
+    center: np.ndarray | None = None
 
     @property
     def corrected(self) -> bool:
@@ -180,7 +200,9 @@ class Calibration:
         if not self.corrected:
             out = arr.copy()
         else:
-            out = apply_correction(arr, self.basis[self.block], self.strength, self.block)
+            out = apply_correction(
+                arr, self.basis[self.block], self.strength, self.block, center=self.center
+            )
         return out[0] if single else out
 
     def summary(self) -> dict[str, Any]:
@@ -199,6 +221,7 @@ class Calibration:
             "objective": {f"{r}/{lam:g}": float(j) for (r, lam), j in self.objective.items()},
             "best_objective": self.best_objective,
             "baseline_score": self.baseline_score,
+            "centered": self.center is not None,
             "config": self.config.kwargs(),
         }
 
@@ -278,17 +301,24 @@ def consensus_basis(
 
 
 def apply_correction(
-    z: np.ndarray, basis_block: np.ndarray, strength: float, block: np.ndarray | None = None
+    z: np.ndarray,
+    basis_block: np.ndarray,
+    strength: float,
+    block: np.ndarray | None = None,
+    *,
+    center: np.ndarray | None = None,
 ) -> np.ndarray:
     """z A with A = I − λ B Bᵀ acting on the ``block`` columns only (B given in block coordinates).
 
-    Returns a new array; columns outside ``block`` are copied unchanged.
+    With ``center`` c (a (d,) vector; beyond the paper): c + (z − c) A. Returns a new array;
+    columns outside ``block`` are copied unchanged.
     """
     z = np.asarray(z, dtype=np.float64)
     if basis_block.shape[1] == 0 or strength == 0.0:
         return z.copy()
     sel = _column_selector(block, z.shape[1])
-    return _subtract_in_block(z, sel, strength * ((z[:, sel] @ basis_block) @ basis_block.T))
+    zb = z[:, sel] if center is None else z[:, sel] - np.asarray(center)[sel]
+    return _subtract_in_block(z, sel, strength * ((zb @ basis_block) @ basis_block.T))
 
 
 def _column_selector(block: np.ndarray | None, d: int) -> slice | np.ndarray:
@@ -327,6 +357,7 @@ def calibrate(
     consensus: bool = True,
     guard: bool = True,
     seed: int = 0,
+    centering: Centering = "origin",
 ) -> Calibration:
     """Estimate and select CalibDCD's bounded correction on known non-members (Algorithm 1).
 
@@ -348,6 +379,8 @@ def calibrate(
             singular vectors of the selected views' H_e stacked into one matrix).
         guard: apply no correction when the best J ≤ 0 (paper); False forces the best candidate.
         seed: seed of the random view selection.
+        centering: "origin" (paper: z A) or "nonmembers" (beyond the paper: m + (z − m) A with m
+            the calibration non-members' mean on the block; B and J computed the same way).
     """
     cfg = CalibrationConfig(
         ranks=tuple(ranks),
@@ -360,6 +393,7 @@ def calibrate(
         consensus=consensus,
         guard=guard,
         seed=seed,
+        centering=centering,
     )
     z0 = _as_features(z0, "z0")
     n, d = z0.shape
@@ -417,6 +451,11 @@ def calibrate(
 
     # Stage 2: J(r, λ) for every candidate; first maximum in (ranks outer, strengths inner) order.
     baseline = float(q0.mean())
+    center: np.ndarray | None = None
+    if cfg.centering == "nonmembers":
+        center = np.zeros(d)
+        center[cols] = z0[:, cols].mean(axis=0)
+    z0c = z0 if center is None else z0 - center  # the block columns are what B sees
     objective: dict[tuple[int, float], float] = {}
     best: tuple[int, float] | None = None
     for r in cfg.ranks:
@@ -429,7 +468,7 @@ def calibrate(
                 j = 0.0  # A = I: the scores cannot change
             else:
                 if shift is None:
-                    shift = (z0[:, sel] @ b) @ b.T
+                    shift = (z0c[:, sel] @ b) @ b.T
                 z_corr = _subtract_in_block(z0, sel, lam * shift)
                 j = float(np.mean(q0 - _call_score(score, z_corr, "corrected z0")))
             objective[(r, lam)] = j
@@ -438,7 +477,7 @@ def calibrate(
 
     assert best is not None
     apply_it = bases[best[0]].shape[1] > 0 and best[1] > 0.0
-    if cfg.guard and objective[best] <= 0.0:
+    if cfg.guard and objective[best] <= _J_TOL * max(1.0, float(np.abs(q0).mean())):
         apply_it = False
     basis = np.zeros((d, bases[best[0]].shape[1] if apply_it else 0))
     if apply_it:
@@ -457,6 +496,7 @@ def calibrate(
         dim=d,
         config=cfg,
         baseline_score=baseline,
+        center=center,
     )
 
 

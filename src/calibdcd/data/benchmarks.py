@@ -25,6 +25,12 @@ DE-COP-format rows become one sample each: the text is the verbatim option
 (``Example_<Answer>``), and ``meta`` keeps ``source_id`` (book/paper), ``paraphrases`` (the
 other three options, in column order) and ``answer``. A DE-COP file without ``Example_*``
 columns (e.g. the derived ``*_passages.jsonl``) is read with the plain ``text``/``label`` columns.
+
+Groups (for the group-aware split, ``split.group_by: group``): every sample of BookTection,
+arXivTection and BookMIA gets ``meta["group"]``, the book or paper it comes from: DE-COP ``ID``
+(``title_-_author`` for books), ``book``/``paper`` in the derived passage files, BookMIA's
+``book_id``. WikiMIA, WikiMIA-24 and ArxivMIA have no group above the text (one abstract or event
+per text); generic files keep their columns in ``meta`` (the lab's ``source``).
 """
 
 from __future__ import annotations
@@ -100,6 +106,8 @@ class BenchmarkSpec:
     local_patterns: tuple[str, ...] = ()
     subset_parser: Callable[[str], str] | None = None
     length_of: Callable[[str | None], int] = lambda subset: 128
+    #: meta fields naming a text's group (book, paper), first present wins -> ``meta["group"]``
+    group_fields: tuple[str, ...] = ()
     hub_args: Callable[[str | None], tuple[str | None, str]] = lambda subset: (None, "train")
 
     @property
@@ -177,6 +185,7 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
             description="512-word book snippets; members older books, non-members 2023 books",
             text_fields=("snippet", "input", "text"),
             local_patterns=("BookMIA.*", "bookmia.*", "BookMIA*.*", "train-*.parquet"),
+            group_fields=("book_id", "book"),
         ),
         BenchmarkSpec(
             name="booktection",
@@ -188,6 +197,7 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
             local_patterns=("BookTection_{subset}.*", "BookTection.*", "BookTection*.csv"),
             subset_parser=str.lower,
             length_of=lambda s: _BOOKTECTION_LENGTHS[s or "medium"],
+            group_fields=("source_id", "book"),
         ),
         BenchmarkSpec(
             name="arxivtection",
@@ -196,6 +206,7 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
             decop=True,
             on_empty="drop",
             local_patterns=("arXivTection.*", "arXivTection*.csv", "arxivtection*.*"),
+            group_fields=("source_id", "paper"),
         ),
         BenchmarkSpec(
             name="arxivmia",
@@ -403,7 +414,7 @@ def load_benchmark(
         records, n_filtered = _filter_length(records, columns, subset, source)
         if "Example_A" in columns and text_field is None:
             text_of, meta_of = _decop_text, _decop_meta
-    return build_benchmark(
+    bench = build_benchmark(
         records,
         columns,
         name=spec.name,
@@ -420,3 +431,24 @@ def load_benchmark(
         meta_of=meta_of,
         n_filtered=n_filtered,
     )
+    return _with_groups(bench, spec.group_fields)
+
+
+def _with_groups(bench: Benchmark, fields: Sequence[str]) -> Benchmark:
+    """``meta["group"]`` = the first of ``fields`` present in a sample's meta (as a string)."""
+    if not fields:
+        return bench
+
+    def group(meta: Mapping[str, Any]) -> str | None:
+        for f in fields:
+            if meta.get(f) not in (None, ""):
+                return str(meta[f])
+        return None
+
+    samples = tuple(
+        dataclasses.replace(s, meta={**s.meta, "group": g})
+        if (g := group(s.meta)) is not None
+        else s
+        for s in bench.samples
+    )
+    return dataclasses.replace(bench, samples=samples)

@@ -21,6 +21,17 @@ Steps (all indices refer to positions in the benchmark's ``samples``):
    are total minus supervised); with ``protocol="strict"`` they are removed, so no evaluation
    text was seen by the calibration.
 
+**Group-aware split** (``group_by``, a setting; off by default, the paper splits by text): each
+sample's group (``meta[group_by]``: the book of a BookTection/BookMIA passage, the paper of an
+arXivTection passage; the loaders put it in ``meta["group"]``) decides whole-group membership of
+the supervised split. Step 2 then draws groups in a seeded order, per class, until the chosen
+groups hold ``n_supervised_per_class`` texts of that class, and takes exactly that many texts
+from them; every other text of a chosen group is left out of the evaluation pool and the
+calibration (``Split.excluded``), so no group sits in both the supervised split and the pool.
+Steps 1, 3 and 4 are unchanged on the remaining texts; a split that cannot be made (a class
+whose groups would all be consumed by the supervised split) fails with an error naming the
+group counts.
+
 Each step draws from its own random stream derived from ``seed`` (numpy ``SeedSequence`` with a
 per-step key), so e.g. changing the calibration fraction does not change the supervised split.
 Index arrays are sorted ascending.
@@ -31,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
+from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
@@ -69,6 +81,8 @@ class SplitConfig:
     n_supervised_per_class: int = 50
     calibration_fraction: float = 0.5
     n_calibration: int | None = None
+    #: sample meta field whose value is the text's group (book, paper); None = split by text
+    group_by: str | None = None
 
     def __post_init__(self) -> None:
         if self.protocol not in ("paper", "strict"):
@@ -97,6 +111,9 @@ class SplitConfig:
         c = self.n_calibration
         if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1):
             raise ValueError(f"n_calibration must be None or an int >= 1, got {c!r}")
+        g = self.group_by
+        if g is not None and (not isinstance(g, str) or not g):
+            raise ValueError(f"group_by must be None or a meta field name, got {g!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,9 +134,12 @@ class Split:
     protocol: ProtocolName
     seed: int
     ids: tuple[str, ...] | None = None  # sample ids of the whole benchmark, when known
+    #: group-aware split: subsample texts left out of the pool because their group is in the
+    #: supervised split (empty otherwise)
+    excluded: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
 
     def __post_init__(self) -> None:
-        for part in ("subsample", "supervised", "calibration", "evaluation", "labels"):
+        for part in ("subsample", "supervised", "calibration", "evaluation", "labels", "excluded"):
             arr = np.asarray(getattr(self, part), dtype=np.int64)
             arr.setflags(write=False)
             object.__setattr__(self, part, arr)
@@ -138,6 +158,9 @@ class Split:
             raise ValueError("Split.subsample has indices outside the benchmark")
         if sup & cal or sup & ev:
             raise ValueError("Split.supervised overlaps calibration or evaluation")
+        exc = set(self.excluded.tolist())
+        if exc & (sup | cal | ev) or not exc <= sub:
+            raise ValueError("Split.excluded must be subsample texts outside every part")
         if cal and self.labels[self.calibration].any():
             raise ValueError("Split.calibration contains members")
         if self.protocol == "paper" and not cal <= ev:
@@ -167,6 +190,9 @@ class Split:
         out: dict[str, object] = {"protocol": self.protocol, "seed": self.seed}
         for name in ("subsample", "supervised", "calibration", "evaluation"):
             out[name] = self.part_ids(name) if self.ids is not None else self.part(name).tolist()
+        if self.excluded.size:
+            ex = self.excluded
+            out["excluded"] = [self.ids[i] for i in ex] if self.ids is not None else ex.tolist()
         return out
 
     def sizes(self) -> dict[str, tuple[int, int, int]]:
@@ -238,6 +264,41 @@ def _check_labels(labels: np.ndarray, name: str) -> np.ndarray:
     return arr.astype(np.int64)
 
 
+def _grouped_supervised(
+    rng: np.random.Generator,
+    pool: np.ndarray,
+    groups: np.ndarray,
+    k: int,
+    cls: str,
+    name: str,
+) -> tuple[np.ndarray, np.ndarray]:
+    """k texts of ``pool`` drawn from whole groups (seeded group order); returns (chosen, every
+    text of ``pool`` in a chosen group)."""
+    order = rng.permutation(np.unique(groups[pool]))
+    taken: list[np.ndarray] = []
+    n = 0
+    for g in order:
+        members_g = pool[groups[pool] == g]
+        taken.append(members_g)
+        n += members_g.size
+        if n >= k:
+            break
+    used = np.sort(np.concatenate(taken))
+    if len(taken) == len(order) and cls == "non-members":
+        raise ValueError(
+            f"{name}: group-aware split: the supervised split's {k} non-members take all "
+            f"{len(order)} non-member group(s) of the subsample; none is left for calibration "
+            "and the evaluation pool (use fewer supervised texts or more groups)"
+        )
+    if len(taken) == len(order):
+        raise ValueError(
+            f"{name}: group-aware split: the supervised split's {k} {cls} take all "
+            f"{len(order)} {cls[:-1]} group(s) of the subsample; none is left for the "
+            "evaluation pool"
+        )
+    return _choose(rng, used, k), used
+
+
 def make_split(
     labels: np.ndarray,
     config: SplitConfig = SplitConfig(),
@@ -246,9 +307,11 @@ def make_split(
     subsample_size: int | None = None,
     name: str = "benchmark",
     ids: tuple[str, ...] | None = None,
+    groups: Sequence[object] | None = None,
 ) -> Split:
     """The protocol on a label array. ``subsample_size`` is the resolved size (``config.subsample``
-    must already be turned into an int or None; :func:`split_benchmark` does that)."""
+    must already be turned into an int or None; :func:`split_benchmark` does that). ``groups``
+    (one hashable per text) makes the supervised split group-aware (see the module doc)."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise ValueError(f"seed must be an int, got {seed!r}")
     labels = _check_labels(labels, name)
@@ -265,7 +328,22 @@ def make_split(
                 f"(n_supervised_per_class={k})"
             )
     rng = _rng(seed, _SUPERVISED)
-    sup = np.sort(np.concatenate([_choose(rng, members, k), _choose(rng, non_members, k)]))
+    excluded = np.zeros(0, dtype=np.int64)
+    if groups is None:
+        sup = np.sort(np.concatenate([_choose(rng, members, k), _choose(rng, non_members, k)]))
+    else:
+        if len(groups) != len(labels):
+            raise ValueError(f"{name}: {len(groups)} group ids for {len(labels)} texts")
+        _, gid = np.unique(np.array([str(g) for g in groups], dtype=object), return_inverse=True)
+        s1, used1 = _grouped_supervised(rng, members, gid, k, "members", name)
+        s0, used0 = _grouped_supervised(rng, non_members, gid, k, "non-members", name)
+        sup = np.sort(np.concatenate([s1, s0]))
+        chosen_groups = np.unique(gid[np.r_[used1, used0]])
+        in_chosen = sub[np.isin(gid[sub], chosen_groups)]
+        excluded = np.setdiff1d(in_chosen, sup)
+        # a group with both labels: its texts of the other class leave the pool too
+        members = np.setdiff1d(members, excluded)
+        non_members = np.setdiff1d(non_members, excluded)
     remaining_nm = np.setdiff1d(non_members, sup)
     if config.n_calibration is not None:
         n_cal = config.n_calibration
@@ -282,7 +360,7 @@ def make_split(
                 f"{len(remaining_nm)} remaining non-members leaves no calibration non-member"
             )
     cal = _choose(_rng(seed, _CALIBRATION), remaining_nm, n_cal)
-    evaluation = np.setdiff1d(sub, sup)
+    evaluation = np.setdiff1d(np.setdiff1d(sub, sup), excluded)
     if config.protocol == "strict":
         evaluation = np.setdiff1d(evaluation, cal)
     ev_labels = labels[evaluation]
@@ -300,6 +378,7 @@ def make_split(
         protocol=config.protocol,
         seed=int(seed),
         ids=ids,
+        excluded=excluded,
     )
 
 
@@ -329,7 +408,20 @@ def split_benchmark(
     *,
     seed: int = 0,
 ) -> Split:
-    """:func:`make_split` on a :class:`Benchmark` (paper size looked up by its name)."""
+    """:func:`make_split` on a :class:`Benchmark` (paper size looked up by its name; groups from
+    ``meta[config.group_by]`` when set)."""
+    groups = None
+    if config.group_by is not None:
+        field = config.group_by
+        missing = [s.id for s in benchmark.samples if s.meta.get(field) in (None, "")]
+        if missing:
+            have = sorted({k for s in benchmark.samples[:50] for k in s.meta})
+            raise ValueError(
+                f"{benchmark.key}: split.group_by={field!r} but {len(missing)} of "
+                f"{len(benchmark)} texts have no meta {field!r} (first: id {missing[0]!r}); "
+                f"meta fields present: {have or 'none'}"
+            )
+        groups = [s.meta[field] for s in benchmark.samples]
     return make_split(
         benchmark.labels,
         config,
@@ -337,4 +429,5 @@ def split_benchmark(
         subsample_size=resolve_subsample_size(config, benchmark.name, benchmark.subset),
         name=benchmark.key,
         ids=tuple(benchmark.ids),
+        groups=groups,
     )

@@ -11,7 +11,21 @@ with changed CalibDCD settings, all from the same arrays (no new target queries)
   ``no_consensus``, ``binary`` weights, and ``fixed_full`` (λ = 1 at the selected r, only for
   settings whose selected λ < 1);
 * ``fixed``: the fixed configuration (r = 3, λ = 0.9) against the adaptive choice;
-* false-positive recovery (:func:`fp_recovery`).
+* false-positive recovery (:func:`fp_recovery`);
+* controls (:func:`controls`), each scored on the same pool so that it can be compared with the
+  original detector exactly as CalibDCD is:
+
+  - ``placebo``: a random orthonormal basis in the same correctable block with CalibDCD's chosen
+    rank k (columns of B) and strength λ, applied in the same space and followed by the same
+    retraining. When CalibDCD chose no correction, the size of the fixed configuration
+    (r = 3, λ = 0.9 by default: its k, or r when it has no consensus direction) is used, and the
+    summary says so (``size_from``). It separates "CalibDCD's directions" from "remove k
+    directions and retrain".
+  - ``noise_floor``: the classifier retrained without any correction on a stratified bootstrap
+    resample of its supervised set (a new seed alone changes nothing for a Gaussian NB): how much
+    a detector's pool scores move when nothing but its training sample changes.
+  - ``centred`` (beyond the paper): CalibDCD with ``centering="nonmembers"``, the correction
+    around the calibration non-members' mean instead of the feature origin.
 
 Choices where the paper is silent (documented settings):
 
@@ -41,9 +55,11 @@ from calibdcd.calibration import Calibration, CalibrationConfig, calibrate
 from calibdcd.metrics import auc, roc_curve, tpr_at_fpr
 
 __all__ = [
+    "CONTROLS",
     "CalibrationProblem",
     "Outcome",
     "ablation_configs",
+    "controls",
     "fixed_config",
     "fp_recovery",
     "threshold_at_fpr",
@@ -183,7 +199,10 @@ class CalibrationProblem:
         return build()
 
     def run(self, config: CalibrationConfig) -> Outcome:
-        cal = self.calibrate(config)
+        return self.apply(self.calibrate(config))
+
+    def apply(self, cal: Calibration) -> Outcome:
+        """Retrain on a given correction and score the pool (``run`` after ``calibrate``)."""
         clf = self.retrain(cal)
         scores = self.final_scorer(cal, clf)(self.z_eval)
         return Outcome(
@@ -198,6 +217,96 @@ class CalibrationProblem:
 # --------------------------------------------------------------------------------------------
 # Variants
 # --------------------------------------------------------------------------------------------
+
+
+#: control name -> display label (the centred variant is not the paper's method)
+CONTROLS = {
+    "placebo": "placebo (random basis)",
+    "noise_floor": "noise floor (bootstrap retrain)",
+    "centred": "centred CalibDCD (beyond the paper)",
+}
+
+
+def _with_basis(
+    cal: Calibration, basis: np.ndarray, strength: float, rank: int | None
+) -> Calibration:
+    """``cal`` with another correction (diagnostics kept; centre dropped: origin-centred)."""
+    return dataclasses.replace(cal, basis=basis, strength=strength, rank=rank, center=None)
+
+
+def placebo_calibration(
+    problem: CalibrationProblem,
+    main: Calibration,
+    base: CalibrationConfig,
+    *,
+    fixed_rank: int = 3,
+    fixed_strength: float = 0.9,
+    seed: int = 0,
+) -> tuple[Calibration, str]:
+    """A random orthonormal basis in ``main``'s block with its k and λ (or, when ``main`` is no
+    correction, with the fixed configuration's size). Returns (calibration, size_from)."""
+    if main.corrected:
+        ref, k, lam, rank = main, main.basis.shape[1], main.strength, main.rank
+        size_from = "calibdcd"
+    else:
+        ref = problem.calibrate(fixed_config(base, fixed_rank, fixed_strength))
+        k = ref.basis.shape[1] or fixed_rank
+        lam, rank, size_from = fixed_strength, fixed_rank, "fixed"
+    block = ref.block
+    k = min(k, block.size)
+    rng = np.random.default_rng([seed, 0x91ACEB0])
+    q, _ = np.linalg.qr(rng.normal(size=(block.size, k)))
+    basis = np.zeros((ref.dim, k))
+    basis[block] = q
+    return _with_basis(ref, basis, float(lam), rank), size_from
+
+
+def noise_floor(problem: CalibrationProblem, main: Calibration, *, seed: int = 0) -> Outcome:
+    """The classifier refitted, without correction, on a stratified bootstrap resample of the
+    supervised set (seeded), scored on the pool."""
+    y = np.asarray(problem.y_sup)
+    rng = np.random.default_rng([seed, 0xB007])
+    pos, neg = np.flatnonzero(y == 1), np.flatnonzero(y == 0)
+    idx = np.sort(np.r_[rng.choice(pos, pos.size), rng.choice(neg, neg.size)])
+    ident = _with_basis(main, np.zeros((main.dim, 0)), 0.0, None)
+
+    def build() -> Any:
+        return problem.new_classifier().fit(problem.z_sup[idx], y[idx])
+
+    clf = problem.model_cache("noise_floor", ident, build) if problem.model_cache else build()
+    scores = np.asarray(clf.score(problem.z_eval), dtype=np.float64)
+    return Outcome(
+        calibration=ident,
+        scores=scores,
+        auc=auc(problem.y_eval, scores),
+        tpr=tpr_at_fpr(problem.y_eval, scores, problem.fpr),
+        classifier=clf,
+    )
+
+
+def controls(
+    problem: CalibrationProblem,
+    main: Outcome,
+    base: CalibrationConfig,
+    *,
+    fixed_rank: int = 3,
+    fixed_strength: float = 0.9,
+    seed: int = 0,
+) -> dict[str, tuple[Outcome, dict[str, Any]]]:
+    """The three controls (see the module doc): name -> (outcome, extra summary fields)."""
+    placebo, size_from = placebo_calibration(
+        problem, main.calibration, base, fixed_rank=fixed_rank, fixed_strength=fixed_strength,
+        seed=seed,
+    )  # fmt: skip
+    out: dict[str, tuple[Outcome, dict[str, Any]]] = {
+        "placebo": (problem.apply(placebo), {"size_from": size_from}),
+        "noise_floor": (noise_floor(problem, main.calibration, seed=seed), {}),
+        "centred": (
+            problem.run(dataclasses.replace(base, centering="nonmembers")),
+            {"beyond_paper": True},
+        ),
+    }
+    return out
 
 
 def ablation_configs(base: CalibrationConfig, seed: int) -> dict[str, CalibrationConfig]:

@@ -146,6 +146,10 @@ class AnalysisSpec:
     #: also run the complete method in the other calibration space (raw <-> normalised) where the
     #: classifier has both; the paper does not say which one it means (see README)
     space_comparison: bool = True
+    #: the controls beside CalibDCD: placebo basis, noise floor, centred variant (analyses.py)
+    controls: bool = True
+    #: the blind baseline (TF-IDF + logistic regression on the texts alone; calibdcd.blind)
+    blind: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,6 +164,13 @@ class ExperimentConfig:
     calibration_fraction: float = 0.5
     n_calibration: int | None = None
     balance: Literal["equal", "stratified"] = "equal"
+    #: group-aware split: the sample meta field holding a text's group (``group``: book/paper of
+    #: the known benchmarks; the lab's ``source``); None = split by text (the paper)
+    group_by: str | None = None
+    #: "offset" (default): a setting's seed is added to every ``seed`` of its detector's config
+    #: (generation sampling, perturbations, trained parts), so seeds vary the detector's random
+    #: state as well as the split and the classifier; "fixed": only split and classifier vary
+    detector_seed: Literal["offset", "fixed"] = "offset"
     calibration: CalibrationConfig = dataclasses.field(default_factory=CalibrationConfig)
     evaluation: EvaluationSpec = dataclasses.field(default_factory=EvaluationSpec)
     analyses: AnalysisSpec = dataclasses.field(default_factory=AnalysisSpec)
@@ -194,6 +205,8 @@ class ExperimentConfig:
         }
         if self.n_calibration is not None:
             split["n_calibration"] = self.n_calibration
+        if self.group_by is not None:
+            split["group_by"] = self.group_by
         out: dict[str, Any] = {
             "name": self.name,
             "seeds": list(self.seeds),
@@ -207,6 +220,7 @@ class ExperimentConfig:
             "analyses": dataclasses.asdict(self.analyses),
             "view_system": self.view_system,
             "calibration_space": self.calibration_space,
+            "detector_seed": self.detector_seed,
             "cache_dir": self.cache_dir,
         }
         if self.output is not None:
@@ -501,6 +515,8 @@ def _analyses(data: Any, path: str, source: str | None) -> AnalysisSpec:
         fixed_strength=r.float("fixed_strength", 0.9, low=0.0, high=1.0),
         fp_recovery=r.bool("fp_recovery", True),
         space_comparison=r.bool("space_comparison", True),
+        controls=r.bool("controls", True),
+        blind=r.bool("blind", True),
     )
     r.finish()
     return spec
@@ -546,6 +562,7 @@ def parse_config(
     frac = split.float("calibration_fraction", 0.5, low=1e-6, high=0.999999)
     n_cal = split.int("n_calibration", None, minimum=1)
     balance = split.str("balance", "equal", choices=("equal", "stratified"))
+    group_by = split.str("group_by", None)
     if split.has("subsample"):
         sub = split.raw("subsample")
         benchmarks = tuple(
@@ -564,11 +581,13 @@ def parse_config(
         calibration_fraction=frac,
         n_calibration=n_cal,
         balance=balance,
+        group_by=group_by,
         calibration=_calibration(r.raw("calibration", {}), "calibration", source),
         evaluation=_evaluation(r.raw("evaluation", {}), "evaluation", source),
         analyses=_analyses(r.raw("analyses", {}), "analyses", source),
         view_system=r.str("view_system", "official", choices=("official", "none")),
         calibration_space=r.str("calibration_space", "auto", choices=("auto", "raw", "normalized")),
+        detector_seed=r.str("detector_seed", "offset", choices=("offset", "fixed")),
         cache_dir=_resolve_path(r.str("cache_dir", ".calibdcd-cache"), base) or ".calibdcd-cache",
         output=_resolve_path(r.str("output", None), base),
         source=source,

@@ -134,7 +134,7 @@ def run_demo(
     cfg = demo_config(preset, detectors=detectors, cache_dir=cache_dir, output=out)
     run_dir = run_experiment(cfg, out, progress=progress, log=say)
     html = write_report(run_dir)
-    keys = ("auc_main", "tpr_main", "base_vs_post", "ablation", "fp_recovery", "space")
+    keys = ("auc_main", "tpr_main", "paired", "base_vs_post", "ablation", "fp_recovery", "space")
     tables = {t.key: t for t in build_tables(load_results(run_dir))}
     text = "\n".join(tables[k].markdown() for k in keys if k in tables)
     return html, text

@@ -291,6 +291,7 @@ def dry_run(cfg: ExperimentConfig) -> tuple[list[str], list[str]]:
                         n_supervised_per_class=cfg.n_supervised_per_class,
                         calibration_fraction=cfg.calibration_fraction,
                         n_calibration=cfg.n_calibration,
+                        group_by=cfg.group_by,
                     ),
                     seed=cfg.seeds[0],
                 )
@@ -302,6 +303,7 @@ def dry_run(cfg: ExperimentConfig) -> tuple[list[str], list[str]]:
             f"  {key}: {len(bench)} texts from {bench.source}; subsample {sz['subsample'][0]}, "
             f"supervised {sz['supervised'][0]}, calibration {sz['calibration'][0]}, "
             f"pool {sz['evaluation'][0]} ({sz['evaluation'][1]} m / {sz['evaluation'][2]} nm)"
+            + (f", {len(split.excluded)} left out by group" if cfg.group_by else "")
         )
         for w in caught:
             lines.append(f"    warning: {w.message}")

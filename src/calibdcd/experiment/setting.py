@@ -15,9 +15,12 @@
 3. the original classifier on the supervised split (cached), CalibDCD on the calibration
    non-members (correctable block = the detector's ``calibration_blocks``), the retrained
    classifier, AUC and TPR@FPR with bootstrap CIs before and after on the evaluation pool;
-4. the analyses (:mod:`calibdcd.experiment.analyses`) from the same arrays;
-5. the setting directory: ``scores.csv`` (per text), ``split.json``, and ``result.json`` written
-   atomically last; a setting with a ``result.json`` of the same ``setting_hash`` is complete.
+4. the analyses (:mod:`calibdcd.experiment.analyses`) from the same arrays, the controls
+   (placebo, noise floor, centred variant) and the blind baseline (:mod:`calibdcd.blind`), each
+   compared with the original detector on the same pool (:func:`calibdcd.stats.compare`);
+5. the setting directory: ``scores.csv`` (per text: original, CalibDCD, every control and the
+   blind baseline), ``split.json``, and ``result.json`` written atomically last; a setting with
+   a ``result.json`` of the same ``setting_hash`` is complete.
 """
 
 from __future__ import annotations
@@ -34,9 +37,11 @@ import numpy as np
 
 from calibdcd.calibration import Calibration
 from calibdcd.experiment.analyses import (
+    CONTROLS,
     CalibrationProblem,
     Outcome,
     ablation_configs,
+    controls,
     fixed_config,
     fp_recovery,
     full_correction_config,
@@ -96,6 +101,8 @@ def setting_hash(setting: Setting, cfg: ExperimentConfig) -> str:
         cfg.calibration_fraction,
         cfg.n_calibration,
         cfg.balance,
+        cfg.group_by,
+        cfg.detector_seed,
         cfg.calibration.kwargs(),
         dataclasses.asdict(cfg.evaluation),
         dataclasses.asdict(cfg.analyses),
@@ -110,13 +117,39 @@ def inputs_hash(setting: Setting, cfg: ExperimentConfig, ctx: RunContext) -> str
     the benchmark's texts and labels. A stored result is reused only when these match too, so a
     rebuilt lab or reference model is never hidden behind an old result."""
     bench = ctx.benchmark(setting.benchmark)
-    det = ctx.detector(setting.detector, bench.name)
+    det = ctx.detector(setting.detector, bench.name, setting.seed)
     return digest(
         setting_hash(setting, cfg),
         detector_fingerprint(det),
         target_identity(setting.target, model_path(setting.target, build_lab=False)),
         ctx.benchmark_digest(setting.benchmark),
     )[:16]
+
+
+def seed_offsets(config: Any, seed: int) -> dict[str, Any]:
+    """Nested options that add ``seed`` to every ``seed`` field of a detector config tree."""
+    if config is None or not dataclasses.is_dataclass(config):
+        return {}
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(config):
+        v = getattr(config, f.name)
+        if f.name == "seed" and isinstance(v, int) and not isinstance(v, bool):
+            out["seed"] = v + seed
+        elif dataclasses.is_dataclass(v):
+            sub = seed_offsets(v, seed)
+            if sub:
+                out[f.name] = sub
+    return out
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
 
 
 class RunContext:
@@ -149,10 +182,25 @@ class RunContext:
             )
         return self._benchmark_digests[entry.label]
 
-    def detector(self, entry: DetectorEntry, benchmark_name: str) -> Any:
-        key = (entry.label, benchmark_name)
+    def detector(self, entry: DetectorEntry, benchmark_name: str, seed: int = 0) -> Any:
+        """The detector of ``entry`` for one benchmark and setting seed: with
+        ``detector_seed: offset`` every ``seed`` field of its config (sampling, perturbation,
+        training) is shifted by the setting seed (seed 0 = the configured detector)."""
+        if self.cfg.detector_seed == "fixed":
+            seed = 0
+        key = (entry.label, benchmark_name, seed)
         if key not in self._detectors:
-            self._detectors[key] = build_detector(entry, benchmark_name, str(self.cache_root))
+            base = self._detectors.get((entry.label, benchmark_name, 0))
+            if base is None:
+                base = build_detector(entry, benchmark_name, str(self.cache_root))
+                self._detectors[(entry.label, benchmark_name, 0)] = base
+            if seed == 0:
+                return base
+            offsets = seed_offsets(getattr(base, "config", None), seed)
+            opts = _deep_merge(dict(entry.options), offsets)
+            self._detectors[key] = build_detector(
+                dataclasses.replace(entry, options=opts), benchmark_name, str(self.cache_root)
+            )
         return self._detectors[key]
 
     def target(self, entry: TargetEntry) -> Any:
@@ -336,6 +384,7 @@ def split_config(setting: Setting, cfg: ExperimentConfig) -> Any:
         n_supervised_per_class=cfg.n_supervised_per_class,
         calibration_fraction=cfg.calibration_fraction,
         n_calibration=cfg.n_calibration,
+        group_by=cfg.group_by,
     )
 
 
@@ -363,7 +412,7 @@ def prepare_setting(
     ev_idx = np.asarray(split.evaluation)
     pos_rest = {int(i): k for k, i in enumerate(rest)}
 
-    detector = ctx.detector(setting.detector, bench.name)
+    detector = ctx.detector(setting.detector, bench.name, setting.seed)
     pool = [texts[i] for i in split.subsample]
     ext = _Extractor(ctx, setting, detector, pool)
     sup_texts = [texts[i] for i in sup]
@@ -408,7 +457,8 @@ def prepare_setting(
     space = resolve_space(clf0, cfg.calibration_space)
 
     def model_cache(kind: str, cal: Calibration, build: Callable[[], Any]) -> Any:
-        key = digest(f"{kind}/v1", clf_key, cal.basis, cal.strength, space)
+        centre = () if getattr(cal, "center", None) is None else (cal.center,)
+        key = digest(f"{kind}/v1", clf_key, cal.basis, cal.strength, space, *centre)
         m = ctx.arrays.load_model("models", key, clf_type)
         if m is None:
             m = build()
@@ -499,6 +549,86 @@ def reliability_warnings(n_pool: int, served: int, empty: int, auc_after: float)
     return out
 
 
+#: scores.csv column of each per-text score besides the original and CalibDCD
+CONTROL_COLUMNS = {name: f"score_{name}" for name in (*CONTROLS, "blind")}
+
+
+@dataclasses.dataclass
+class ControlRun:
+    """The controls and blind baseline of one setting: summaries, paired comparisons with the
+    original detector, and per-text scores for ``scores.csv`` (keyed by benchmark index)."""
+
+    summaries: dict[str, Any]
+    paired: dict[str, Any]
+    text_scores: dict[str, dict[int, float]]
+
+
+def run_controls(prep: PreparedSetting, main: Outcome, cfg: ExperimentConfig) -> ControlRun:
+    """Placebo, noise floor, centred variant (:func:`analyses.controls`) and the blind baseline,
+    with the paired statistics of every "method vs original" on the same pool (one seed here;
+    the report pools the seeds)."""
+    from calibdcd.stats import MIN_PAIRED_BOOT, compare
+
+    problem, seed, an, ev = prep.problem, prep.setting.seed, cfg.analyses, cfg.evaluation
+    y = problem.y_eval
+    all_idx = np.concatenate([prep.sup_used, prep.rest_used])
+    z_all = np.concatenate([problem.z_sup, prep.z_rest_used])
+    pool_scores: dict[str, np.ndarray] = {"calibdcd": main.scores}
+    summaries: dict[str, Any] = {}
+    text_scores: dict[str, dict[int, float]] = {}
+    if an.controls:
+        for name, (out, extra) in controls(
+            problem, main, cfg.calibration, fixed_rank=an.fixed_rank,
+            fixed_strength=an.fixed_strength, seed=seed,
+        ).items():  # fmt: skip
+            summary = out.summary()
+            if name != "centred":  # no calibration of their own: no views, no objective
+                summary.pop("selected_views")
+                summary.pop("best_objective")
+            summaries[name] = {**summary, **extra, "label": CONTROLS[name]}
+            pool_scores[name] = out.scores
+            if name == "noise_floor":
+                s_all = np.asarray(out.classifier.score(z_all), dtype=np.float64)
+            else:
+                s_all = problem.final_scorer(out.calibration, out.classifier)(z_all)
+            text_scores[name] = dict(zip(all_idx.tolist(), s_all.tolist(), strict=True))
+    if an.blind:
+        from calibdcd.blind import BLIND_LABEL, blind_scores
+
+        texts, labels = prep.benchmark.texts, np.asarray(prep.benchmark.labels)
+        scored = np.concatenate([prep.sup_used, prep.rest_used])
+        s_all = blind_scores(
+            [texts[i] for i in prep.sup_used], labels[prep.sup_used],
+            [texts[i] for i in scored], seed=seed,
+        )  # fmt: skip
+        by_idx = dict(zip(scored.tolist(), s_all.tolist(), strict=True))
+        text_scores["blind"] = by_idx
+        s_pool = np.array([by_idx[int(i)] for i in prep.eval_used])
+        summaries["blind"] = {
+            "label": BLIND_LABEL,
+            "auc": auc(y, s_pool),
+            "tpr": tpr_at_fpr(y, s_pool, cfg.evaluation.fpr),
+        }
+        pool_scores["blind"] = s_pool
+
+    def paired(a: np.ndarray, b: np.ndarray) -> dict[str, Any]:
+        n_boot = max(ev.n_boot, MIN_PAIRED_BOOT)
+        res = compare([(y, a, b)], fpr=cfg.evaluation.fpr, n_boot=n_boot, level=ev.level, seed=seed)
+        return {k: v.as_dict() for k, v in res.items()}
+
+    before = problem.scores_before
+    comparisons: dict[str, Any] = {}
+    for name, s in pool_scores.items():
+        if name == "blind":
+            comparisons["original_vs_blind"] = paired(before, s)
+            comparisons["calibdcd_vs_blind"] = paired(main.scores, s)
+        else:
+            comparisons[f"{name}_vs_original"] = paired(s, before)
+    if "placebo" in pool_scores:
+        comparisons["calibdcd_vs_placebo"] = paired(main.scores, pool_scores["placebo"])
+    return ControlRun(summaries=summaries, paired=comparisons, text_scores=text_scores)
+
+
 def run_setting(
     setting: Setting,
     cfg: ExperimentConfig,
@@ -545,6 +675,8 @@ def run_setting(
     }
     say("analyses")
     analyses = run_analyses(prep, main, cfg)
+    say("controls")
+    ctl = run_controls(prep, main, cfg)
 
     # per-text scores: every kept text of the subsample, its part, and both detectors' scores
     final = problem.final_scorer(main.calibration, main.classifier)
@@ -558,6 +690,7 @@ def run_setting(
     ev_set = set(prep.eval_used.tolist())
     sup_set = set(prep.sup_used.tolist())
     rows = []
+    extra = [c for c in CONTROL_COLUMNS if c in ctl.text_scores]
     for i, b, a in zip(all_idx, s_before, s_after, strict=True):
         i = int(i)
         part = "supervised" if i in sup_set else ("evaluation" if i in ev_set else "calibration")
@@ -570,11 +703,13 @@ def run_setting(
                 int(i in cal_set),
                 float(b),
                 float(a),
+                *(float(ctl.text_scores[c][i]) for c in extra),
             ]
         )
     write_csv(
         out / "scores.csv",
-        ["id", "label", "part", "in_pool", "calibration", "score_before", "score_after"],
+        ["id", "label", "part", "in_pool", "calibration", "score_before", "score_after"]
+        + [CONTROL_COLUMNS[c] for c in extra],
         rows,
     )
     write_json(out / "split.json", split.to_dict())
@@ -598,6 +733,7 @@ def run_setting(
             "calibration": [len(problem.z_cal), 0],
             "evaluation": [len(y_eval), int(y_eval.sum())],
             "dropped": prep.n_dropped,
+            "excluded_by_group": len(split.excluded),
         },
         "feature_dim": prep.feature_dim,
         "block_dim": prep.feature_dim if problem.block is None else len(problem.block),
@@ -607,6 +743,8 @@ def run_setting(
         "after": after,
         "calibration": main.calibration.summary(),
         "analyses": analyses,
+        "controls": ctl.summaries,
+        "paired": ctl.paired,
         "views": {v.code: v.name for v in prep.views},
         "timings": {
             "total": time.perf_counter() - t_start,

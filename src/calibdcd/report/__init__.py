@@ -47,6 +47,17 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
             "fp_recovery": agg.fp_recovery_summary(results),
             "selection": agg.selection_distribution(results),
             "base_vs_post": agg.base_vs_post(results),
+            "paired": [
+                {
+                    "detector": d,
+                    "benchmark": b,
+                    "target": tg,
+                    "comparison": key,
+                    **{m: v.as_dict() for m, v in res.items()},
+                }
+                for (d, b, tg), comps in agg.paired_cells(results).items()
+                for key, res in comps.items()
+            ],
         },
     )
     stale = agg.stale_settings(run)

@@ -4,10 +4,17 @@ All functions take the list of per-setting result dicts (``settings/<id>/result.
 return plain Python structures. Metrics are fractions in [0, 1]; tables print percentages.
 Several seeds of one (benchmark, target, detector) cell are averaged where a table has one cell
 per setting.
+
+Seeds are an axis: main cells carry the mean and the spread (SD) over seeds of every method
+(original, + CalibDCD, the controls, the blind baseline), and :func:`paired_cells` pools the
+seeds' per-text pool scores (``scores.csv``, attached by :func:`load_results` as ``_pool``) into
+the hierarchical paired bootstrap of :mod:`calibdcd.stats` for every comparison of
+:data:`COMPARISONS`.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import warnings
 from collections import Counter, defaultdict
@@ -19,6 +26,8 @@ import numpy as np
 
 __all__ = [
     "ABLATIONS",
+    "COMPARISONS",
+    "METHODS",
     "ablation_summary",
     "adaptive_vs_fixed",
     "base_vs_post",
@@ -26,6 +35,7 @@ __all__ = [
     "grid_ids",
     "load_results",
     "main_cells",
+    "paired_cells",
     "selection_distribution",
     "space_comparison",
     "stale_settings",
@@ -40,8 +50,54 @@ ABLATIONS = (
 )
 
 
+#: method -> (scores.csv column, display suffix after the detector's name; None = own row label)
+METHODS = {
+    "original": ("score_before", ""),
+    "calibdcd": ("score_after", " + CalibDCD"),
+    "placebo": ("score_placebo", " + placebo (random basis)"),
+    "noise_floor": ("score_noise_floor", " noise floor (bootstrap retrain)"),
+    "centred": ("score_centred", " + centred CalibDCD (beyond the paper)"),
+    "blind": ("score_blind", None),
+}
+
+#: (key, label with {d} = detector, method A, method B): the report's paired comparisons, A − B
+COMPARISONS = (
+    ("calibdcd", "{d} + CalibDCD vs {d}", "calibdcd", "original"),
+    ("placebo", "{d} + placebo vs {d}", "placebo", "original"),
+    ("noise_floor", "{d} noise floor vs {d}", "noise_floor", "original"),
+    ("centred", "{d} + centred CalibDCD (beyond the paper) vs {d}", "centred", "original"),
+    ("calibdcd_vs_placebo", "{d} + CalibDCD vs {d} + placebo", "calibdcd", "placebo"),
+    ("vs_blind", "{d} vs blind baseline", "original", "blind"),
+)
+
+
+def _read_pool(path: Path) -> dict[str, np.ndarray] | None:
+    """The evaluation pool's labels and per-method scores of one setting (None when absent)."""
+    if not path.is_file():
+        return None
+    with path.open(newline="", encoding="utf-8") as fh:
+        rows = [r for r in csv.DictReader(fh) if r.get("in_pool") == "1"]
+    if not rows:
+        return None
+    out = {"label": np.array([int(r["label"]) for r in rows])}
+    for method, (col, _) in METHODS.items():
+        if col in rows[0]:
+            out[method] = np.array([float(r[col]) for r in rows])
+    return out
+
+
+def _method_value(r: dict[str, Any], method: str, metric: str) -> float | None:
+    if method == "original":
+        return r["before"][metric]["estimate"]
+    if method == "calibdcd":
+        return r["after"][metric]["estimate"]
+    c = r.get("controls", {}).get(method)
+    return None if c is None else c.get(metric)
+
+
 def load_results(run_dir: str | Path) -> list[dict[str, Any]]:
-    """The completed settings of a run directory's grid (``grid.json``), in grid order.
+    """The completed settings of a run directory's grid (``grid.json``), in grid order; each with
+    its pool's per-text scores under ``_pool`` (from ``scores.csv``; None if absent).
 
     Settings in ``settings/`` that are not in the grid (left by an earlier config) are not read:
     :func:`stale_settings` lists them. A run directory without ``grid.json`` (older runs) reads
@@ -59,9 +115,12 @@ def load_results(run_dir: str | Path) -> list[dict[str, Any]]:
     out = []
     for i in order:
         try:
-            out.append(json.loads(found[i].read_text(encoding="utf-8")))
+            r = json.loads(found[i].read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             warnings.warn(f"{found[i]}: unreadable result skipped ({exc})", stacklevel=2)
+            continue
+        r["_pool"] = _read_pool(found[i].parent / "scores.csv")
+        out.append(r)
     if not out:
         raise ValueError(f"{run}: no readable result (settings/*/result.json)")
     return out
@@ -104,9 +163,14 @@ def _mean(xs: Iterable[float]) -> float:
     return float(np.mean(xs)) if xs else float("nan")
 
 
+def _spread(xs: list[float]) -> float | None:
+    return float(np.std(xs, ddof=1)) if len(xs) > 1 else None
+
+
 def main_cells(results: list[dict[str, Any]], *, post_trained_only: bool = True) -> dict[str, Any]:
-    """``{(detector, benchmark, target): {auc_before, auc_after, tpr_before, tpr_after, n}}``
-    (seed means) plus the ordered benchmark / target / detector labels."""
+    """``{(detector, benchmark, target): {auc_before, auc_after, tpr_before, tpr_after, n,
+    methods}}`` (seed means; ``methods[m][metric]`` = {mean, sd, n} over seeds for every method
+    of :data:`METHODS` present) plus the ordered benchmark / target / detector labels."""
     cells: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in results:
         if post_trained_only and not r.get("post_trained", True):
@@ -120,7 +184,16 @@ def main_cells(results: list[dict[str, Any]], *, post_trained_only: bool = True)
             "tpr_before": _mean(r["before"]["tpr"]["estimate"] for r in rs),
             "tpr_after": _mean(r["after"]["tpr"]["estimate"] for r in rs),
             "n": len(rs),
+            "methods": {},
         }
+        for method in METHODS:
+            for metric in ("auc", "tpr"):
+                xs = [_method_value(r, method, metric) for r in rs]
+                xs = [x for x in xs if x is not None]
+                if xs:
+                    out[k]["methods"].setdefault(method, {})[metric] = {
+                        "mean": float(np.mean(xs)), "sd": _spread(xs), "n": len(xs),
+                    }  # fmt: skip
     keep = [r for r in results if not post_trained_only or r.get("post_trained", True)]
     return {
         "cells": out,
@@ -128,6 +201,45 @@ def main_cells(results: list[dict[str, Any]], *, post_trained_only: bool = True)
         "benchmarks": list(dict.fromkeys(r["benchmark"] for r in keep)),
         "targets": list(dict.fromkeys(r["target"] for r in keep)),
     }
+
+
+def paired_cells(
+    results: list[dict[str, Any]],
+    *,
+    post_trained_only: bool = True,
+    n_boot: int | None = None,
+    level: float | None = None,
+    seed: int = 0,
+) -> dict[tuple[str, str, str], dict[str, dict[str, Any]]]:
+    """``{(detector, benchmark, target): {comparison: {"auc": PairedDelta, "tpr": ...}}}`` over
+    the cell's seeds (hierarchical paired bootstrap + combined DeLong p, :func:`stats.compare`),
+    for every comparison of :data:`COMPARISONS` whose two methods have per-text scores in every
+    seed. ``n_boot`` defaults to the run's ``evaluation.n_boot`` but at least
+    :data:`~calibdcd.stats.MIN_PAIRED_BOOT` (the marks of the tables rest on these intervals, and
+    the vectorised bootstrap is cheap); ``level`` to the run's ``evaluation.level``."""
+    from calibdcd.stats import MIN_PAIRED_BOOT, compare
+
+    cells: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in results:
+        if post_trained_only and not r.get("post_trained", True):
+            continue
+        if r.get("_pool") is not None:
+            cells[(r["detector"], r["benchmark"], r["target"])].append(r)
+    out: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
+    for k, rs in cells.items():
+        ev = rs[0]["before"]["auc"]
+        nb = n_boot if n_boot is not None else max(ev.get("n_boot") or 0, MIN_PAIRED_BOOT)
+        lv = level if level is not None else ev.get("level", 0.95)
+        fpr = rs[0].get("fpr", 0.05)
+        rs = sorted(rs, key=lambda r: r["seed"])
+        res: dict[str, dict[str, Any]] = {}
+        for key, _, a, b in COMPARISONS:
+            if not all(a in r["_pool"] and b in r["_pool"] for r in rs):
+                continue
+            pools = [(r["_pool"]["label"], r["_pool"][a], r["_pool"][b]) for r in rs]
+            res[key] = compare(pools, fpr=fpr, n_boot=nb, level=lv, seed=seed)
+        out[k] = res
+    return out
 
 
 def ablation_summary(results: list[dict[str, Any]]) -> list[dict[str, Any]]:

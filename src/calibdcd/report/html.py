@@ -72,7 +72,7 @@ def render_html(
         parts.extend(body)
         parts.extend(_img(p, p.stem) for p in imgs)
 
-    section("Main results", ["auc_main", "tpr_main"])
+    section("Main results", ["auc_main", "tpr_main", "paired"])
     section("Ablations", ["ablation"], ["ablation.png"])
     section("Adaptive vs fixed correction", ["adaptive"], ["adaptive_vs_fixed.png"])
     section("False-positive recovery", ["fp_recovery"], ["fp_recovery.png"])

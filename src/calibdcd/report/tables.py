@@ -1,6 +1,13 @@
 """The paper's tables as :class:`Table` objects, rendered to Markdown, LaTeX (booktabs), CSV and
-HTML. Metrics print as percentages with one decimal, as in the paper; within each
-detector/detector+CalibDCD pair the better value is bold."""
+HTML. Metrics print as percentages with one decimal, as in the paper.
+
+Main tables: per cell the mean ± SD over seeds of the detector, the detector + CalibDCD, the
+controls (placebo, noise floor, centred variant beyond the paper) and the blind baseline. A
+CalibDCD or control cell is marked better (▲, and bold for CalibDCD) or worse (▼, the detector
+bold) than the detector only when the paired 95% interval of the difference excludes 0; a
+detector cell is marked † when it does not beat the blind baseline (its paired interval against
+the blind baseline does not lie above 0). The ``paired`` table lists every comparison's ΔAUC and
+ΔTPR with interval, half-width (the smallest difference the setting can resolve) and p-value."""
 
 from __future__ import annotations
 
@@ -23,6 +30,9 @@ _LATEX_ESCAPES = (
     ("#", r"\#"),
     ("λ", r"$\lambda$"),
     ("±", r"$\pm$"),
+    ("▲", r"$\blacktriangle$"),
+    ("▼", r"$\blacktriangledown$"),
+    ("†", r"\dag{}"),
     ("→", r"$\to$"),
 )
 
@@ -113,33 +123,159 @@ def pct(x: float | None, signed: bool = False) -> str | None:
     return f"{100 * x:+.1f}" if signed else f"{100 * x:.1f}"
 
 
-def _main_table(results: list[dict[str, Any]], metric: str, title: str, key: str) -> Table | None:
+UP, DOWN, NOT_ABOVE_BLIND = "▲", "▼", "†"
+
+
+def _mean_sd(v: dict[str, Any] | None) -> str | None:
+    if v is None:
+        return None
+    if v["sd"] is None:
+        return pct(v["mean"])
+    return f"{pct(v['mean'])} ± {100 * v['sd']:.1f}"
+
+
+def _mark(paired: dict[str, Any] | None, metric: str) -> int:
+    d = (paired or {}).get(metric)
+    return 0 if d is None else d.verdict
+
+
+def _main_table(
+    results: list[dict[str, Any]],
+    metric: str,
+    title: str,
+    key: str,
+    paired: dict[tuple[str, str, str], dict[str, Any]] | None = None,
+) -> Table | None:
     m = agg.main_cells(results)
     if not m["cells"]:
         return None
+    paired = agg.paired_cells(results) if paired is None else paired
     cols = [(b, t) for b in m["benchmarks"] for t in m["targets"]]
     cols = [c for c in cols if any((d, *c) in m["cells"] for d in m["detectors"])]
     header = ["Method"] + [f"{b} / {t}" for b, t in cols] + ["Avg."]
     rows: list[list[Any]] = []
     bold: set[tuple[int, int]] = set()
+
+    def add_row(label: str, vals: list[dict[str, Any] | None], marks: list[str]) -> None:
+        means = [v["mean"] for v in vals if v is not None]
+        avg = sum(means) / len(means) if means else None
+        cells = [
+            None if s is None else s + mk
+            for s, mk in zip((_mean_sd(v) for v in vals), marks, strict=True)
+        ]
+        rows.append([label, *cells, pct(avg)])
+
+    blind_vals: list[dict[str, Any] | None] = [None] * len(cols)
     for det in m["detectors"]:
-        pair = []
-        for stage, label in (("before", det), ("after", f"{det} + CalibDCD")):
-            vals = [m["cells"].get((det, *c), {}).get(f"{metric}_{stage}") for c in cols]
-            present = [v for v in vals if v is not None]
-            avg = sum(present) / len(present) if present else None
-            pair.append([*vals, avg])
-            rows.append([label] + [pct(v) for v in vals] + [pct(avg)])
-        i_after = len(rows) - 1
-        for j, (b, a) in enumerate(zip(pair[0], pair[1], strict=True), start=1):
-            if b is None or a is None:
+        cells = [m["cells"].get((det, *c)) for c in cols]
+        pairs = [paired.get((det, *c), {}) for c in cols]
+        i_det = len(rows)
+        for method, (_, suffix) in agg.METHODS.items():
+            vals = [None if c is None else c["methods"].get(method, {}).get(metric) for c in cells]
+            if method == "blind":
+                pairs_bv = zip(blind_vals, vals, strict=True)
+                blind_vals = [b if b is not None else v for b, v in pairs_bv]
                 continue
-            if round(a, 3) > round(b, 3):
-                bold.add((i_after, j))
-            elif round(b, 3) > round(a, 3):
-                bold.add((i_after - 1, j))
+            if all(v is None for v in vals):
+                continue
+            if method == "original":
+                marks = [
+                    NOT_ABOVE_BLIND if "vs_blind" in p and _mark(p["vs_blind"], "auc") < 1 else ""
+                    for p in pairs
+                ]
+            else:
+                verdicts = [_mark(p.get(method), metric) for p in pairs]
+                marks = [UP if v > 0 else DOWN if v < 0 else "" for v in verdicts]
+                if method == "calibdcd":
+                    for j, v in enumerate(verdicts, start=1):
+                        if v:
+                            bold.add((len(rows) if v > 0 else i_det, j))
+            add_row(f"{det}{suffix}", vals, marks)
+    if any(v is not None for v in blind_vals):
+        from calibdcd.blind import BLIND_LABEL
+
+        add_row(BLIND_LABEL, blind_vals, [""] * len(cols))
+    n_seeds = sorted({c["n"] for c in m["cells"].values()})
+    seeds = "/".join(str(n) for n in n_seeds)
     return Table(
-        key, title, header, rows, bold, note="Percent; seed means; bold = better of each pair."
+        key,
+        title,
+        header,
+        rows,
+        bold,
+        note=(
+            f"Percent; mean ± SD over {seeds} seed(s) (no ± with one seed). ▲/▼ (bold = the "
+            "better of detector and detector + CalibDCD): the paired 95% interval of the "
+            "difference from the detector (hierarchical bootstrap over seeds and texts) lies "
+            "above/below 0; unmarked = not resolved. †: the detector does not beat the blind "
+            "baseline (paired ΔAUC interval vs the blind baseline not above 0). Placebo: a "
+            "random basis of CalibDCD's size; noise floor: the classifier retrained on a "
+            "bootstrap resample; centred: a variant beyond the paper; blind baseline: TF-IDF + "
+            "logistic regression on the texts alone, never querying the model."
+        ),
+    )
+
+
+def _paired_table(
+    results: list[dict[str, Any]], paired: dict[tuple[str, str, str], dict[str, Any]]
+) -> Table | None:
+    if not any(paired.values()):
+        return None
+    labels = {k: lab for k, lab, _, _ in agg.COMPARISONS}
+    rows = []
+    level = 0.95
+    for (det, bench, tgt), comps in paired.items():
+        for key, res in comps.items():
+            a, t = res["auc"], res["tpr"]
+            level = a.level
+
+            def verdict(d: Any) -> str:
+                return "better" if d.verdict > 0 else "worse" if d.verdict < 0 else "–"
+
+            rows.append(
+                [
+                    labels[key].format(d=det),
+                    f"{bench} / {tgt}",
+                    a.n_seeds,
+                    pct(a.estimate, True),
+                    f"[{pct(a.low, True)}, {pct(a.high, True)}]",
+                    f"{100 * a.half_width:.1f}",
+                    "–" if a.p_value is None else f"{a.p_value:.3g}",
+                    verdict(a),
+                    pct(t.estimate, True),
+                    f"[{pct(t.low, True)}, {pct(t.high, True)}]",
+                    f"{100 * t.half_width:.1f}",
+                    verdict(t),
+                ]
+            )
+    fpr = results[0].get("fpr", 0.05) if results else 0.05
+    return Table(
+        "paired",
+        "Paired comparisons on the same texts (A vs B = A − B), pooled over seeds",
+        [
+            "Comparison",
+            "Benchmark / target",
+            "Seeds",
+            "ΔAUC",
+            f"{100 * level:.0f}% CI",
+            "Half-width",
+            "p (DeLong)",
+            "AUC",
+            f"ΔTPR@{100 * fpr:g}%FPR",
+            f"{100 * level:.0f}% CI",
+            "Half-width",
+            "TPR",
+        ],
+        rows,
+        note=(
+            "Percentage points. Intervals: hierarchical paired bootstrap (seeds resampled, then "
+            "each seed's pool texts within label; both methods on the same resampled texts). "
+            "Half-width = the smallest difference this setting can resolve (0 with Δ = 0 means "
+            "identical scores, e.g. CalibDCD selected no correction, not infinite resolution: "
+            "read the placebo's and the noise floor's half-widths). p: per-seed DeLong z "
+            "averaged over seeds against N(0, 1), conservative for seeds that share texts. "
+            "better/worse only when the interval excludes 0."
+        ),
     )
 
 
@@ -162,13 +298,26 @@ def _detail_table(results: list[dict[str, Any]]) -> Table:
                 ci(r["after"]["tpr"]),
                 "none" if c["rank"] is None else f"{c['rank']}/{c['strength']:g}",
                 " ".join(c["selected_views"]),
+                pct(r.get("controls", {}).get("placebo", {}).get("auc")),
+                pct(r.get("controls", {}).get("blind", {}).get("auc")),
             ]
         )
     level = results[0]["before"]["auc"].get("level", 0.95) if results else 0.95
     return Table(
         "settings",
         "Every setting: AUC and TPR@FPR before → after CalibDCD",
-        ["Setting", "Pool n", "AUC", "AUC + CalibDCD", "TPR", "TPR + CalibDCD", "r/λ", "Views"],
+        [
+            "Setting",
+            "Pool n",
+            "AUC",
+            "AUC + CalibDCD",
+            "TPR",
+            "TPR + CalibDCD",
+            "r/λ",
+            "Views",
+            "AUC placebo",
+            "AUC blind",
+        ],
         rows,
         note=f"Percent with {100 * level:.0f}% stratified bootstrap intervals on the pool.",
     )
@@ -367,11 +516,19 @@ def _space_table(results: list[dict[str, Any]]) -> Table | None:
 def build_tables(results: list[dict[str, Any]]) -> list[Table]:
     fpr = results[0].get("fpr", 0.05) if results else 0.05
     tpr_name = f"TPR@{100 * fpr:g}%FPR"
+    paired = agg.paired_cells(results)
     out = [
-        _main_table(results, "auc", "AUC of the detectors with and without CalibDCD", "auc_main"),
         _main_table(
-            results, "tpr", f"{tpr_name} of the detectors with and without CalibDCD", "tpr_main"
+            results, "auc", "AUC of the detectors with and without CalibDCD", "auc_main", paired
         ),
+        _main_table(
+            results,
+            "tpr",
+            f"{tpr_name} of the detectors with and without CalibDCD",
+            "tpr_main",
+            paired,
+        ),
+        _paired_table(results, paired),
         _ablation_table(results),
         _adaptive_table(results),
         _fp_table(results),
