@@ -267,7 +267,11 @@ def family_views(
     if isinstance(tokenizer, str) or hasattr(tokenizer, "__fspath__"):
         from transformers import AutoTokenizer  # local import: views must not need torch
 
-        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer))
+        from calibdcd.models import resolve_model
+
+        tokenizer = AutoTokenizer.from_pretrained(
+            str(resolve_model(str(tokenizer), need="tokenizer").path)
+        )
     return template_views(tokenizer, family=family or "template")
 
 

@@ -13,7 +13,12 @@ __all__ = ["demo_command", "report_command", "run_command"]
 def run_command(
     config: Annotated[Path, typer.Argument(help="experiment config (YAML)")],
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="resolve and validate everything; load no model")
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="resolve and validate everything (every model must be in the local hub cache); "
+            "load no model",
+        ),
     ] = False,
     out: Annotated[
         Path | None, typer.Option("--out", help="run directory (default: the config's output)")
@@ -25,6 +30,7 @@ def run_command(
     from calibdcd.experiment.config import ConfigError, load_config
     from calibdcd.experiment.runner import dry_run as check
     from calibdcd.experiment.runner import run_experiment
+    from calibdcd.models import MissingModelsError
 
     try:
         cfg = load_config(config)
@@ -42,7 +48,11 @@ def run_command(
             raise typer.Exit(1)
         typer.echo("dry run: OK")
         return
-    run_dir = run_experiment(cfg, out, progress=progress, log=typer.echo)
+    try:
+        run_dir = run_experiment(cfg, out, progress=progress, log=typer.echo)
+    except MissingModelsError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
     typer.echo(f"run directory: {run_dir}")
     if report:
         from calibdcd.report import write_report

@@ -69,6 +69,9 @@ class DetectorSpec:
     module: str
     build: Callable[[DetectorEntry, str, str], Any]  # (entry, benchmark name, cache dir) -> det
     description: str
+    #: (dotted field of the detector's config, "model" | "tokenizer") naming models
+    #: (:func:`calibdcd.models.models_in_config` lists them, defaults included)
+    model_fields: tuple[tuple[str, str], ...] = ()
 
 
 def resolve_lab_refs(value: Any, *, build: bool = True) -> Any:
@@ -141,12 +144,18 @@ DETECTORS: dict[str, DetectorSpec] = {
             "calibdcd.detectors.veilprobe",
             _veilprobe,
             "VeilProbe: mapping-model features + key-token perturbation, ProtoNet-IB",
+            (
+                ("perturb.proxies", "model"),
+                ("perturb.masked_lm", "model"),
+                ("mapping.tokenizer", "tokenizer"),
+            ),
         ),
         DetectorSpec(
             "dpdllm",
             "calibdcd.detectors.dpdllm",
             _dpdllm,
             "DPDLLM: reference-LM probabilities of the continuation, Gaussian NB",
+            (("reference.model_path", "model"),),
         ),
         DetectorSpec(
             "overlap",

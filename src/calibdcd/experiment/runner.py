@@ -6,6 +6,7 @@ Run directory layout::
       config.yaml          the resolved config (paths absolute, defaults filled in)
       environment.json     package versions, python, platform, git commit (+ dirty flag)
       grid.json            the settings in run order
+      models.json          every model the config names: where, ref, hub repo id and commit
       settings/<id>/       result.json (written last, atomically), scores.csv, split.json
       results.jsonl        one line per completed setting (rewritten after each setting)
       results.csv          the headline numbers per setting
@@ -39,8 +40,17 @@ from calibdcd.experiment.components import (
 from calibdcd.experiment.config import ExperimentConfig
 from calibdcd.experiment.setting import RunContext, Setting, run_setting, setting_hash
 from calibdcd.experiment.store import atomic_write_text, write_csv, write_json
+from calibdcd.models import MissingModelsError, ModelUse, ResolvedModel, check_models, models_record
 
-__all__ = ["describe_grid", "dry_run", "environment", "grid", "run_experiment", "summary_rows"]
+__all__ = [
+    "describe_grid",
+    "dry_run",
+    "environment",
+    "grid",
+    "require_models",
+    "run_experiment",
+    "summary_rows",
+]
 
 
 def grid(cfg: ExperimentConfig) -> list[Setting]:
@@ -163,7 +173,9 @@ def run_experiment(
     from tqdm.auto import tqdm
 
     run_dir = Path(out_dir) if out_dir is not None else _default_out(cfg)
+    models = require_models(cfg)  # before anything is generated or built
     run_dir.mkdir(parents=True, exist_ok=True)
+    write_json(run_dir / "models.json", models_record(models))
     say = log or (lambda s: None)
     atomic_write_text(
         run_dir / "config.yaml", yaml.safe_dump(cfg.as_dict(), sort_keys=False, allow_unicode=True)
@@ -203,6 +215,33 @@ def run_experiment(
         bar.close()
         ctx.release_target()
     return run_dir
+
+
+# --------------------------------------------------------------------------------------------
+# Models
+# --------------------------------------------------------------------------------------------
+
+
+def require_models(cfg: ExperimentConfig) -> list[tuple[ModelUse, ResolvedModel]]:
+    """Resolve every model the config names (targets, detector models and their defaults) in
+    the local hub cache, loading no weights and downloading nothing. Raises one
+    :class:`~calibdcd.models.MissingModelsError` listing every missing model, where it is used
+    and the command that fetches them all."""
+    return check_models(cfg)
+
+
+def _dry_run_models(cfg: ExperimentConfig, lines: list[str], problems: list[str]) -> None:
+    try:
+        resolved = require_models(cfg)
+    except MissingModelsError as exc:
+        problems.append(str(exc))
+        return
+    except ValueError:  # a detector that does not build: reported with the detectors
+        return
+    lines.append(f"models: {len(resolved)} named, all available here")
+    for use, rm in resolved:
+        what = f"hub {rm.repo_id} @ {rm.revision[:12]}" if rm.is_hub else "local"
+        lines.append(f"  {use.describe()}: {use.ref} ({what})")
 
 
 # --------------------------------------------------------------------------------------------
@@ -290,11 +329,7 @@ def dry_run(cfg: ExperimentConfig) -> tuple[list[str], list[str]]:
             if looks_local and not p.exists():
                 problems.append(f"{key}.model: no such local checkpoint {t.model!r}")
                 continue
-            where = (
-                str(p)
-                if p.exists()
-                else f"hub id {t.model} (must be in the local HF cache or reachable)"
-            )
+            where = str(p) if p.exists() else f"hub id {t.model}"
         else:
             if "base_url" not in t.options:
                 problems.append(f"{key}.options.base_url: required by backend {t.backend!r}")
@@ -336,6 +371,7 @@ def dry_run(cfg: ExperimentConfig) -> tuple[list[str], list[str]]:
             )
         except Exception as exc:
             problems.append(f"{key}: {exc}")
+    _dry_run_models(cfg, lines, problems)
     c = cfg.calibration
     lines.append(
         f"CalibDCD: ranks {list(c.ranks)} x strengths {list(c.strengths)} "

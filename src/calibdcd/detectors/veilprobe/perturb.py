@@ -61,6 +61,12 @@ def model_fingerprint(path: str | Path) -> dict:
     return {"path": str(p), "weights": files}
 
 
+def _local(ref: str) -> str:
+    from calibdcd.models import resolve_model
+
+    return str(resolve_model(ref).path)
+
+
 def _strip_span(text: str, start: int, end: int) -> tuple[int, int]:
     while start < end and text[start].isspace():
         start += 1
@@ -120,7 +126,12 @@ class KeyTokenPerturber:
         self._mlm_path: str | None = config.masked_lm
 
     def prepare(self, pool: Sequence[str]) -> None:
-        """Resolve (training if needed) the proxy and masked-LM paths."""
+        """Resolve (training if needed) the proxy and masked-LM paths. Hub ids become their
+        snapshot directories in the local hub cache (named by commit, so cache keys follow)."""
+        if self._proxy_paths is not None:
+            self._proxy_paths = [_local(p) for p in self._proxy_paths]
+        if self._mlm_path is not None:
+            self._mlm_path = _local(self._mlm_path)
         if self._proxy_paths is None:
             self._proxy_paths = [
                 str(
