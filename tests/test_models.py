@@ -136,7 +136,7 @@ def test_resolve_by_id_and_by_revision(hub):
 
 def test_tokenizer_only_snapshot_serves_a_tokenizer_not_a_model(hub):
     assert resolve_model("org/tok-only", need="tokenizer").revision == COMMIT_A
-    with pytest.raises(MissingModelError, match="incomplete.*no weights"):
+    with pytest.raises(MissingModelError, match=r"incomplete.*no weights"):
         resolve_model("org/tok-only")
 
 
@@ -179,7 +179,7 @@ def test_hf_target_loads_a_hub_id_and_generates(hub, tmp_path):
     assert len(out) == 1 and isinstance(out[0][0], str) and out[0][0].strip()
     local = HFTarget(resolve_model("org/tiny").path, device="cpu", cache_dir=tmp_path / "c")
     assert local.name.split("@")[1] == t.name.split("@")[1]  # same weights, same fingerprint
-    with pytest.raises(ValueError, match="org/absent.*calibdcd models fetch"):
+    with pytest.raises(ValueError, match=r"org/absent.*calibdcd models fetch"):
         HFTarget("org/absent", device="cpu", cache_dir=tmp_path / "c")
 
 
