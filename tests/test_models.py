@@ -393,3 +393,141 @@ def test_paper_config_dry_run_names_every_missing_hub_model(tmp_path):
     assert f"{len(expected)} model(s)" in msg
     assert "calibdcd models fetch configs/paper.yaml" in msg
     assert "dry run: OK" not in r.stdout
+
+
+# --- fetching from a hub served on loopback -------------------------------------------------
+
+
+class FakeHub:
+    """A minimal Hugging Face hub on 127.0.0.1 (the endpoints snapshot_download uses: repo info,
+    tree listing, file resolve) serving real files; it logs every request."""
+
+    def __init__(self, repos: dict[str, tuple[str, dict[str, bytes]]]):
+        import http.server
+        import threading
+
+        self.repos = repos  # repo id -> (commit, {path: content})
+        self.log: list[tuple[str, str]] = []
+        hub = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):  # quiet
+                pass
+
+            def do_HEAD(self):
+                self._serve(body=False)
+
+            def do_GET(self):
+                self._serve(body=True)
+
+            def _send(self, code, payload: bytes, headers: dict[str, str], body: bool):
+                self.send_response(code)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                if body:
+                    self.wfile.write(payload)
+
+            def _json(self, obj, body):
+                data = json.dumps(obj).encode()
+                self._send(200, data, {"Content-Type": "application/json"}, body)
+
+            def _serve(self, body: bool):
+                path = self.path.split("?")[0]
+                hub.log.append((self.command, path))
+                for repo_id, (commit, files) in hub.repos.items():
+                    api = f"/api/models/{repo_id}/"
+                    if path.startswith(api + "revision/"):
+                        return self._json(
+                            {"id": repo_id, "sha": commit,
+                             "siblings": [{"rfilename": f} for f in files]}, body,
+                        )  # fmt: skip
+                    if path.startswith(api + "tree/"):
+                        return self._json(
+                            [{"type": "file", "path": f, "size": len(d), "oid": _git_oid(d)}
+                             for f, d in files.items()], body,
+                        )  # fmt: skip
+                    res = f"/{repo_id}/resolve/"
+                    if path.startswith(res):
+                        name = path[len(res) :].split("/", 1)[1]
+                        if name in files:
+                            data = files[name]
+                            return self._send(
+                                200, data,
+                                {"X-Repo-Commit": commit, "ETag": f'"{_git_oid(data)}"'}, body,
+                            )  # fmt: skip
+                self._send(404, b"{}", {"X-Error-Code": "RepoNotFound"}, body)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _git_oid(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def test_models_fetch_downloads_only_what_transformers_needs(checkpoints, tmp_path):
+    tiny = {f.name: f.read_bytes() for f in checkpoints["tiny"].iterdir() if f.is_file()}
+    extras = {"pytorch_model.bin": b"old weights", "onnx/model.onnx": b"x", "README.md": b"#"}
+    hub = FakeHub({"org/tiny": (COMMIT_A, {**tiny, **extras}), "org/tokrepo": (COMMIT_B, tiny)})
+    cache = tmp_path / "hub"
+    cfg = _config(
+        tmp_path,
+        "  - {name: t, backend: hf, model: org/tiny}\n",
+        "  - {name: veilprobe, preset: cpu, options: {mapping: {tokenizer: org/tokrepo}}}\n"
+        "  - {name: dpdllm, options: {reference: {model_path: org/nope}}}\n",
+    )
+    env = {"HF_HUB_CACHE": str(cache), "HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "0",
+           "TRANSFORMERS_OFFLINE": "0", "HF_TOKEN": ""}  # fmt: skip
+    try:
+        r = _cli("models", "fetch", str(cfg), "--no-progress", env=env)
+        assert r.returncode == 1, r.stdout + r.stderr  # org/nope does not exist
+        assert "failed   org/nope: no such repository" in r.stderr
+        assert f"fetched  org/tiny  [org/tiny @ {COMMIT_A}]" in r.stdout
+        assert f"fetched  org/tokrepo  [org/tokrepo @ {COMMIT_B}]" in r.stdout
+        snap = cache / "models--org--tiny" / "snapshots" / COMMIT_A
+        assert sorted(f.name for f in snap.iterdir()) == select_files(tiny)
+        assert "model.safetensors" in select_files(tiny)
+        got = {p.rsplit("/", 1)[-1] for m, p in hub.log if m == "GET" and "/resolve/" in p}
+        assert not got & {"pytorch_model.bin", "model.onnx", "README.md"}
+        tok_snap = cache / "models--org--tokrepo" / "snapshots" / COMMIT_B
+        assert sorted(f.name for f in tok_snap.iterdir()) == select_files(tiny, "tokenizer")
+
+        n_requests = len(hub.log)
+        again = _cli("models", "fetch", str(cfg), "--no-progress", env=env)
+        assert f"present  org/tiny  [org/tiny @ {COMMIT_A}]" in again.stdout
+        assert not any("/resolve/" in p for _, p in hub.log[n_requests:])  # nothing re-fetched
+    finally:
+        hub.close()
+    offline = {"HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
+    listed = _cli("models", "list", str(cfg), env=offline)
+    assert f"present  org/tiny  [org/tiny @ {COMMIT_A}]" in listed.stdout
+    assert "1 missing" in listed.stdout and "missing  org/nope" in listed.stdout
+
+
+def test_models_fetch_refuses_offline(hub, tmp_path):
+    cfg = _config(tmp_path, *MISSING_TWO)
+    r = _cli("models", "fetch", str(cfg), env={"HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "1"})
+    assert r.returncode == 1
+    assert f"present  org/tiny  [org/tiny @ {COMMIT_A}]" in r.stdout
+    assert "failed   org/absent-target: HF_HUB_OFFLINE is set" in r.stderr
+    assert "2 model(s) could not be fetched" in r.stderr
+
+
+def test_target_identity_follows_the_hub_commit(hub):
+    from calibdcd.experiment.components import target_identity
+    from calibdcd.experiment.config import TargetEntry
+
+    entry = TargetEntry(name="t", backend="hf", model="org/tiny")
+    before = target_identity(entry)
+    (hub / "models--org--tiny" / "refs" / "main").write_text(COMMIT_B)  # a newer fetch
+    assert target_identity(entry) != before
+    (hub / "models--org--tiny" / "refs" / "main").write_text(COMMIT_A)
+    assert target_identity(entry) == before

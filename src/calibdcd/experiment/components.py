@@ -245,7 +245,8 @@ def resolve_lab(preset: str, *, build: bool = True) -> Path | None:
 
 def target_identity(entry: TargetEntry, model_path: str | None = None) -> str:
     """A stable identity of a target spec for feature cache keys, computed without loading it:
-    backend, model and options, plus the sizes and mtimes of a local checkpoint's files."""
+    backend, model and options, plus the sizes and mtimes of a local checkpoint's files (a hub
+    id: the commit of its snapshot in the local hub cache)."""
     model = model_path or entry.model
     parts: dict[str, Any] = {
         "backend": entry.backend,
@@ -254,6 +255,14 @@ def target_identity(entry: TargetEntry, model_path: str | None = None) -> str:
         "options": {k: v for k, v in entry.options.items() if k not in ("progress", "batch_size")},
     }
     p = Path(model)
+    if entry.backend == "hf" and not p.exists():  # a hub id: the commit of its cached snapshot
+        from calibdcd.models import MissingModelError, is_hub_id, resolve_model
+
+        if is_hub_id(model):
+            try:
+                parts["revision"] = resolve_model(model).revision
+            except MissingModelError:
+                pass
     if p.exists():
         files = [p] if p.is_file() else sorted(x for x in p.rglob("*") if x.is_file())
         parts["files"] = [

@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from calibdcd.models import resolve_model
 from calibdcd.targets.base import GenerationParams, register_backend, validate_prompts
 from calibdcd.targets.tiny import default_cache_dir
 
@@ -252,7 +253,9 @@ class HFTarget:
         if not isinstance(model, (str, os.PathLike)) or not str(model):
             raise ValueError(f"model must be a path (str or PathLike), got {model!r}")
         self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
-        source = self._resolve_source(str(model))
+        resolved = resolve_model(str(model))  # a MissingModelError (ValueError) names the model
+        self.hub_model = resolved if resolved.is_hub else None
+        source = resolved.path
         load_dir = self._load_dir(source)
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
@@ -296,13 +299,6 @@ class HFTarget:
         self._can_prune = True
 
     # -- loading helpers --
-
-    def _resolve_source(self, model: str) -> Path:
-        from calibdcd.models import resolve_model
-
-        resolved = resolve_model(model)  # MissingModelError (a ValueError) names the model
-        self.hub_model = resolved if resolved.is_hub else None
-        return resolved.path
 
     def _load_dir(self, source: Path) -> Path:
         if source.is_file():
