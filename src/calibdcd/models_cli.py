@@ -30,8 +30,7 @@ def _uses(config: Path):
 
 @app.command("list")
 def list_command(config: ConfigArg) -> None:
-    """Every model use of CONFIG: where, reference, present/missing, hub repo id and revision.
-    Exits 1 when a model is missing."""
+    """Each model use of CONFIG: present or missing, repo id, commit (exit 1 if one is missing)."""
     from calibdcd.models import MissingModelError, hub_cache_dir, resolve_model
 
     uses = _uses(config)
@@ -57,8 +56,7 @@ def fetch_command(
     config: ConfigArg,
     progress: Annotated[bool, typer.Option(help="huggingface_hub's progress bars")] = True,
 ) -> None:
-    """Download every hub model of CONFIG that is missing from the local hub cache (only the
-    files transformers needs). Exits 1 when a model could not be fetched."""
+    """Download every missing hub model of CONFIG (only the files transformers needs)."""
     from calibdcd.models import fetch_models
 
     results = fetch_models(_uses(config), progress=progress, log=typer.echo)
