@@ -61,12 +61,6 @@ def model_fingerprint(path: str | Path) -> dict:
     return {"path": str(p), "weights": files}
 
 
-def _local(ref: str) -> str:
-    from calibdcd.models import resolve_model
-
-    return str(resolve_model(ref).path)
-
-
 def _strip_span(text: str, start: int, end: int) -> tuple[int, int]:
     while start < end and text[start].isspace():
         start += 1
@@ -107,6 +101,13 @@ def aggregate_key_tokens(
         (start, end), _ = Counter(spans[word]).most_common(1)[0]
         out.append(KeyToken(word, start, end, sum(scores[word]) / len(scores[word])))
     return out
+
+
+def _local(ref: str) -> str:
+    """A model reference as a directory (hub ids: their snapshot in the local hub cache)."""
+    from calibdcd.models import resolve_model
+
+    return str(resolve_model(ref).path)
 
 
 class KeyTokenPerturber:
