@@ -365,7 +365,7 @@ def test_run_records_resolved_models(hub, tmp_path):
     assert str(tmp_path) not in (run_dir / "models.json").read_text()
 
 
-def test_paper_config_dry_run_names_every_missing_hub_model(tmp_path):
+def test_paper_config_dry_run_names_every_missing_hub_model(tmp_path, monkeypatch):
     from conftest import shared_dir
 
     r = _cli(
@@ -390,7 +390,16 @@ def test_paper_config_dry_run_names_every_missing_hub_model(tmp_path):
         assert where in line, (ref, msg)
     gpt2 = next(ln for ln in msg.splitlines() if ln.startswith("  - gpt2:"))
     assert "detectors[1] (DPDLLM).options.reference.model_path (default)" in gpt2
-    assert f"{len(expected)} model(s)" in msg
+    # and every model the presets add (e.g. VeilProbe's mapping tokenizer), each where it is used
+    from calibdcd.experiment import load_config
+
+    monkeypatch.setenv("CALIBDCD_SHARED", os.environ.get("CALIBDCD_SHARED") or str(shared_dir()))
+    uses = models_in_config(load_config(REPO / "configs" / "paper.yaml"))
+    assert set(expected) <= {u.ref for u in uses}
+    for u in uses:
+        line = next((ln for ln in msg.splitlines() if ln.startswith(f"  - {u.ref}:")), "")
+        assert u.describe() in line, (u, msg)
+    assert f"{len({u.ref for u in uses})} model(s)" in msg
     assert "calibdcd models fetch configs/paper.yaml" in msg
     assert "dry run: OK" not in r.stdout
 
