@@ -172,17 +172,19 @@ def load_config_roundtrip(cfg):
     return parse_config(yaml.safe_load(yaml.safe_dump(cfg.as_dict())))
 
 
-def test_paper_config_dry_run_passes():
+def test_paper_config_dry_run_passes_but_for_its_hub_models(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
     from calibdcd.cli import app
 
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))  # no model fetched
     res = CliRunner().invoke(app, ["run", str(REPO / "configs" / "paper.yaml"), "--dry-run"])
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 1, res.output
     assert "= 24 settings" in res.output
     assert "pool 1900 (950 m / 950 nm)" in res.output  # BookTection, the paper's data table
     assert "pool 442 (234 m / 208 nm)" in res.output  # WikiMIA
-    assert "dry run: OK" in res.output
+    assert "dry run: 1 problem(s)" in res.output  # the missing hub models (tests/test_models.py)
+    assert "model(s) named by" in res.output and "Qwen/Qwen2.5-7B-Instruct" in res.output
     cfg = load_config(REPO / "configs" / "paper.yaml")
     assert {t.family for t in cfg.targets} == {"qwen2.5", "llama3.1", "deepseek-r1-distill-qwen"}
     assert len(grid(cfg)) == 24

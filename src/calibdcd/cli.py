@@ -9,6 +9,7 @@ from calibdcd.data.cli import app as _data_app
 from calibdcd.detectors.veilprobe.cli import app as _veilprobe_app
 from calibdcd.experiment.cli import demo_command, report_command, run_command
 from calibdcd.lab.cli import app as _lab_app
+from calibdcd.models_cli import app as _models_app
 from calibdcd.views_cli import views_command
 
 app = typer.Typer(
@@ -23,6 +24,7 @@ app.command("report")(report_command)
 app.command("views")(views_command)
 app.add_typer(_data_app, name="data")
 app.add_typer(_lab_app, name="lab")
+app.add_typer(_models_app, name="models")
 app.add_typer(_veilprobe_app, name="veilprobe")
 
 

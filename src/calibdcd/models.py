@@ -5,33 +5,90 @@ A model reference (``ref``) is what a user writes wherever a model is named: a t
 
 * a local path (a checkpoint directory, or a ``.gguf`` file), used as it is; or
 * a hub id (``org/name`` or a bare canonical id such as ``gpt2``), optionally pinned with
-  ``@revision``, resolved through ``huggingface_hub`` into its cache.
+  ``@revision`` (a branch, tag or commit), resolved through ``huggingface_hub`` into its cache
+  (``$HF_HUB_CACHE``, else ``$HF_HOME/hub``, else ``~/.cache/huggingface/hub``; read when a
+  model is resolved, not when the module is imported).
 
 :func:`resolve_model` never downloads: a hub id that is not in the local hub cache raises
-:class:`MissingModelError`. Fetching is an explicit step (``calibdcd models fetch CONFIG``).
+:class:`MissingModelError`. Fetching is an explicit step, :func:`fetch_models`
+(``calibdcd models fetch CONFIG``), which downloads only what transformers needs: the config,
+generation config and tokenizer files, and the weights as safetensors (``*.bin`` only for repos
+without safetensors); files in sub-folders (ONNX, ``original/`` consolidated checkpoints, ...)
+are skipped.
 
-This module is the shared entry point; every loader calls :func:`resolve_model` and uses
-``.path``.
+:func:`models_in_config` lists every model an experiment config uses (:class:`ModelUse`, with
+where it is used), including detector defaults the config does not spell out; lab models
+(``lab:`` targets, ``lab:...`` and ``lab-clean-reference:...`` options) and remotely served
+targets (``backend: openai``) are not hub models and are left out. :func:`check_models`
+resolves them all and raises one :class:`MissingModelsError` naming every missing one.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
-__all__ = ["MissingModelError", "ResolvedModel", "is_hub_id", "resolve_model"]
+if TYPE_CHECKING:
+    from calibdcd.experiment.config import ExperimentConfig
+
+__all__ = [
+    "MissingModelError",
+    "MissingModelsError",
+    "ModelUse",
+    "ResolvedModel",
+    "check_models",
+    "fetch_models",
+    "hub_cache_dir",
+    "is_hub_id",
+    "models_in_config",
+    "resolve_model",
+    "select_files",
+]
+
+Need = Literal["model", "tokenizer"]
 
 _HUB_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*(?:@[\w./-]+)?$")
+_LAB_PREFIXES = ("lab:", "lab-clean-reference:")
+
+# files transformers reads besides the weights (top level of the repo only)
+_CONFIG_FILES = frozenset({"config.json", "generation_config.json"})
+_TOKENIZER_FILES = frozenset(
+    {
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "added_tokens.json",
+        "vocab.json",
+        "vocab.txt",
+        "merges.txt",
+        "chat_template.jinja",
+        "chat_template.json",
+    }
+)
+_TOKENIZER_SUFFIXES = (".model", ".tiktoken")  # sentencepiece / tiktoken vocabularies
+_WEIGHTS = {
+    "safetensors": (re.compile(r"\.safetensors$"), "model.safetensors.index.json"),
+    "bin": (re.compile(r"^pytorch_model.*\.bin$"), "pytorch_model.bin.index.json"),
+}
 
 
 class MissingModelError(ValueError):
-    """A hub model that is not in the local hub cache (and downloading is not allowed)."""
+    """A model reference that cannot be used here: a hub model that is not (completely) in the
+    local hub cache, or a local path that does not exist."""
 
     def __init__(self, ref: str, reason: str = "not in the local hub cache"):
         self.ref = ref
         self.reason = reason
-        super().__init__(f"model {ref!r}: {reason}")
+        hint = ""
+        if "local hub cache" in reason:
+            repo_id, rev = split_ref(ref)
+            cmd = f"hf download {repo_id}" + (f" --revision {rev}" if rev else "")
+            hint = f"; fetch it with `calibdcd models fetch CONFIG` or `{cmd}`"
+        super().__init__(f"model {ref!r}: {reason}{hint}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,32 +100,343 @@ class ResolvedModel:
     repo_id: str | None = None
     revision: str | None = None
 
-    def record(self) -> dict[str, str | None]:
-        """What a run directory records (no absolute path)."""
-        return {"ref": self.ref, "repo_id": self.repo_id, "revision": self.revision}
+    @property
+    def is_hub(self) -> bool:
+        return self.repo_id is not None
+
+    def record(self) -> dict[str, Any]:
+        """What a run directory records: never an absolute path (a local model is recorded by
+        its file or directory name only)."""
+        if self.is_hub:
+            return {"ref": self.ref, "repo_id": self.repo_id, "revision": self.revision}
+        return {"ref": Path(self.ref).name, "repo_id": None, "revision": None, "local": True}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelUse:
+    """One place a config names a model: ``where`` (``targets[0] (Qwen).model``), the ``ref``,
+    what is needed from it (``"model"``: weights + tokenizer; ``"tokenizer"``: tokenizer only)
+    and whether the value is a default the config does not spell out."""
+
+    where: str
+    ref: str
+    need: Need = "model"
+    default: bool = False
+
+    def describe(self) -> str:
+        return self.where + (" (default)" if self.default else "")
+
+
+# --------------------------------------------------------------------------------------------
+# Resolving (never downloads)
+# --------------------------------------------------------------------------------------------
+
+
+def hub_cache_dir() -> Path:
+    """The hub cache, from the environment at call time (``HF_HUB_CACHE``, the legacy
+    ``HUGGINGFACE_HUB_CACHE``, ``HF_HOME``/hub), else huggingface_hub's default."""
+    env = os.environ
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if env.get(var):
+            return Path(os.path.expandvars(env[var])).expanduser()
+    if env.get("HF_HOME"):
+        return Path(os.path.expandvars(env["HF_HOME"])).expanduser() / "hub"
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE)
 
 
 def is_hub_id(ref: str) -> bool:
-    """True when ``ref`` is not an existing path and looks like a hub id."""
-    if Path(ref).expanduser().exists() or ref.startswith((".", "/", "~")):
+    """True when ``ref`` is not an existing path and looks like a hub id (``org/name``,
+    ``name``, optionally ``@revision``)."""
+    if not ref or Path(ref).expanduser().exists() or ref.startswith((".", "/", "~")):
+        return False
+    if ref.lower().endswith(".gguf") or ref.startswith(_LAB_PREFIXES):
         return False
     return bool(_HUB_ID.match(ref))
 
 
-def resolve_model(ref: str | Path) -> ResolvedModel:
-    """Resolve a model reference to files on disk, without any network access."""
+def split_ref(ref: str) -> tuple[str, str | None]:
+    """``"org/name@rev"`` -> ``("org/name", "rev")``; no ``@`` -> ``(ref, None)``."""
+    repo_id, _, revision = ref.partition("@")
+    return repo_id, revision or None
+
+
+def select_files(repo_files: Iterable[str], need: Need = "model") -> list[str]:
+    """The files of a repo that transformers needs for ``need``: top-level config, generation
+    config and tokenizer files, plus (``need="model"``) the weights as safetensors, or as
+    ``pytorch_model*.bin`` when the repo has no safetensors (never both)."""
+    top = sorted(f for f in set(repo_files) if "/" not in f)
+    picked = [
+        f
+        for f in top
+        if f in _CONFIG_FILES or f in _TOKENIZER_FILES or f.endswith(_TOKENIZER_SUFFIXES)
+    ]
+    if need == "model":
+        for pattern, index in _WEIGHTS.values():
+            weights = [f for f in top if pattern.search(f) or f == index]
+            if any(pattern.search(f) for f in weights):
+                picked += weights
+                break
+    return sorted(set(picked))
+
+
+def _missing_parts(path: Path, need: Need) -> str | None:
+    """Why the files at ``path`` cannot serve ``need`` (None when they can)."""
+    names = {f.name for f in path.iterdir() if f.is_file()} if path.is_dir() else set()
+    if not names & (_TOKENIZER_FILES | {"tokenizer.model"}) and not any(
+        n.endswith(_TOKENIZER_SUFFIXES) for n in names
+    ):
+        return "no tokenizer files"
+    if need == "model":
+        if "config.json" not in names:
+            return "no config.json"
+        if not any(p.search(n) for n in names for p, _ in _WEIGHTS.values()):
+            return "no weights (*.safetensors / pytorch_model*.bin)"
+    return None
+
+
+def resolve_model(ref: str | Path, *, need: Need = "model") -> ResolvedModel:
+    """Resolve a model reference to files on disk, without any network access.
+
+    A local path is returned as it is (the loaders check its contents). A hub id is looked up
+    in :func:`hub_cache_dir` (``id@revision``: that branch, tag or commit); it must hold what
+    ``need`` requires, else :class:`MissingModelError`."""
     text = str(ref)
     p = Path(text).expanduser()
     if p.exists():
         return ResolvedModel(ref=text, path=p)
     if not is_hub_id(text):
         raise MissingModelError(text, "no such path")
-    repo_id, _, revision = text.partition("@")
-    try:
-        from huggingface_hub import snapshot_download
+    repo_id, revision = split_ref(text)
+    from huggingface_hub import get_cached_repo_tree, snapshot_download
 
-        snap = snapshot_download(repo_id, revision=revision or None, local_files_only=True)
-    except Exception as e:  # LocalEntryNotFoundError and friends
-        raise MissingModelError(text, f"not in the local hub cache ({type(e).__name__})") from None
+    cache = hub_cache_dir()
+    try:  # the tree listing a fetch cached: lets huggingface_hub check the snapshot's files
+        listing = [
+            f.path for f in get_cached_repo_tree(repo_id, revision=revision, cache_dir=cache)
+        ]
+    except Exception:  # no listing cached (e.g. files downloaded one by one by transformers)
+        listing = None
+    try:
+        snap = snapshot_download(
+            repo_id,
+            revision=revision,
+            cache_dir=cache,
+            local_files_only=True,
+            allow_patterns=select_files(listing, need) if listing is not None else None,
+        )
+    except Exception as e:  # LocalEntryNotFoundError, IncompleteSnapshotError, bad id
+        reason = "incomplete" if type(e).__name__ == "IncompleteSnapshotError" else "not"
+        raise MissingModelError(text, f"{reason} in the local hub cache") from None
     snap_path = Path(snap)
+    why = _missing_parts(snap_path, need)
+    if why is not None:
+        raise MissingModelError(text, f"incomplete in the local hub cache ({why})")
     return ResolvedModel(ref=text, path=snap_path, repo_id=repo_id, revision=snap_path.name)
+
+
+# --------------------------------------------------------------------------------------------
+# Fetching (the only place that downloads)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class FetchResult:
+    ref: str
+    status: Literal["present", "fetched", "failed", "local"]
+    resolved: ResolvedModel | None = None
+    error: str | None = None
+
+
+def _needs(refs: Iterable[str | ModelUse]) -> dict[str, Need]:
+    """Distinct refs, in order, each with the most it is needed for."""
+    out: dict[str, Need] = {}
+    for r in refs:
+        ref, need = (r.ref, r.need) if isinstance(r, ModelUse) else (str(r), "model")
+        if out.get(ref) != "model":
+            out[ref] = need
+    return out
+
+
+def _offline() -> bool:
+    return any(
+        os.environ.get(v, "").strip().upper() in ("1", "ON", "YES", "TRUE")
+        for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    )
+
+
+def fetch_models(
+    refs: Iterable[str | ModelUse], *, progress: bool = True, log: Any = None
+) -> list[FetchResult]:
+    """Download every hub model of ``refs`` that is not complete in the local hub cache
+    (only the files :func:`select_files` picks; huggingface_hub draws its own progress bars).
+    Local paths are left alone. A failure (gated repo, unknown id, no network) is reported in
+    its :class:`FetchResult` and the other models are still fetched."""
+    say = log or (lambda s: None)
+    results: list[FetchResult] = []
+    for ref, need in _needs(refs).items():
+        try:
+            rm = resolve_model(ref, need=need)
+        except MissingModelError as e:
+            missing = e
+        else:
+            results.append(FetchResult(ref, "local" if not rm.is_hub else "present", rm))
+            continue
+        if not is_hub_id(ref):
+            results.append(FetchResult(ref, "failed", error=str(missing)))
+            continue
+        if _offline():
+            results.append(
+                FetchResult(ref, "failed", error="HF_HUB_OFFLINE is set: unset it to download")
+            )
+            continue
+        try:
+            rm = _download(ref, need, progress=progress, say=say)
+        except Exception as e:
+            results.append(FetchResult(ref, "failed", error=_fetch_error(e)))
+        else:
+            results.append(FetchResult(ref, "fetched", rm))
+    return results
+
+
+def _download(ref: str, need: Need, *, progress: bool, say: Any) -> ResolvedModel:
+    from huggingface_hub import HfApi, snapshot_download
+    from huggingface_hub.utils import disable_progress_bars, enable_progress_bars
+
+    repo_id, revision = split_ref(ref)
+    files = select_files(HfApi().list_repo_files(repo_id, revision=revision), need)
+    if not files:
+        raise MissingModelError(ref, "the repository holds no transformers checkpoint files")
+    say(f"fetching {ref}: {len(files)} files ({', '.join(files)})")
+    if not progress:
+        disable_progress_bars()
+    try:
+        snapshot_download(
+            repo_id, revision=revision, cache_dir=hub_cache_dir(), allow_patterns=files
+        )
+    finally:
+        if not progress:
+            enable_progress_bars()
+    return resolve_model(ref, need=need)
+
+
+def _fetch_error(e: Exception) -> str:
+    name = type(e).__name__
+    if name == "GatedRepoError":
+        return "gated repository: accept its licence on the hub and log in (`hf auth login`)"
+    if name == "RepositoryNotFoundError":
+        return "no such repository on the hub (or it is private: log in with `hf auth login`)"
+    if name == "RevisionNotFoundError":
+        return "no such revision in the repository"
+    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{name}: {first}"[:300]
+
+
+# --------------------------------------------------------------------------------------------
+# The models a config uses
+# --------------------------------------------------------------------------------------------
+
+
+def _get_path(obj: Any, dotted: str) -> tuple[bool, Any]:
+    for part in dotted.split("."):
+        if isinstance(obj, dict):
+            if part not in obj:
+                return False, None
+            obj = obj[part]
+        elif dataclasses.is_dataclass(obj) and hasattr(obj, part):
+            obj = getattr(obj, part)
+        else:
+            return False, None
+    return True, obj
+
+
+def _skip(ref: str) -> bool:
+    return not ref or ref.startswith(_LAB_PREFIXES)
+
+
+def models_in_config(cfg: ExperimentConfig) -> list[ModelUse]:
+    """Every model ``cfg`` uses, with where: ``hf`` targets (not lab ones), and the model fields
+    of every detector's effective config (its preset and defaults with the config's options),
+    built without loading any model or building any lab. Lab references and remote
+    (``backend: openai``) targets are left out."""
+    from calibdcd.experiment.components import DETECTORS
+
+    uses: list[ModelUse] = []
+    for i, t in enumerate(cfg.targets):
+        if t.backend == "hf" and t.lab is None and not _skip(t.model):
+            uses.append(ModelUse(f"targets[{i}] ({t.name}).model", t.model))
+    bench_names = sorted({b.name for b in cfg.benchmarks}) or [""]
+    for i, d in enumerate(cfg.detectors):
+        spec = DETECTORS.get(d.name)
+        if spec is None or not spec.model_fields:
+            continue
+        seen: set[tuple[str, str]] = set()
+        for bn in bench_names:
+            try:
+                det = spec.build(d, bn, cfg.cache_dir)  # lab references stay unresolved
+            except Exception as exc:
+                raise ValueError(f"detectors[{i}] ({d.label}): {exc}") from None
+            for field, need in spec.model_fields:
+                found, value = _get_path(getattr(det, "config", None), field)
+                if not found or value is None:
+                    continue
+                spelled, _ = _get_path(dict(d.options), field)
+                values = [value] if isinstance(value, str) else list(value)
+                for k, ref in enumerate(values):
+                    ref = str(ref)
+                    where = f"detectors[{i}] ({d.label}).options.{field}"
+                    if not isinstance(value, str):
+                        where += f"[{k}]"
+                    if _skip(ref) or (where, ref) in seen:
+                        continue
+                    seen.add((where, ref))
+                    uses.append(ModelUse(where, ref, need, default=not spelled))
+    return uses
+
+
+class MissingModelsError(ValueError):
+    """Every model of a config that cannot be used here, in one message."""
+
+    def __init__(self, missing: Sequence[tuple[ModelUse, MissingModelError]], config: str):
+        self.missing = list(missing)
+        self.config = config
+        by_ref: dict[str, list[str]] = {}
+        reasons: dict[str, str] = {}
+        for use, err in self.missing:
+            by_ref.setdefault(use.ref, []).append(use.describe())
+            reasons[use.ref] = err.reason
+        lines = [f"{len(by_ref)} model(s) named by {config} cannot be used here:"]
+        for ref, wheres in by_ref.items():
+            lines.append(f"  - {ref}: {reasons[ref]}; used by {'; '.join(wheres)}")
+        hub = [ref for ref in by_ref if is_hub_id(ref)]
+        if hub:
+            lines.append(f"hub cache: {hub_cache_dir()}")
+            hint = f"fetch them all with: calibdcd models fetch {config}"
+            if _offline():
+                hint += " (with network access and HF_HUB_OFFLINE unset)"
+            lines.append(hint)
+        super().__init__("\n".join(lines))
+
+
+def check_models(
+    cfg: ExperimentConfig, uses: Sequence[ModelUse] | None = None
+) -> list[tuple[ModelUse, ResolvedModel]]:
+    """Resolve every model of ``cfg`` (no download, no weights loaded); raise one
+    :class:`MissingModelsError` that names every missing model and where it is used."""
+    uses = models_in_config(cfg) if uses is None else uses
+    ok: list[tuple[ModelUse, ResolvedModel]] = []
+    missing: list[tuple[ModelUse, MissingModelError]] = []
+    for use in uses:
+        try:
+            ok.append((use, resolve_model(use.ref, need=use.need)))
+        except MissingModelError as e:
+            missing.append((use, e))
+    if missing:
+        raise MissingModelsError(missing, cfg.source or "CONFIG")
+    return ok
+
+
+def models_record(resolved: Sequence[tuple[ModelUse, ResolvedModel]]) -> list[dict[str, Any]]:
+    """The ``models.json`` rows of a run: where, ref, repo id, commit (no absolute path)."""
+    return [{"where": u.where, "default": u.default, **rm.record()} for u, rm in resolved]

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from pathlib import Path
 from typing import Any, Literal
 
 __all__ = [
@@ -277,7 +276,9 @@ def load_tokenizer(path: str | Any) -> Any:
     tokenizers are read from the file's metadata: no weights are loaded)."""
     from transformers import AutoTokenizer  # local import: views must not need torch
 
-    p = Path(path)
+    from calibdcd.models import resolve_model
+
+    p = resolve_model(str(path), need="tokenizer").path  # a hub id: its cached snapshot
     if p.is_dir() and not (p / "config.json").exists() and not (p / "tokenizer.json").exists():
         ggufs = sorted(p.glob("*.gguf"))
         if len(ggufs) == 1:

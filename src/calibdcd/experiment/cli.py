@@ -13,7 +13,12 @@ __all__ = ["demo_command", "report_command", "run_command"]
 def run_command(
     config: Annotated[Path, typer.Argument(help="experiment config (YAML)")],
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="resolve and validate everything; load no model")
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="resolve and validate everything (every model must be in the local hub cache); "
+            "load no model",
+        ),
     ] = False,
     out: Annotated[
         Path | None, typer.Option("--out", help="run directory (default: the config's output)")
@@ -28,6 +33,7 @@ def run_command(
     from calibdcd.experiment.config import ConfigError, load_config
     from calibdcd.experiment.runner import dry_run as check
     from calibdcd.experiment.runner import run_experiment
+    from calibdcd.models import MissingModelsError
     from calibdcd.redact import redact
 
     def echo(line: str, err: bool = False) -> None:
@@ -59,6 +65,9 @@ def run_command(
             echo(f"report: {html}")
     except (KeyboardInterrupt, typer.Exit):
         raise
+    except MissingModelsError as exc:  # one message, a line per missing model
+        echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
     except Exception as exc:
         if debug:
             import traceback

@@ -69,6 +69,9 @@ class DetectorSpec:
     module: str
     build: Callable[[DetectorEntry, str, str], Any]  # (entry, benchmark name, cache dir) -> det
     description: str
+    #: (dotted field of the detector's config, "model" | "tokenizer") naming models
+    #: (:func:`calibdcd.models.models_in_config` lists them, defaults included)
+    model_fields: tuple[tuple[str, str], ...] = ()
 
 
 def resolve_lab_refs(value: Any, *, build: bool = True) -> Any:
@@ -141,12 +144,18 @@ DETECTORS: dict[str, DetectorSpec] = {
             "calibdcd.detectors.veilprobe",
             _veilprobe,
             "VeilProbe: mapping-model features + key-token perturbation, ProtoNet-IB",
+            (
+                ("perturb.proxies", "model"),
+                ("perturb.masked_lm", "model"),
+                ("mapping.tokenizer", "tokenizer"),
+            ),
         ),
         DetectorSpec(
             "dpdllm",
             "calibdcd.detectors.dpdllm",
             _dpdllm,
             "DPDLLM: reference-LM probabilities of the continuation, Gaussian NB",
+            (("reference.model_path", "model"),),
         ),
         DetectorSpec(
             "overlap",
@@ -236,7 +245,8 @@ def resolve_lab(preset: str, *, build: bool = True) -> Path | None:
 
 def target_identity(entry: TargetEntry, model_path: str | None = None) -> str:
     """A stable identity of a target spec for feature cache keys, computed without loading it:
-    backend, model and options, plus the sizes and mtimes of a local checkpoint's files."""
+    backend, model and options, plus the sizes and mtimes of a local checkpoint's files (a hub
+    id: the commit of its snapshot in the local hub cache)."""
     model = model_path or entry.model
     parts: dict[str, Any] = {
         "backend": entry.backend,
@@ -245,6 +255,14 @@ def target_identity(entry: TargetEntry, model_path: str | None = None) -> str:
         "options": {k: v for k, v in entry.options.items() if k not in ("progress", "batch_size")},
     }
     p = Path(model)
+    if entry.backend == "hf" and not p.exists():  # a hub id: the commit of its cached snapshot
+        from calibdcd.models import MissingModelError, is_hub_id, resolve_model
+
+        if is_hub_id(model):
+            try:
+                parts["revision"] = resolve_model(model).revision
+            except MissingModelError:
+                pass
     if p.exists():
         files = [p] if p.is_file() else sorted(x for x in p.rglob("*") if x.is_file())
         parts["files"] = [

@@ -6,6 +6,7 @@ Run directory layout::
       config.yaml          the resolved config (paths absolute, defaults filled in)
       environment.json     package versions, python, platform, git commit (+ dirty flag)
       grid.json            the settings in run order
+      models.json          every model the config names: where, ref, hub repo id and commit
       settings/<id>/       result.json (written last, atomically), scores.csv, split.json
       results.jsonl        one line per completed setting (rewritten after each setting)
       results.csv          the headline numbers per setting
@@ -47,9 +48,18 @@ from calibdcd.experiment.config import ExperimentConfig
 from calibdcd.experiment.rundir import lock_run_dir, set_aside_stale
 from calibdcd.experiment.setting import RunContext, Setting, run_setting, setting_hash
 from calibdcd.experiment.store import atomic_write_text, write_csv, write_json
+from calibdcd.models import MissingModelsError, ModelUse, ResolvedModel, check_models, models_record
 from calibdcd.redact import redact_tree
 
-__all__ = ["describe_grid", "dry_run", "environment", "grid", "run_experiment", "summary_rows"]
+__all__ = [
+    "describe_grid",
+    "dry_run",
+    "environment",
+    "grid",
+    "require_models",
+    "run_experiment",
+    "summary_rows",
+]
 
 
 def grid(cfg: ExperimentConfig) -> list[Setting]:
@@ -179,13 +189,15 @@ def run_experiment(
     newly computed settings (for tests and staged runs). Raises :class:`RunDirLocked` when
     another live process writes the same run directory."""
     run_dir = Path(out_dir) if out_dir is not None else _default_out(cfg)
+    models = require_models(cfg)  # before the run directory, any generation or lab build
     with lock_run_dir(run_dir):
-        return _run_locked(cfg, run_dir, progress=progress, log=log, stop_after=stop_after)
+        return _run_locked(cfg, run_dir, models, progress=progress, log=log, stop_after=stop_after)
 
 
 def _run_locked(
     cfg: ExperimentConfig,
     run_dir: Path,
+    models: list[tuple[ModelUse, ResolvedModel]],
     *,
     progress: bool,
     log: Callable[[str], None] | None,
@@ -194,6 +206,7 @@ def _run_locked(
     from tqdm.auto import tqdm
 
     run_dir.mkdir(parents=True, exist_ok=True)
+    write_json(run_dir / "models.json", models_record(models))
     say = log or (lambda s: None)
     atomic_write_text(
         run_dir / "config.yaml",
@@ -246,6 +259,33 @@ def _run_locked(
         bar.close()
         ctx.release_target()
     return run_dir
+
+
+# --------------------------------------------------------------------------------------------
+# Models
+# --------------------------------------------------------------------------------------------
+
+
+def require_models(cfg: ExperimentConfig) -> list[tuple[ModelUse, ResolvedModel]]:
+    """Resolve every model the config names (targets, detector models and their defaults) in
+    the local hub cache, loading no weights and downloading nothing. Raises one
+    :class:`~calibdcd.models.MissingModelsError` listing every missing model, where it is used
+    and the command that fetches them all."""
+    return check_models(cfg)
+
+
+def _dry_run_models(cfg: ExperimentConfig, lines: list[str], problems: list[str]) -> None:
+    try:
+        resolved = require_models(cfg)
+    except MissingModelsError as exc:
+        problems.append(str(exc))
+        return
+    except ValueError:  # a detector that does not build: reported with the detectors
+        return
+    lines.append(f"models: {len(resolved)} named, all available here")
+    for use, rm in resolved:
+        what = f"hub {rm.repo_id} @ {rm.revision[:12]}" if rm.is_hub else "local"
+        lines.append(f"  {use.describe()}: {use.ref} ({what})")
 
 
 # --------------------------------------------------------------------------------------------
@@ -340,11 +380,7 @@ def dry_run(cfg: ExperimentConfig) -> tuple[list[str], list[str]]:
             if looks_local and not p.exists():
                 problems.append(f"{key}.model: no such local checkpoint {t.model!r}")
                 continue
-            where = (
-                str(p)
-                if p.exists()
-                else f"hub id {t.model} (must be in the local HF cache or reachable)"
-            )
+            where = str(p) if p.exists() else f"hub id {t.model}"
         else:
             if "base_url" not in t.options:
                 problems.append(f"{key}.options.base_url: required by backend {t.backend!r}")
@@ -384,6 +420,7 @@ def dry_run(cfg: ExperimentConfig) -> tuple[list[str], list[str]]:
             )
         except Exception as exc:
             problems.append(f"{key}: {exc}")
+    _dry_run_models(cfg, lines, problems)
     c = cfg.calibration
     lines.append(
         f"CalibDCD: ranks {list(c.ranks)} x strengths {list(c.strengths)} "

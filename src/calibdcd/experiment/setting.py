@@ -239,6 +239,8 @@ class RunContext:
                 tokenizer = str(local)
             elif family is None:
                 family = getattr(self.target(entry), "family", None)
+                if family is None:  # a hub id: the chat template of its snapshot
+                    tokenizer = entry.model
             self._views[entry.name] = view_bank_for(family, tokenizer, self.cfg.view_system)
         return self._views[entry.name]
 

@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from calibdcd.models import resolve_model
 from calibdcd.targets.base import GenerationParams, register_backend, validate_prompts
 from calibdcd.targets.tiny import default_cache_dir
 
@@ -53,7 +54,6 @@ __all__ = [
     "row_uniform",
 ]
 
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _FINGERPRINTED = re.compile(
     r"(\.safetensors|\.bin|\.pt|\.gguf|\.model|\.jinja|\.tiktoken|merges\.txt|vocab\.(json|txt)"
     r"|config\.json|tokenizer\.json|tokenizer_config\.json|special_tokens_map\.json)$"
@@ -253,7 +253,9 @@ class HFTarget:
         if not isinstance(model, (str, os.PathLike)) or not str(model):
             raise ValueError(f"model must be a path (str or PathLike), got {model!r}")
         self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
-        source = self._resolve_source(str(model))
+        resolved = resolve_model(str(model))  # a MissingModelError (ValueError) names the model
+        self.hub_model = resolved if resolved.is_hub else None
+        source = resolved.path
         load_dir = self._load_dir(source)
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
@@ -275,8 +277,8 @@ class HFTarget:
             for i in (self.tokenizer.pad_token_id, *sorted(self.eos_ids), 0)
             if i is not None and i >= 0
         )
-        if not Path(str(model)).expanduser().exists():  # a hub id resolved to a snapshot dir
-            label = str(model)
+        if self.hub_model is not None:  # a hub id resolved to a snapshot dir
+            label = self.hub_model.repo_id
         else:
             label = source.name if source.is_file() else source.resolve().name
         fp = fingerprint_checkpoint(source, self.cache_dir)[:16]
@@ -284,6 +286,10 @@ class HFTarget:
         self.name = f"hf:{label}@{fp}/{dname}" + ("" if skip_special_tokens else "/raw-special")
         fam_dir = source if source.is_dir() else load_dir
         self.family = family or detect_family(fam_dir, self.model.config, self.tokenizer)
+        if family is None and self.family is None and self.hub_model is not None:
+            self.family = detect_family(
+                Path(str(self.hub_model.repo_id).split("/")[-1]), self.model.config, self.tokenizer
+            )  # name-based only: a snapshot directory is named by its commit
         if family is None and self.family is None and source.is_file():
             self.family = detect_family(
                 Path(source.stem), self.model.config, self.tokenizer
@@ -293,22 +299,6 @@ class HFTarget:
         self._can_prune = True
 
     # -- loading helpers --
-
-    def _resolve_source(self, model: str) -> Path:
-        p = Path(model).expanduser()
-        if p.exists():
-            return p
-        if _HUB_ID.match(model) and not model.startswith((".", "/")):
-            try:
-                from huggingface_hub import snapshot_download
-
-                return Path(snapshot_download(model))
-            except Exception as e:
-                raise ValueError(
-                    f"model: {model!r} is not an existing path and could not be fetched from the "
-                    f"hub ({type(e).__name__}); pass a local checkpoint directory or .gguf file"
-                ) from None
-        raise ValueError(f"model: path {model!r} does not exist")
 
     def _load_dir(self, source: Path) -> Path:
         if source.is_file():

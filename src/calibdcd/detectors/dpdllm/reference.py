@@ -138,10 +138,19 @@ def _file_digest(path: Path) -> str:
     return _FP_CACHE[key]
 
 
+def _base_dir(model_path: str) -> Path:
+    """The base model's directory: a local path, or a hub id's snapshot in the local hub cache
+    (:class:`calibdcd.models.MissingModelError` when it is not there)."""
+    from calibdcd.models import resolve_model
+
+    return resolve_model(model_path).path
+
+
 def model_fingerprint(model_path: str) -> str:
-    """Identity of a base model: for a local directory, a hash of its config, tokenizer and weight
-    files' contents; otherwise (a hub id) the id itself."""
-    p = Path(model_path)
+    """Identity of a base model: a hash of its config, tokenizer and weight files' contents
+    (a hub id: those of its snapshot in the local hub cache, so the id and a local copy of the
+    same files share one identity)."""
+    p = _base_dir(model_path)
     if not p.is_dir():
         return f"id:{model_path}"
     h = hashlib.sha256()
@@ -242,8 +251,9 @@ class ReferenceLM:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         device = resolve_device(config.device)
-        tok = AutoTokenizer.from_pretrained(config.model_path)
-        model = AutoModelForCausalLM.from_pretrained(config.model_path, dtype="float32")
+        base = _base_dir(config.model_path)
+        tok = AutoTokenizer.from_pretrained(base)
+        model = AutoModelForCausalLM.from_pretrained(base, dtype="float32")
         model.to(device).eval()
         return cls(model, tok, window, device, config, None, {"fine_tuned": False})
 
@@ -345,8 +355,9 @@ def _train_and_save(
 
     t0 = time.perf_counter()
     torch.manual_seed(config.seed)
-    tok = AutoTokenizer.from_pretrained(config.model_path)
-    model = AutoModelForCausalLM.from_pretrained(config.model_path, dtype="float32")
+    base = _base_dir(config.model_path)
+    tok = AutoTokenizer.from_pretrained(base)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype="float32")
     model.to(device).train()
     packed = pack_texts(
         tok, texts, window, add_end_token=config.add_end_token, pad_id=config.pad_token_id

@@ -49,12 +49,15 @@ class Proxy:
 
 
 def load_proxy(path: str | Path, device=None) -> Proxy:
-    """Load a local causal LM directory as an attribution proxy (eval mode)."""
+    """Load a causal LM (a local directory or a hub id in the local hub cache) as an
+    attribution proxy (eval mode)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from calibdcd.models import resolve_model
 
     from .torchutil import pick_device
 
-    p = Path(path)
+    p = resolve_model(path).path
     if not p.is_dir():
         raise ValueError(f"proxy model path {str(p)!r} is not a directory")
     tok = AutoTokenizer.from_pretrained(str(p))

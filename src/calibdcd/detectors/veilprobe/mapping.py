@@ -90,8 +90,12 @@ def _pairs(texts: Sequence[str], suffixes: Sequence[Sequence[str]]) -> list[tupl
 def _tokenizer(cfg: MappingConfig, corpus: list[str], cache_dir: Path):
     from transformers import AutoTokenizer
 
-    if cfg.tokenizer:
-        return AutoTokenizer.from_pretrained(cfg.tokenizer)
+    if cfg.tokenizer:  # a local directory or a hub id in the local hub cache
+        from calibdcd.models import resolve_model
+
+        return AutoTokenizer.from_pretrained(
+            str(resolve_model(cfg.tokenizer, need="tokenizer").path)
+        )
     key = content_key("maptok", cfg.vocab_size, corpus)
     path = cache_dir / "mapping-tokenizer" / key
     if not (path / "tokenizer.json").exists():

@@ -224,10 +224,13 @@ def train_causal_proxy(
 
 
 def load_masked_lm(path: str | Path):
-    """(tokenizer, model) of a local fill-mask model directory, in eval mode."""
+    """(tokenizer, model) of a fill-mask model (a local directory or a hub id in the local hub
+    cache), in eval mode."""
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-    p = Path(path)
+    from calibdcd.models import resolve_model
+
+    p = resolve_model(path).path
     if not p.is_dir():
         raise ValueError(f"masked LM path {str(p)!r} is not a directory")
     tok = AutoTokenizer.from_pretrained(str(p))

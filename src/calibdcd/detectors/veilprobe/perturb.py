@@ -121,6 +121,13 @@ def aggregate_key_tokens(
     return out
 
 
+def _local(ref: str) -> str:
+    """A model reference as a directory (hub ids: their snapshot in the local hub cache)."""
+    from calibdcd.models import resolve_model
+
+    return str(resolve_model(ref).path)
+
+
 class KeyTokenPerturber:
     """Perturb texts by replacing their key tokens; results cached on disk by their inputs.
 
@@ -138,7 +145,12 @@ class KeyTokenPerturber:
         self._mlm_path: str | None = config.masked_lm
 
     def prepare(self, pool: Sequence[str]) -> None:
-        """Resolve (training if needed) the proxy and masked-LM paths."""
+        """Resolve (training if needed) the proxy and masked-LM paths. Hub ids become their
+        snapshot directories in the local hub cache (named by commit, so cache keys follow)."""
+        if self._proxy_paths is not None:
+            self._proxy_paths = [_local(p) for p in self._proxy_paths]
+        if self._mlm_path is not None:
+            self._mlm_path = _local(self._mlm_path)
         if self._proxy_paths is None:
             self._proxy_paths = [
                 str(

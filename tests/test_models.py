@@ -1,0 +1,542 @@
+"""Model references on a local fake hub cache (no network, HF_HUB_OFFLINE=1).
+
+The cache in ``tmp_path`` has huggingface_hub's own layout
+(``models--org--name/{blobs,snapshots/<commit>,refs/main}``, snapshot files symlinked to blobs)
+and holds real tiny checkpoints written by ``save_pretrained``: the tiny Llama of
+:mod:`calibdcd.targets.tiny` as ``org/tiny`` and a tiny BERT fill-mask model as ``org/tinybert``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from calibdcd.models import (  # noqa: E402
+    MissingModelError,
+    MissingModelsError,
+    ModelUse,
+    check_models,
+    models_in_config,
+    resolve_model,
+    select_files,
+)
+from calibdcd.targets.tiny import cached_tiny_lm, synthetic_sentences  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+COMMIT_A = "a" * 40
+COMMIT_B = "b" * 40
+
+
+def add_to_hub_cache(
+    cache: Path, repo_id: str, src: Path, commit: str, refs: tuple[str, ...] = ("main",)
+) -> Path:
+    """Put the files of ``src`` into ``cache`` as huggingface_hub lays out a download."""
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    snap = repo / "snapshots" / commit
+    (repo / "blobs").mkdir(parents=True, exist_ok=True)
+    snap.mkdir(parents=True, exist_ok=True)
+    for f in sorted(src.iterdir()):
+        if not f.is_file():
+            continue
+        data = f.read_bytes()
+        blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
+        if not blob.exists():
+            blob.write_bytes(data)
+        (snap / f.name).symlink_to(os.path.relpath(blob, snap))
+    (repo / "refs").mkdir(exist_ok=True)
+    for ref in refs:
+        (repo / "refs" / ref).write_text(commit)
+    return snap
+
+
+def build_tiny_bert(out: Path) -> Path:
+    from transformers import BertConfig, BertForMaskedLM
+
+    from calibdcd.detectors.veilprobe.tokenization import train_wordpiece
+
+    torch.manual_seed(0)
+    tok = train_wordpiece(synthetic_sentences(400), vocab_size=300, lowercase=False)
+    model = BertForMaskedLM(
+        BertConfig(
+            vocab_size=len(tok),
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=128,
+            pad_token_id=tok.pad_token_id,
+        )
+    )
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory) -> dict[str, Path]:
+    torch.set_num_threads(2)
+    root = tmp_path_factory.mktemp("checkpoints")
+    tiny = root / "tiny"
+    shutil.copytree(cached_tiny_lm(), tiny)
+    (tiny / "tiny_lm.json").unlink(missing_ok=True)
+    bert = build_tiny_bert(root / "tinybert")
+    tok_only = root / "tok-only"
+    tok_only.mkdir()
+    for f in tiny.iterdir():
+        if f.name.startswith(("tokenizer", "special_tokens")) or f.name == "config.json":
+            shutil.copy(f, tok_only / f.name)
+    return {"tiny": tiny, "tinybert": bert, "tok-only": tok_only}
+
+
+@pytest.fixture()
+def hub(tmp_path, monkeypatch, checkpoints) -> Path:
+    """A hub cache with org/tiny (main = commit A, tag v1 = commit B), org/tinybert and a
+    tokenizer-only org/tok-only; HF_HUB_CACHE points at it."""
+    cache = tmp_path / "hub"
+    add_to_hub_cache(cache, "org/tiny", checkpoints["tiny"], COMMIT_A)
+    add_to_hub_cache(cache, "org/tiny", checkpoints["tiny"], COMMIT_B, refs=("v1",))
+    add_to_hub_cache(cache, "org/tinybert", checkpoints["tinybert"], COMMIT_A)
+    add_to_hub_cache(cache, "org/tok-only", checkpoints["tok-only"], COMMIT_A)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return cache
+
+
+# --- resolving ------------------------------------------------------------------------------
+
+
+def test_resolve_by_id_and_by_revision(hub):
+    rm = resolve_model("org/tiny")
+    assert rm.repo_id == "org/tiny" and rm.revision == COMMIT_A
+    assert rm.path == hub / "models--org--tiny" / "snapshots" / COMMIT_A
+    assert (rm.path / "config.json").is_file()
+    assert resolve_model("org/tiny@v1").revision == COMMIT_B
+    assert resolve_model(f"org/tiny@{COMMIT_B}").path.name == COMMIT_B
+    assert resolve_model("org/tiny@v1").record() == {
+        "ref": "org/tiny@v1",
+        "repo_id": "org/tiny",
+        "revision": COMMIT_B,
+    }
+    with pytest.raises(MissingModelError, match="not in the local hub cache"):
+        resolve_model("org/absent")
+    with pytest.raises(MissingModelError, match="not in the local hub cache"):
+        resolve_model("org/tiny@no-such-branch")
+    with pytest.raises(MissingModelError, match="no such path"):
+        resolve_model("./not/here")
+
+
+def test_tokenizer_only_snapshot_serves_a_tokenizer_not_a_model(hub):
+    assert resolve_model("org/tok-only", need="tokenizer").revision == COMMIT_A
+    with pytest.raises(MissingModelError, match=r"incomplete.*no weights"):
+        resolve_model("org/tok-only")
+
+
+def test_local_paths_are_used_as_they_are(checkpoints):
+    rm = resolve_model(checkpoints["tiny"])
+    assert rm.path == checkpoints["tiny"] and not rm.is_hub
+    assert rm.record() == {"ref": "tiny", "repo_id": None, "revision": None, "local": True}
+
+
+def test_select_files_prefers_safetensors_and_skips_subfolders():
+    repo = [
+        "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+        "merges.txt", "vocab.json", "model.safetensors", "pytorch_model.bin", "tf_model.h5",
+        "flax_model.msgpack", "onnx/model.onnx", "original/consolidated.00.pth", "README.md",
+        "original/tokenizer.model",
+    ]  # fmt: skip
+    assert select_files(repo) == [
+        "config.json", "generation_config.json", "merges.txt", "model.safetensors",
+        "tokenizer.json", "tokenizer_config.json", "vocab.json",
+    ]  # fmt: skip
+    sharded_bin = ["config.json", "tokenizer.model", "pytorch_model-00001-of-00002.bin",
+                   "pytorch_model-00002-of-00002.bin", "pytorch_model.bin.index.json"]  # fmt: skip
+    assert select_files(sharded_bin) == sorted(sharded_bin)
+    assert select_files(repo, "tokenizer") == [
+        "config.json", "generation_config.json", "merges.txt", "tokenizer.json",
+        "tokenizer_config.json", "vocab.json",
+    ]  # fmt: skip
+
+
+# --- every loader takes a hub id ------------------------------------------------------------
+
+
+def test_hf_target_loads_a_hub_id_and_generates(hub, tmp_path):
+    from calibdcd.targets import GenerationParams
+    from calibdcd.targets.hf import HFTarget
+
+    t = HFTarget("org/tiny", device="cpu", cache_dir=tmp_path / "c")
+    assert t.name.startswith("hf:org/tiny@")
+    out = t.generate(["The old king"], GenerationParams(max_new_tokens=8, temperature=0.0))
+    assert len(out) == 1 and isinstance(out[0][0], str) and out[0][0].strip()
+    local = HFTarget(resolve_model("org/tiny").path, device="cpu", cache_dir=tmp_path / "c")
+    assert local.name.split("@")[1] == t.name.split("@")[1]  # same weights, same fingerprint
+    with pytest.raises(ValueError, match=r"org/absent.*calibdcd models fetch"):
+        HFTarget("org/absent", device="cpu", cache_dir=tmp_path / "c")
+
+
+def test_veilprobe_proxy_and_masked_lm_and_tokenizer_load_by_hub_id(hub, tmp_path):
+    from calibdcd.detectors.veilprobe.attribution import attribute, load_proxy
+    from calibdcd.detectors.veilprobe.config import AttributionConfig, MappingConfig
+    from calibdcd.detectors.veilprobe.mapping import _tokenizer
+    from calibdcd.detectors.veilprobe.mlm import fill_mask, load_masked_lm
+
+    proxy = load_proxy("org/tiny", device="cpu")
+    scores = attribute(proxy, "The old king walked", AttributionConfig(method="loo"))
+    assert len(scores) > 1 and all(s.score >= 0 for s in scores)
+    tok, model = load_masked_lm("org/tinybert")
+    assert len(fill_mask(tok, model, [f"The old {tok.mask_token} walked"], top_k=3)[0]) == 3
+    mt = _tokenizer(MappingConfig(tokenizer="org/tok-only"), ["a text"], tmp_path)
+    assert mt("the king")["input_ids"]
+    with pytest.raises(MissingModelError):
+        load_proxy("org/absent")
+
+
+def test_veilprobe_perturber_keys_follow_the_resolved_snapshot(hub, tmp_path):
+    from calibdcd.detectors.veilprobe.config import PerturbConfig
+    from calibdcd.detectors.veilprobe.perturb import KeyTokenPerturber
+
+    def key(proxy: str) -> str:
+        p = KeyTokenPerturber(
+            PerturbConfig(proxies=(proxy,), masked_lm="org/tinybert"), tmp_path, progress=False
+        )
+        p.prepare(["unused"])
+        return p._key()
+
+    assert key("org/tiny") == key(f"org/tiny@{COMMIT_A}")
+    assert key("org/tiny") != key("org/tiny@v1")  # another commit is another model
+
+
+def test_dpdllm_reference_loads_by_hub_id(hub):
+    from calibdcd.detectors.dpdllm.reference import (
+        ReferenceLM,
+        ReferenceLMConfig,
+        model_fingerprint,
+    )
+
+    ref = ReferenceLM.load_base(ReferenceLMConfig(model_path="org/tiny", device="cpu"), 12)
+    stats = ref.position_stats(synthetic_sentences(3, seed=5))
+    assert stats["cond_prob"].shape == (3, 12) and (stats["cond_prob"] > 0).all()
+    snap = str(resolve_model("org/tiny").path)
+    assert model_fingerprint("org/tiny") == model_fingerprint(snap)
+    assert model_fingerprint("org/tiny").startswith("dir:")
+    with pytest.raises(MissingModelError):
+        ReferenceLM.load_base(ReferenceLMConfig(model_path="gpt2", device="cpu"), 12)
+
+
+# --- the models of a config -----------------------------------------------------------------
+
+
+def _benchmark(tmp_path: Path) -> Path:
+    path = tmp_path / "bench.jsonl"
+    rows = [
+        {"id": f"t{i}", "text": s, "label": i % 2}
+        for i, s in enumerate(synthetic_sentences(40, seed=2))
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _config(tmp_path: Path, targets: str, detectors: str) -> Path:
+    cfg = tmp_path / "exp.yaml"
+    cfg.write_text(
+        "name: hubtest\n"
+        f"benchmarks:\n  - {{name: custom, path: {_benchmark(tmp_path)}, label: b}}\n"
+        f"targets:\n{targets}"
+        f"detectors:\n{detectors}"
+        f"cache_dir: {tmp_path / 'cache'}\n"
+        f"output: {tmp_path / 'run'}\n"
+        "split: {n_supervised_per_class: 5}\n"
+        "evaluation: {n_boot: 20}\n"
+    )
+    return cfg
+
+
+MISSING_TWO = (
+    "  - {name: here, backend: hf, model: org/tiny, options: {device: cpu}}\n"
+    "  - {name: gone, backend: hf, model: org/absent-target}\n",
+    "  - {name: overlap, options: {max_new_tokens: 4, positions: 2}}\n"
+    "  - {name: dpdllm, options: {reference: {model_path: org/absent-ref}}}\n",
+)
+
+
+def test_models_in_config_includes_defaults_and_skips_lab_and_remote(hub, tmp_path):
+    from calibdcd.experiment import load_config
+
+    cfg = load_config(
+        _config(
+            tmp_path,
+            "  - {name: a, backend: hf, model: org/tiny}\n"
+            "  - {name: remote, backend: openai, model: org/served, "
+            "options: {base_url: 'http://127.0.0.1:9/v1'}}\n"
+            "  - {name: labbed, backend: hf, lab: micro, model: base}\n",
+            "  - {name: veilprobe, preset: cpu, options: {perturb: {proxies: [org/tiny, "
+            "'lab:micro/base']}, mapping: {tokenizer: org/tok-only}}}\n"
+            "  - {name: dpdllm}\n"
+            "  - {name: dpdllm, label: labref, options: "
+            "{reference: {model_path: 'lab-clean-reference:micro'}}}\n",
+        )
+    )
+    uses = models_in_config(cfg)
+    assert uses == [
+        ModelUse("targets[0] (a).model", "org/tiny"),
+        ModelUse("detectors[0] (veilprobe).options.perturb.proxies[0]", "org/tiny"),
+        ModelUse("detectors[0] (veilprobe).options.mapping.tokenizer", "org/tok-only", "tokenizer"),
+        ModelUse("detectors[1] (dpdllm).options.reference.model_path", "gpt2", default=True),
+    ]
+    with pytest.raises(MissingModelsError) as err:
+        check_models(cfg)
+    assert err.value.missing[0][0].ref == "gpt2"  # only the default DPDLLM reference is missing
+
+
+def _cli(*args: str, env: dict[str, str], cwd: Path = REPO) -> subprocess.CompletedProcess:
+    full = {**os.environ, "PYTHONPATH": str(REPO / "src"), **env}
+    return subprocess.run(
+        [sys.executable, "-m", "calibdcd", *args],
+        capture_output=True,
+        text=True,
+        env=full,
+        cwd=cwd,
+        timeout=300,
+    )
+
+
+def test_models_list_reports_present_and_missing(hub, tmp_path):
+    cfg = _config(tmp_path, *MISSING_TWO)
+    r = _cli("models", "list", str(cfg), env={"HF_HUB_CACHE": str(hub)})
+    assert r.returncode == 1, r.stderr
+    lines = r.stdout.splitlines()
+    assert any(
+        ln.startswith("present") and "org/tiny" in ln and COMMIT_A in ln and "targets[0]" in ln
+        for ln in lines
+    ), r.stdout
+    for ref, where in (("org/absent-target", "targets[1]"), ("org/absent-ref", "detectors[1]")):
+        assert any(ln.startswith("missing") and ref in ln and where in ln for ln in lines)
+    assert "2 missing" in r.stdout and f"calibdcd models fetch {cfg}" in r.stdout
+
+
+@pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "run"])
+def test_run_fails_before_generation_naming_every_missing_model(hub, tmp_path, dry):
+    cfg = _config(tmp_path, *MISSING_TWO)
+    args = ["run", str(cfg)] + (["--dry-run"] if dry else ["--no-progress"])
+    r = _cli(*args, env={"HF_HUB_CACHE": str(hub)})
+    assert r.returncode == 1
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1, r.stderr  # one message
+    msg = r.stderr
+    assert "2 model(s)" in msg
+    assert "org/absent-target" in msg and "targets[1] (gone).model" in msg
+    assert "org/absent-ref" in msg and "detectors[1] (dpdllm).options.reference" in msg
+    assert "org/tiny:" not in msg  # the present one is not listed
+    assert f"calibdcd models fetch {cfg}" in msg
+    assert not (tmp_path / "cache" / "generations.sqlite").exists()
+    assert not (tmp_path / "run").exists()
+
+
+def test_run_records_resolved_models(hub, tmp_path):
+    from calibdcd.experiment import load_config, run_experiment
+
+    cfg = load_config(
+        _config(
+            tmp_path,
+            "  - {name: here, backend: hf, model: org/tiny@v1, options: {device: cpu}}\n",
+            "  - {name: overlap, options: {max_new_tokens: 4, positions: 2}}\n",
+        )
+    )
+    run_dir = run_experiment(cfg, progress=False, stop_after=1)
+    models = json.loads((run_dir / "models.json").read_text())
+    assert models == [
+        {
+            "where": "targets[0] (here).model",
+            "default": False,
+            "ref": "org/tiny@v1",
+            "repo_id": "org/tiny",
+            "revision": COMMIT_B,
+        }
+    ]
+    assert str(tmp_path) not in (run_dir / "models.json").read_text()
+
+
+def test_paper_config_dry_run_names_every_missing_hub_model(tmp_path, monkeypatch):
+    from conftest import shared_dir
+
+    r = _cli(
+        "run",
+        "configs/paper.yaml",
+        "--dry-run",
+        env={"HF_HUB_CACHE": str(tmp_path / "empty-hub"), "CALIBDCD_SHARED": str(shared_dir())},
+    )
+    assert r.returncode == 1
+    msg = r.stderr
+    expected = {
+        "Qwen/Qwen2.5-7B-Instruct": "targets[0] (Qwen).model",
+        "meta-llama/Llama-3.1-8B-Instruct": "targets[1] (Llama).model",
+        "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B": "targets[2] (DeepSeek).model",
+        "gpt2": "detectors[0] (VeilProbe).options.perturb.proxies[0]",
+        "gpt2-medium": "detectors[0] (VeilProbe).options.perturb.proxies[1]",
+        "gpt2-large": "detectors[0] (VeilProbe).options.perturb.proxies[2]",
+        "bert-base-cased": "detectors[0] (VeilProbe).options.perturb.masked_lm",
+    }
+    for ref, where in expected.items():
+        line = next((ln for ln in msg.splitlines() if ln.startswith(f"  - {ref}:")), "")
+        assert where in line, (ref, msg)
+    gpt2 = next(ln for ln in msg.splitlines() if ln.startswith("  - gpt2:"))
+    assert "detectors[1] (DPDLLM).options.reference.model_path (default)" in gpt2
+    # and every model the presets add (e.g. VeilProbe's mapping tokenizer), each where it is used
+    from calibdcd.experiment import load_config
+
+    monkeypatch.setenv("CALIBDCD_SHARED", os.environ.get("CALIBDCD_SHARED") or str(shared_dir()))
+    uses = models_in_config(load_config(REPO / "configs" / "paper.yaml"))
+    assert set(expected) <= {u.ref for u in uses}
+    for u in uses:
+        line = next((ln for ln in msg.splitlines() if ln.startswith(f"  - {u.ref}:")), "")
+        assert u.describe() in line, (u, msg)
+    assert f"{len({u.ref for u in uses})} model(s)" in msg
+    assert "calibdcd models fetch configs/paper.yaml" in msg
+    assert "dry run: OK" not in r.stdout
+
+
+# --- fetching from a hub served on loopback -------------------------------------------------
+
+
+class FakeHub:
+    """A minimal Hugging Face hub on 127.0.0.1 (the endpoints snapshot_download uses: repo info,
+    tree listing, file resolve) serving real files; it logs every request."""
+
+    def __init__(self, repos: dict[str, tuple[str, dict[str, bytes]]]):
+        import http.server
+        import threading
+
+        self.repos = repos  # repo id -> (commit, {path: content})
+        self.log: list[tuple[str, str]] = []
+        hub = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):  # quiet
+                pass
+
+            def do_HEAD(self):
+                self._serve(body=False)
+
+            def do_GET(self):
+                self._serve(body=True)
+
+            def _send(self, code, payload: bytes, headers: dict[str, str], body: bool):
+                self.send_response(code)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                if body:
+                    self.wfile.write(payload)
+
+            def _json(self, obj, body):
+                data = json.dumps(obj).encode()
+                self._send(200, data, {"Content-Type": "application/json"}, body)
+
+            def _serve(self, body: bool):
+                path = self.path.split("?")[0]
+                hub.log.append((self.command, path))
+                for repo_id, (commit, files) in hub.repos.items():
+                    api = f"/api/models/{repo_id}/"
+                    if path.startswith(api + "revision/"):
+                        return self._json(
+                            {"id": repo_id, "sha": commit,
+                             "siblings": [{"rfilename": f} for f in files]}, body,
+                        )  # fmt: skip
+                    if path.startswith(api + "tree/"):
+                        return self._json(
+                            [{"type": "file", "path": f, "size": len(d), "oid": _git_oid(d)}
+                             for f, d in files.items()], body,
+                        )  # fmt: skip
+                    res = f"/{repo_id}/resolve/"
+                    if path.startswith(res):
+                        name = path[len(res) :].split("/", 1)[1]
+                        if name in files:
+                            data = files[name]
+                            return self._send(
+                                200, data,
+                                {"X-Repo-Commit": commit, "ETag": f'"{_git_oid(data)}"'}, body,
+                            )  # fmt: skip
+                self._send(404, b"{}", {"X-Error-Code": "RepoNotFound"}, body)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _git_oid(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def test_models_fetch_downloads_only_what_transformers_needs(checkpoints, tmp_path):
+    tiny = {f.name: f.read_bytes() for f in checkpoints["tiny"].iterdir() if f.is_file()}
+    extras = {"pytorch_model.bin": b"old weights", "onnx/model.onnx": b"x", "README.md": b"#"}
+    hub = FakeHub({"org/tiny": (COMMIT_A, {**tiny, **extras}), "org/tokrepo": (COMMIT_B, tiny)})
+    cache = tmp_path / "hub"
+    cfg = _config(
+        tmp_path,
+        "  - {name: t, backend: hf, model: org/tiny}\n",
+        "  - {name: veilprobe, preset: cpu, options: {mapping: {tokenizer: org/tokrepo}}}\n"
+        "  - {name: dpdllm, options: {reference: {model_path: org/nope}}}\n",
+    )
+    env = {"HF_HUB_CACHE": str(cache), "HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "0",
+           "TRANSFORMERS_OFFLINE": "0", "HF_TOKEN": ""}  # fmt: skip
+    try:
+        r = _cli("models", "fetch", str(cfg), "--no-progress", env=env)
+        assert r.returncode == 1, r.stdout + r.stderr  # org/nope does not exist
+        assert "failed   org/nope: no such repository" in r.stderr
+        assert f"fetched  org/tiny  [org/tiny @ {COMMIT_A}]" in r.stdout
+        assert f"fetched  org/tokrepo  [org/tokrepo @ {COMMIT_B}]" in r.stdout
+        snap = cache / "models--org--tiny" / "snapshots" / COMMIT_A
+        assert sorted(f.name for f in snap.iterdir()) == select_files(tiny)
+        assert "model.safetensors" in select_files(tiny)
+        got = {p.rsplit("/", 1)[-1] for m, p in hub.log if m == "GET" and "/resolve/" in p}
+        assert not got & {"pytorch_model.bin", "model.onnx", "README.md"}
+        tok_snap = cache / "models--org--tokrepo" / "snapshots" / COMMIT_B
+        assert sorted(f.name for f in tok_snap.iterdir()) == select_files(tiny, "tokenizer")
+
+        n_requests = len(hub.log)
+        again = _cli("models", "fetch", str(cfg), "--no-progress", env=env)
+        assert f"present  org/tiny  [org/tiny @ {COMMIT_A}]" in again.stdout
+        assert not any("/resolve/" in p for _, p in hub.log[n_requests:])  # nothing re-fetched
+    finally:
+        hub.close()
+    offline = {"HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
+    listed = _cli("models", "list", str(cfg), env=offline)
+    assert f"present  org/tiny  [org/tiny @ {COMMIT_A}]" in listed.stdout
+    assert "1 missing" in listed.stdout and "missing  org/nope" in listed.stdout
+
+
+def test_models_fetch_refuses_offline(hub, tmp_path):
+    cfg = _config(tmp_path, *MISSING_TWO)
+    r = _cli("models", "fetch", str(cfg), env={"HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "1"})
+    assert r.returncode == 1
+    assert f"present  org/tiny  [org/tiny @ {COMMIT_A}]" in r.stdout
+    assert "failed   org/absent-target: HF_HUB_OFFLINE is set" in r.stderr
+    assert "2 model(s) could not be fetched" in r.stderr
+
+
+def test_target_identity_follows_the_hub_commit(hub):
+    from calibdcd.experiment.components import target_identity
+    from calibdcd.experiment.config import TargetEntry
+
+    entry = TargetEntry(name="t", backend="hf", model="org/tiny")
+    before = target_identity(entry)
+    (hub / "models--org--tiny" / "refs" / "main").write_text(COMMIT_B)  # a newer fetch
+    assert target_identity(entry) != before
+    (hub / "models--org--tiny" / "refs" / "main").write_text(COMMIT_A)
+    assert target_identity(entry) == before
