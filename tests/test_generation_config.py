@@ -167,16 +167,22 @@ def test_params_validation_names_the_field():
         GenerationParams(max_new_tokens=4, temperature=1.0, repetition_penalty=0.0)
     assert GenerationParams(max_new_tokens=4, temperature=1.0, top_k=0).top_k is None
 
-    class Plain:  # a Target without resolve_params cannot inherit
+    class Plain:  # a Target without resolve_params gets "inherit" as it is
         name = "plain"
 
+        def __init__(self):
+            self.seen: list[GenerationParams] = []
+
         def generate(self, prompts, params):
+            self.seen.append(params)
             return [["x"] for _ in prompts]
 
-    with pytest.raises(ValueError, match="cannot resolve inherited decoding fields"):
-        CachedTarget(Plain(), ":memory:").generate(
-            ["a"], GenerationParams(max_new_tokens=2, temperature=1.0, top_k=INHERIT)
-        )
+    asked = GenerationParams(max_new_tokens=2, temperature=1.0, top_k=INHERIT)
+    plain = Plain()
+    assert CachedTarget(plain, ":memory:").generate(["a"], asked) == [["x"]]
+    assert plain.seen[0].top_k == INHERIT
+    rec = generation_record(plain, asked)
+    assert rec["used"] is None and rec["requested"]["top_k"] == INHERIT
 
 
 # --- the cache -----------------------------------------------------------------------------------

@@ -94,16 +94,10 @@ class GenerationParams:
 def resolve_params(target: Any, params: GenerationParams) -> GenerationParams:
     """``params`` as ``target`` decodes them: ``target.resolve_params(params)`` when the target
     has it (in-process backends fill inherited fields; server backends keep them, to be left out
-    of the request); a target without it must not be given inherited fields."""
+    of the request); unchanged for a target without it (e.g. a user's wrapper around a built-in
+    backend), which receives ``"inherit"`` as it is and must handle or forward it."""
     fn = getattr(target, "resolve_params", None)
-    if callable(fn):
-        return fn(params)
-    if params.inherited():
-        raise ValueError(
-            f"target {getattr(target, 'name', target)!r} cannot resolve inherited decoding fields "
-            f"{list(params.inherited())}; set them explicitly"
-        )
-    return params
+    return fn(params) if callable(fn) else params
 
 
 def generation_record(target: Any, params: GenerationParams) -> dict[str, Any]:
@@ -114,7 +108,12 @@ def generation_record(target: Any, params: GenerationParams) -> dict[str, Any]:
     fn = getattr(target, "generation_record", None)
     if callable(fn):
         return fn(params)
-    return {"requested": params.as_dict(), "used": resolve_params(target, params).as_dict()}
+    used = resolve_params(target, params)
+    return {
+        "requested": params.as_dict(),
+        "used": None if used.inherited() else used.as_dict(),
+        "note": None if not used.inherited() else "the target does not report inherited values",
+    }
 
 
 @runtime_checkable
