@@ -8,8 +8,11 @@ both, and the paired difference shared - per_split of the AUC before CalibDCD wi
 bootstrap interval over the evaluation texts (both arrangements score the same texts). The last
 table pools the seeds per target (mean difference, and how many seeds favour shared).
 
-    python benchmarks/dpdllm_arrangement.py --lab micro --seeds 0        # about 3 min, 2 cores
-    python benchmarks/dpdllm_arrangement.py --lab small --seeds 0 1 2    # the coordinator's run
+    python benchmarks/dpdllm_arrangement.py --lab micro --seeds 0 1 2
+    python benchmarks/dpdllm_arrangement.py --lab small --seeds 0 1 2
+
+Cost: a smoke run (``--lab micro --models base --seeds 0 --epochs 1 --length 32``) took 6 min on
+2 cores shared with other jobs; the official 15 epochs cost about 15x more reference fine-tuning.
 
 Everything is cached (run directory, features, reference LMs, generations): a rerun prints the
 tables at once. Writes ``arrangement.json`` with every number into the run directory.
