@@ -2,11 +2,13 @@
 
 Protocol: the lab's ground truth is split (seeded) into a supervised split of 50 members + 50
 non-members and an evaluation pool with all remaining texts. One reference LM is fine-tuned on
-the supervised texts and one on the evaluation pool (official DPDLLM: one per split, no labels),
-starting from a copy of the lab's base model; they do not depend on the target, so they are
-trained once and reused for every target. For each target (the base model and each post-trained
-model) DPDLLM samples continuations of e0, extracts the reference-LM probability vectors, fits
-Gaussian NB on the supervised split and scores the pool by its log-odds.
+the supervised texts and one on the evaluation pool (official DPDLLM: one per split, no labels;
+the detector's default in experiments is one shared reference LM, compared with this arrangement
+by benchmarks/dpdllm_arrangement.py), starting from a copy of the lab's base model; they do not
+depend on the target, so they are trained once and reused for every target. For each target (the
+base model and each post-trained model) DPDLLM samples continuations of e0, extracts the
+reference-LM probability vectors, fits Gaussian NB on the supervised split and scores the pool by
+its log-odds.
 
     python benchmarks/dpdllm_lab.py            # the lab small (built once if missing)
 

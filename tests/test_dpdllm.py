@@ -62,12 +62,13 @@ def test_join_prompt_spacing():
 def test_config_defaults_and_errors():
     c = DPDLLMConfig()
     p = c.generation_params()
+    # official: temperature and max_new_tokens explicit, the rest from the target's config
     assert (c.length, p.max_new_tokens, p.temperature, p.top_k, p.top_p, p.n) == (
         128,
         128,
         0.7,
-        50,
-        1.0,
+        "inherit",
+        "inherit",
         1,
     )
     r = c.reference

@@ -46,6 +46,7 @@ class FaultServer:
         self.successes: Counter = Counter()
         self.log: list[tuple[float, str, int, str]] = []  # (time, prompt, seed, kind)
         self.auth: list[str | None] = []
+        self.bodies: list[dict] = []  # every request body, in arrival order
         self.inflight = self.max_inflight = 0
         server = self
 
@@ -75,6 +76,7 @@ class FaultServer:
                     kind = server.plan(req["prompt"], attempt)
                     server.log.append((time.monotonic(), req["prompt"], req["seed"], kind))
                     server.auth.append(self.headers.get("Authorization"))
+                    server.bodies.append(req)
                     # a stalled request stays open here after the client gave up on it:
                     # count only the others towards the client's concurrency
                     counted = kind != "stall"

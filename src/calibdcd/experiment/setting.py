@@ -10,8 +10,11 @@
    target query goes through the SQLite generation cache; the target is loaded only on a miss.
    Detectors that train on the unlabelled pool (``prepare(pool, target)``: VeilProbe's mapping
    model) get the whole subsample first; detectors whose ``extract`` takes ``reference_texts``
-   (DPDLLM's reference LM per split) get the supervised texts for the supervised split and the
-   rest of the subsample for everything else;
+   (DPDLLM's reference LM) get, per part, ``detector.reference_texts_for(part texts, subsample)``
+   when they have it (DPDLLM: the whole subsample when ``reference.arrangement`` is ``shared``),
+   else the supervised texts for the supervised split and the rest of the subsample for
+   everything else. A detector's ``generation`` record (what the target decoded with, per kind
+   of query) is kept with its features and written to ``result.json``;
 3. the original classifier on the supervised split (cached), CalibDCD on the calibration
    non-members (correctable block = the detector's ``calibration_blocks``), the retrained
    classifier, AUC and TPR@FPR with bootstrap CIs before and after on the evaluation pool;
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
 import time
 import warnings
 from collections.abc import Callable
@@ -275,6 +279,8 @@ class _Extractor:
         self.seconds = 0.0
         self.extracted = 0
         self.steps: dict[str, float] = {}  #: the detector's own per-step seconds, summed
+        #: the target's decoding per kind of query (the detector's features' ``generation``)
+        self.generation: dict[str, Any] = {}
 
     def __call__(self, texts: list[str], view: Any | None, reference: list[str]) -> np.ndarray:
         key = digest(
@@ -289,6 +295,8 @@ class _Extractor:
         hit = self.ctx.arrays.load_arrays("features", key)
         if hit is not None:
             self._set_blocks(hit)
+            if "generation" in hit:
+                self._add_generation(json.loads(str(hit["generation"])))
             return hit["values"]
         t0 = time.perf_counter()
         target = self.ctx.target(self.setting.target)
@@ -309,11 +317,19 @@ class _Extractor:
         names = list(feats.blocks)
         bounds = np.array([[feats.blocks[n].start, feats.blocks[n].stop] for n in names])
         arrays = {"values": values, "block_names": np.array(names), "block_bounds": bounds}
+        generation = dict(getattr(feats, "generation", None) or {})
+        if generation:
+            arrays["generation"] = np.array(json.dumps(generation, sort_keys=True, default=str))
+            self._add_generation(generation)
         self.ctx.arrays.save_arrays("features", key, arrays)
         self._set_blocks(arrays)
         self.seconds += time.perf_counter() - t0
         self.extracted += 1
         return values
+
+    def _add_generation(self, record: dict[str, Any]) -> None:
+        for kind, rec in record.items():
+            self.generation.setdefault(str(kind), rec)
 
     def _set_blocks(self, arrays: dict[str, np.ndarray]) -> None:
         if self.blocks is None and "block_names" in arrays:
@@ -374,6 +390,8 @@ class PreparedSetting:
     extractions: int
     #: wall seconds per step of the detector's own ``timings`` (when it keeps them) spent here
     detector_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
+    #: the target's decoding per kind of detector query (see :func:`generation_record`)
+    generation: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def split_config(setting: Setting, cfg: ExperimentConfig) -> Any:
@@ -421,14 +439,19 @@ def prepare_setting(
     rest_texts = [texts[i] for i in rest]
     cal_texts = [texts[i] for i in cal_idx]
 
+    ref_sup, ref_rest = sup_texts, rest_texts
+    per_part = getattr(detector, "reference_texts_for", None)
+    if callable(per_part):  # e.g. DPDLLM's shared reference LM: every text of the subsample
+        ref_sup, ref_rest = per_part(sup_texts, pool), per_part(rest_texts, pool)
+
     say("features e0")
-    z_sup = ext(sup_texts, None, sup_texts)
-    z_rest = ext(rest_texts, None, rest_texts)
+    z_sup = ext(sup_texts, None, ref_sup)
+    z_rest = ext(rest_texts, None, ref_rest)
     views = ctx.views(setting.target)
     z_views: dict[str, np.ndarray] = {}
     for v in views:
         say(f"features {v.code}")
-        z_views[v.code] = ext(cal_texts, v, rest_texts)
+        z_views[v.code] = ext(cal_texts, v, ref_rest)
 
     # rows with missing features (e.g. a failed generation recorded as a gap) are dropped
     ok_rest = np.all(np.isfinite(z_rest), axis=1)
@@ -499,6 +522,7 @@ def prepare_setting(
         feature_seconds=ext.seconds,
         extractions=ext.extracted,
         detector_seconds={k: round(v, 3) for k, v in ext.steps.items()},
+        generation=ext.generation,
     )
 
 
@@ -757,6 +781,7 @@ def run_setting(
         "warnings": reliability_warnings(
             len(y_eval), served1 - served0, empty1 - empty0, after["auc"]["estimate"]
         ),
+        "generation": prep.generation,
         "skipped": False,
     }
     for w in result["warnings"]:

@@ -12,51 +12,109 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
+    "INHERIT",
+    "INHERITABLE",
     "GenerationParams",
     "Target",
     "available_backends",
     "create_target",
+    "generation_record",
     "register_backend",
+    "resolve_params",
     "unknown_options",
     "validate_prompts",
 ]
+
+
+#: marks a decoding field left to the target: an in-process backend fills it from the checkpoint's
+#: ``generation_config`` (transformers' defaults where that is silent), a server backend leaves it
+#: out of the request so the server applies its own (vLLM: the model's generation config)
+INHERIT = "inherit"
+#: the fields that may be :data:`INHERIT`
+INHERITABLE = ("temperature", "top_p", "top_k", "repetition_penalty")
 
 
 @dataclasses.dataclass(frozen=True)
 class GenerationParams:
     """How to sample completions. ``temperature == 0`` means greedy decoding.
 
+    ``top_k`` None (or 0) = no top-k truncation, ``top_p`` 1.0 = no nucleus truncation,
+    ``repetition_penalty`` 1.0 = none (> 1 penalises every token already in the prompt or the
+    completion, as transformers' ``RepetitionPenaltyLogitsProcessor``). Any field of
+    :data:`INHERITABLE` may be :data:`INHERIT` (``"inherit"``): the target decides it (see
+    :meth:`inherited` and the backends' ``resolve_params``).
+
     ``seed`` and the sample index (0..n-1) together determine a sampled completion, so a cached
     completion and a fresh one agree whatever the batch size or order.
     """
 
     max_new_tokens: int
-    temperature: float
-    top_p: float = 1.0
-    top_k: int | None = None
+    temperature: float | str
+    top_p: float | str = 1.0
+    top_k: int | str | None = None
     n: int = 1
     seed: int = 0
+    repetition_penalty: float | str = 1.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
         if not isinstance(self.n, int) or self.n < 1:
             raise ValueError(f"n must be an integer >= 1, got {self.n!r}")
-        if not (self.temperature >= 0.0):
-            raise ValueError(f"temperature must be >= 0, got {self.temperature!r}")
-        if not (0.0 < self.top_p <= 1.0):
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
-        if self.top_k is not None and (not isinstance(self.top_k, int) or self.top_k < 1):
-            raise ValueError(f"top_k must be None or an integer >= 1, got {self.top_k!r}")
+        for name in INHERITABLE:
+            v = getattr(self, name)
+            if isinstance(v, str) and v != INHERIT:
+                raise ValueError(f"{name} must be a number or {INHERIT!r}, got {v!r}")
+        t, p, k, r = self.temperature, self.top_p, self.top_k, self.repetition_penalty
+        if t != INHERIT and not (t >= 0.0):
+            raise ValueError(f"temperature must be >= 0, got {t!r}")
+        if p != INHERIT and not (0.0 < p <= 1.0):
+            raise ValueError(f"top_p must be in (0, 1], got {p!r}")
+        if k not in (None, INHERIT) and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
+            raise ValueError(f"top_k must be None, {INHERIT!r} or an integer >= 0, got {k!r}")
+        if k == 0:  # transformers' and vLLM's "no top-k": one spelling inside calibdcd
+            object.__setattr__(self, "top_k", None)
+        if r != INHERIT and not (r > 0.0):
+            raise ValueError(f"repetition_penalty must be > 0, got {r!r}")
         if not isinstance(self.seed, int):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
 
     @property
     def greedy(self) -> bool:
+        """Greedy decoding (``temperature == 0``); False while the temperature is inherited."""
         return self.temperature == 0.0
+
+    def inherited(self) -> tuple[str, ...]:
+        """The fields left to the target (:data:`INHERIT`)."""
+        return tuple(f for f in INHERITABLE if getattr(self, f) == INHERIT)
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def resolve_params(target: Any, params: GenerationParams) -> GenerationParams:
+    """``params`` as ``target`` decodes them: ``target.resolve_params(params)`` when the target
+    has it (in-process backends fill inherited fields; server backends keep them, to be left out
+    of the request); unchanged for a target without it (e.g. a user's wrapper around a built-in
+    backend), which receives ``"inherit"`` as it is and must handle or forward it."""
+    fn = getattr(target, "resolve_params", None)
+    return fn(params) if callable(fn) else params
+
+
+def generation_record(target: Any, params: GenerationParams) -> dict[str, Any]:
+    """What ``target`` decodes ``params`` with, for a run directory: ``requested`` (the detector's
+    params, ``"inherit"`` where it left a field open) and the backend's own account (in-process:
+    ``used`` = every resolved value and where inherited values came from; server: ``sent`` = the
+    request fields, ``left_to_server`` = the fields omitted)."""
+    fn = getattr(target, "generation_record", None)
+    if callable(fn):
+        return fn(params)
+    used = resolve_params(target, params)
+    return {
+        "requested": params.as_dict(),
+        "used": None if used.inherited() else used.as_dict(),
+        "note": None if not used.inherited() else "the target does not report inherited values",
+    }
 
 
 @runtime_checkable

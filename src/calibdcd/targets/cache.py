@@ -1,15 +1,21 @@
 """A persistent SQLite generation cache that wraps any :class:`~calibdcd.targets.base.Target`.
 
 Every completion is stored under ``sha256([target.name, prompt, max_new_tokens, temperature, top_p,
-top_k, seed, sample index])``. Only the misses go to the wrapped target, in chunks of
+top_k, seed, (repetition_penalty,) sample index])`` of the parameters *as the target resolves them*
+(``target.resolve_params``): an in-process target fills fields a detector leaves as ``"inherit"``
+from its checkpoint's generation config, so a changed generation config is a different key; a
+server target keeps ``"inherit"``, which is what its request says (the field is left out). The
+repetition penalty enters the key only when it is not 1.0, so keys of runs without it are the
+same as before it existed. Only the misses go to the wrapped target, in chunks of
 ``chunk_size`` completions; each chunk is committed in its own transaction, so a run killed at any
 point (even ``kill -9``) keeps every finished chunk and never leaves a corrupt file (SQLite's WAL
 journal is atomic). Several processes can share one file: WAL mode lets readers run during a
 write, writers wait up to ``timeout`` seconds for each other, and when two processes generate the
 same completion the first one stored wins (both then return that stored text).
 
-Greedy decoding (``temperature == 0``) ignores top-p, top-k, the seed and the sample index, so
-those are normalised out of its key: the ``n`` greedy samples of a prompt are one entry.
+Greedy decoding (``temperature == 0``) ignores top-p, top-k, the seed and the sample index (not
+the repetition penalty), so those are normalised out of its key: the ``n`` greedy samples of
+a prompt are one entry.
 
 Wrapped targets that offer ``generate_indexed(prompts, sample_indices, params)`` (the built-in
 backends do) are asked for exactly the missing samples; for any other target the cache asks for
@@ -32,7 +38,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from calibdcd.targets.base import GenerationParams, Target, validate_prompts
+from calibdcd.targets.base import (
+    INHERIT,
+    GenerationParams,
+    Target,
+    resolve_params,
+    validate_prompts,
+)
 
 __all__ = ["CacheStats", "CachedTarget", "cache_key"]
 
@@ -59,7 +71,13 @@ class CacheStats:
         return self.hits / total if total else 0.0
 
 
+def _num(v: Any) -> Any:
+    return v if v == INHERIT else float(v)
+
+
 def _key_params(params: GenerationParams, sample: int) -> tuple[dict[str, Any], int]:
+    rp = params.repetition_penalty
+    extra = {} if rp == 1.0 else {"repetition_penalty": _num(rp)}
     if params.greedy:
         return {
             "max_new_tokens": params.max_new_tokens,
@@ -67,13 +85,15 @@ def _key_params(params: GenerationParams, sample: int) -> tuple[dict[str, Any], 
             "top_p": 1.0,
             "top_k": None,
             "seed": 0,
+            **extra,
         }, 0
     return {
         "max_new_tokens": params.max_new_tokens,
-        "temperature": float(params.temperature),
-        "top_p": float(params.top_p),
+        "temperature": _num(params.temperature),
+        "top_p": _num(params.top_p),
         "top_k": params.top_k,
         "seed": params.seed,
+        **extra,
     }, sample
 
 
@@ -91,7 +111,8 @@ def _retry_locked(fn: Any, timeout: float) -> Any:
 
 
 def cache_key(target_name: str, prompt: str, params: GenerationParams, sample: int) -> str:
-    """The cache key of sample ``sample`` of ``prompt`` under ``params`` for target ``name``."""
+    """The cache key of sample ``sample`` of ``prompt`` under ``params`` for target ``name``
+    (``params`` as the target resolved them: see :func:`~calibdcd.targets.base.resolve_params`)."""
     kp, s = _key_params(params, sample)
     blob = json.dumps([target_name, prompt, kp, s], ensure_ascii=False, sort_keys=True)
     return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()
@@ -267,6 +288,7 @@ class CachedTarget:
         prompts = validate_prompts(prompts)
         if not isinstance(params, GenerationParams):
             raise ValueError(f"params must be a GenerationParams, got {type(params).__name__}")
+        params = resolve_params(self.target, params)
         flat = self._get([(p, s) for p in prompts for s in range(params.n)], params)
         n = params.n
         return [flat[k * n : (k + 1) * n] for k in range(len(prompts))]
@@ -278,6 +300,9 @@ class CachedTarget:
         idx = list(sample_indices)
         if len(idx) != len(prompts) or any(not isinstance(i, int) or i < 0 for i in idx):
             raise ValueError("sample_indices must hold one integer >= 0 per prompt")
+        if not isinstance(params, GenerationParams):
+            raise ValueError(f"params must be a GenerationParams, got {type(params).__name__}")
+        params = resolve_params(self.target, params)
         return self._get(list(zip(prompts, idx, strict=True)), params)
 
     def _get(self, rows: list[tuple[str, int]], params: GenerationParams) -> list[str]:

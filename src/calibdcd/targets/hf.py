@@ -14,6 +14,18 @@ GPUs the rounding error and so the flip rate are larger (not measured here). The
 makes results stable anyway: the first stored completion is the one every later run gets.
 
 Other choices:
+* ``repetition_penalty`` p != 1 is applied to the raw logits before temperature, top-k and
+  top-p, exactly as transformers' ``RepetitionPenaltyLogitsProcessor`` (in float32): every token
+  id present in the row's prompt (its BOS included) or its completion so far has its logit
+  divided by p when positive, multiplied by p when negative, also under greedy decoding. Only the
+  row's own tokens count, never left padding (``model.generate`` on a left-padded batch also
+  penalises the pad id, which makes its output depend on the batch), so batch invariance holds.
+* Decoding fields a caller leaves as ``"inherit"`` are filled from the checkpoint's
+  ``generation_config`` (``generation_config.json``; transformers' defaults where it is silent:
+  top-k 50, top-p 1.0, repetition penalty 1.0, and greedy when ``do_sample`` is false), as a
+  ``pipeline``/``generate`` call that sets only some fields would. ``resolve_params`` does it and
+  ``generation_record`` reports it (with any sampling field of the checkpoint this loop does not
+  implement, e.g. ``min_p``, under ``not_applied``).
 * Greedy decoding (``temperature == 0``) takes the first arg-max; its ``n`` samples are identical
   and are computed once.
 * Prompts are encoded with ``add_special_tokens=True`` (the tokenizer adds its BOS, as vLLM and
@@ -30,8 +42,10 @@ Other choices:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -41,11 +55,18 @@ from pathlib import Path
 from typing import Any
 
 from calibdcd.models import resolve_model
-from calibdcd.targets.base import GenerationParams, register_backend, validate_prompts
+from calibdcd.targets.base import (
+    GenerationParams,
+    register_backend,
+    resolve_params,
+    validate_prompts,
+)
 from calibdcd.targets.tiny import default_cache_dir
 
 __all__ = [
     "HFTarget",
+    "apply_repetition_penalty",
+    "checkpoint_decoding",
     "convert_gguf",
     "detect_family",
     "fingerprint_checkpoint",
@@ -53,6 +74,8 @@ __all__ = [
     "resolve_dtype",
     "row_uniform",
 ]
+
+log = logging.getLogger(__name__)
 
 _FINGERPRINTED = re.compile(
     r"(\.safetensors|\.bin|\.pt|\.gguf|\.model|\.jinja|\.tiktoken|merges\.txt|vocab\.(json|txt)"
@@ -221,6 +244,53 @@ def row_uniform(key: bytes, step: int) -> float:
     return int.from_bytes(d, "little") / 2.0**64
 
 
+# --- decoding parameters -------------------------------------------------------------------------
+
+#: sampling fields of a generation_config that this backend's loop does not implement, with the
+#: values that make them a no-op
+_NOT_APPLIED = {
+    "min_p": (None, 0.0),
+    "typical_p": (None, 1.0),
+    "epsilon_cutoff": (None, 0.0),
+    "eta_cutoff": (None, 0.0),
+    "no_repeat_ngram_size": (None, 0),
+    "top_h": (None, 1.0),
+}
+
+
+def checkpoint_decoding(generation_config: Any) -> dict[str, Any]:
+    """The decoding a checkpoint's ``generation_config`` asks for, as :class:`GenerationParams`
+    fields (transformers' global defaults where a field is unset: top-k 50, top-p 1.0,
+    temperature 1.0, repetition penalty 1.0, ``do_sample`` False = greedy = temperature 0), plus
+    ``not_applied``: its sampling fields this backend does not implement, where not a no-op."""
+
+    def get(name: str, default: Any) -> Any:
+        v = getattr(generation_config, name, None) if generation_config is not None else None
+        return default if v is None else v
+
+    do_sample = bool(get("do_sample", False))
+    top_k = int(get("top_k", 50))
+    return {
+        "temperature": float(get("temperature", 1.0)) if do_sample else 0.0,
+        "top_k": top_k if top_k > 0 else None,
+        "top_p": float(get("top_p", 1.0)),
+        "repetition_penalty": float(get("repetition_penalty", 1.0)),
+        "not_applied": {
+            k: get(k, None) for k, noop in _NOT_APPLIED.items() if get(k, None) not in noop
+        },
+    }
+
+
+def apply_repetition_penalty(logits: Any, seen: Any, penalty: float) -> Any:
+    """transformers' ``RepetitionPenaltyLogitsProcessor`` with the already-seen token ids given
+    as a (batch, vocab) boolean mask: seen logits are divided by ``penalty`` when positive (or
+    zero), multiplied by it when negative; the others are unchanged."""
+    import torch
+
+    penalised = torch.where(logits < 0, logits * penalty, logits / penalty)
+    return torch.where(seen, penalised, logits)
+
+
 # --- the target ----------------------------------------------------------------------------------
 
 
@@ -332,12 +402,47 @@ class HFTarget:
     def __repr__(self) -> str:
         return f"HFTarget(name={self.name!r}, family={self.family!r}, device={self.device!r})"
 
+    # -- decoding parameters --
+
+    def _checkpoint_decoding(self) -> dict[str, Any]:
+        return checkpoint_decoding(getattr(self.model, "generation_config", None))
+
+    def resolve_params(self, params: GenerationParams) -> GenerationParams:
+        """``params`` with each ``"inherit"`` field from the checkpoint's generation config."""
+        _check_params(params)
+        inherited = params.inherited()
+        if not inherited:
+            return params
+        ckpt = self._checkpoint_decoding()
+        return dataclasses.replace(params, **{f: ckpt[f] for f in inherited})
+
+    def generation_record(self, params: GenerationParams) -> dict[str, Any]:
+        """What decoding ``params`` uses here: ``requested``, ``used`` (resolved), ``inherited``
+        (the fields taken from the checkpoint), ``source`` and ``not_applied``."""
+        ckpt = self._checkpoint_decoding()
+        inherited = list(params.inherited())
+        if inherited and ckpt["not_applied"]:
+            log.warning(
+                "%s: generation_config sets %s, which the hf backend does not apply",
+                self.name,
+                ckpt["not_applied"],
+            )
+        has_file = (Path(self.model_dir) / "generation_config.json").is_file()
+        return {
+            "backend": "hf",
+            "requested": params.as_dict(),
+            "used": self.resolve_params(params).as_dict(),
+            "inherited": inherited,
+            "source": "generation_config.json" if has_file else "transformers defaults",
+            "not_applied": ckpt["not_applied"],
+        }
+
     # -- the Target API --
 
     def generate(self, prompts: Sequence[str], params: GenerationParams) -> list[list[str]]:
         """``params.n`` completions per prompt; sample i of a prompt is reproducible on its own."""
         prompts = validate_prompts(prompts)
-        _check_params(params)
+        params = resolve_params(self, params)
         rows = [(p, i) for p in prompts for i in range(params.n)]
         flat = self._generate_rows(rows, params)
         return [flat[k * params.n : (k + 1) * params.n] for k in range(len(prompts))]
@@ -349,7 +454,7 @@ class HFTarget:
         of ``generate([prompts[j]], params)`` (``params.n`` is ignored). Used by the cache to
         generate only the missing samples."""
         prompts = validate_prompts(prompts)
-        _check_params(params)
+        params = resolve_params(self, params)
         idx = list(sample_indices)
         if len(idx) != len(prompts) or any(not isinstance(i, int) or i < 0 for i in idx):
             raise ValueError("sample_indices must hold one integer >= 0 per prompt")
@@ -418,11 +523,18 @@ class HFTarget:
         past = out.past_key_values
         logits = out.logits[:, -1, :]
         pos = pos[:, -1:]
+        seen = None  # (rows, vocab) token ids of prompt + completion, for the repetition penalty
+        if params.repetition_penalty != 1.0:
+            seen = torch.zeros((b, logits.shape[-1]), dtype=torch.bool, device=logits.device)
+            for r, x in enumerate(ids):
+                seen[r, torch.tensor(x, device=logits.device)] = True
         in_batch = list(range(b))  # original row of each batch position
         done: set[int] = set()
         new: list[list[int]] = [[] for _ in range(b)]
         for step in range(params.max_new_tokens):
-            tok = self._pick(logits, [keys[r] for r in in_batch], step, params)
+            tok = self._pick(logits, [keys[r] for r in in_batch], step, params, seen)
+            if seen is not None:
+                seen[torch.arange(len(in_batch), device=seen.device), tok] = True
             for r, t in zip(in_batch, tok.tolist(), strict=True):
                 if r in done:
                     continue  # kept in the batch only when the cache cannot drop rows
@@ -442,6 +554,8 @@ class HFTarget:
                     self._can_prune = False
                 else:
                     attn, pos, tok = attn[sel], pos[sel], tok[sel]
+                    if seen is not None:
+                        seen = seen[sel.to(seen.device)]
                     in_batch = [in_batch[j] for j in keep]
             attn = torch.cat([attn, attn.new_ones((len(in_batch), 1))], dim=1)
             pos = pos + 1
@@ -456,8 +570,17 @@ class HFTarget:
             logits = out.logits[:, -1, :]
         return [self._detok(ids[r], new[r]) for r in range(b)]
 
-    def _pick(self, logits: Any, keys: list[bytes], step: int, params: GenerationParams) -> Any:
+    def _pick(
+        self,
+        logits: Any,
+        keys: list[bytes],
+        step: int,
+        params: GenerationParams,
+        seen: Any | None = None,
+    ) -> Any:
         torch = self._torch
+        if seen is not None:
+            logits = apply_repetition_penalty(logits.float(), seen, params.repetition_penalty)
         if params.greedy:
             return logits.argmax(dim=-1)
         wide = torch.float32 if logits.device.type == "mps" else torch.float64

@@ -10,8 +10,14 @@
   request's own generator; ``transformers serve`` seeds torch's global RNG per request, so its
   samples are reproducible only with ``concurrency=1``). Greedy requests (``temperature == 0``)
   are sent once per prompt and their result repeated ``n`` times.
-* ``top_k`` is sent only when set (it is not an OpenAI field; vLLM/SGLang/TGI accept it).
-  ``extra_body`` adds server-specific fields.
+* Decoding fields: ``max_tokens`` always; ``temperature`` and ``top_p`` unless ``"inherit"``;
+  ``top_k`` and ``repetition_penalty`` (not OpenAI fields; vLLM, SGLang, llama.cpp's server
+  accept them) only when they truncate or penalise (not None / 1.0), so a hosted API that rejects
+  unknown fields still works; a field left out is decided by the server (vLLM applies the model's
+  ``generation_config`` by default, ``--generation-config vllm`` turns that off). A field left as
+  ``"inherit"`` is never sent: that is how a detector inherits the served model's decoding.
+  :meth:`OpenAITarget.generation_record` says exactly which fields a request carries.
+  ``extra_body`` adds server-specific fields (and overrides the ones above).
 * Bounded concurrency (``asyncio`` + ``httpx``, ``concurrency`` requests in flight).
 * ``timeout`` is a total deadline per attempt (connect, send, wait and read the whole answer),
   enforced with ``asyncio.wait_for``: a server that drips its answer byte by byte times out too.
@@ -52,7 +58,7 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlparse
 
-from calibdcd.targets.base import GenerationParams, register_backend, validate_prompts
+from calibdcd.targets.base import INHERIT, GenerationParams, register_backend, validate_prompts
 
 __all__ = ["OpenAITarget", "OpenAITargetError", "request_seed"]
 
@@ -170,6 +176,42 @@ class OpenAITarget:
             "retry_reasons": dict(self.retry_reasons),
         }
 
+    # -- decoding parameters --
+
+    def resolve_params(self, params: GenerationParams) -> GenerationParams:
+        """Unchanged: ``"inherit"`` fields stay open and are left out of the request."""
+        _check_params(params)
+        return params
+
+    def request_fields(self, params: GenerationParams) -> dict[str, Any]:
+        """The decoding fields of every request for ``params`` (without prompt and seed)."""
+        fields: dict[str, Any] = {"model": self.model, "max_tokens": params.max_new_tokens}
+        for name in ("temperature", "top_p"):
+            v = getattr(params, name)
+            if v != INHERIT:
+                fields[name] = float(v)
+        if params.top_k not in (None, INHERIT):
+            fields["top_k"] = params.top_k
+        if params.repetition_penalty not in (1.0, INHERIT):
+            fields["repetition_penalty"] = float(params.repetition_penalty)
+        fields.update(self.extra_body)
+        return fields
+
+    def generation_record(self, params: GenerationParams) -> dict[str, Any]:
+        """What a request for ``params`` carries: ``sent`` (every field but the prompt and the
+        per-sample ``seed``, which is ``request_seed(params.seed, sample index)``) and
+        ``left_to_server`` (decoding fields not sent: the server's defaults apply)."""
+        sent = self.request_fields(params)
+        return {
+            "backend": "openai",
+            "requested": params.as_dict(),
+            "sent": sent,
+            "seed": f"request_seed({params.seed}, sample index)",
+            "left_to_server": [
+                f for f in ("temperature", "top_p", "top_k", "repetition_penalty") if f not in sent
+            ],
+        }
+
     # -- the Target API --
 
     def generate(self, prompts: Sequence[str], params: GenerationParams) -> list[list[str]]:
@@ -256,17 +298,8 @@ class OpenAITarget:
         return [got[r] for r in eff]
 
     def _body(self, prompt: str, sample: int, params: GenerationParams) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "model": self.model,
-            "prompt": prompt,
-            "max_tokens": params.max_new_tokens,
-            "temperature": float(params.temperature),
-            "top_p": float(params.top_p),
-            "seed": request_seed(params.seed, sample),
-        }
-        if params.top_k is not None:
-            body["top_k"] = params.top_k
-        body.update(self.extra_body)
+        body: dict[str, Any] = {"prompt": prompt, "seed": request_seed(params.seed, sample)}
+        body.update(self.request_fields(params))
         return body
 
     def _headers(self) -> dict[str, str]:

@@ -3,12 +3,16 @@
 Pipeline for a split of candidate texts ``S`` and a black-box target:
 
 1. e0(s) = the first ``L/2`` whitespace words of ``s``; one continuation is sampled from the
-   target (temperature 0.7, top-k 50, ``max_new_tokens = L``). Under a CalibDCD view the target
-   receives ``view.apply(e0(s))`` and nothing else changes.
+   target with temperature 0.7 and ``max_new_tokens = L``, every other decoding field (top-k,
+   top-p, repetition penalty) inherited from the target's generation config, as the official
+   ``pipeline(..., do_sample=True, temperature=0.7, max_new_tokens=L)`` call does. Under a
+   CalibDCD view the target receives ``view.apply(e0(s))`` and nothing else changes.
 2. g(s) = e0(s) + continuation.
-3. A reference LM, fine-tuned without labels on the split's own candidate texts (``S`` itself by
-   default, or ``reference_texts``), reads g(s); the L per-position probabilities p_i(y_i) are the
-   feature vector (the whole vector is the block CalibDCD corrects).
+3. A reference LM, fine-tuned without labels on candidate texts (``reference_texts``; default
+   ``S`` itself), reads g(s); the L per-position probabilities p_i(y_i) are the feature vector
+   (the whole vector is the block CalibDCD corrects). Which texts the experiment runner passes is
+   ``reference.arrangement`` (``shared``: the whole subsample for every split; ``per_split``, the
+   official arrangement: each split's own texts; see docs/dpdllm.md).
 4. Gaussian Naive Bayes on the supervised split, scored by its log-odds (higher = member).
 """
 
@@ -27,7 +31,7 @@ from calibdcd.detectors.dpdllm.features import FeatureConfig, compute_features, 
 from calibdcd.detectors.dpdllm.gnb import GaussianNB
 from calibdcd.detectors.dpdllm.query import first_words, generate_continuations, join_prompt
 from calibdcd.detectors.dpdllm.reference import ReferenceLM, ReferenceLMConfig, reference_key
-from calibdcd.targets.base import GenerationParams
+from calibdcd.targets.base import INHERIT, GenerationParams, generation_record
 
 __all__ = ["DPDLLM", "DPDLLMConfig", "DPDLLMFeatures", "default_length"]
 
@@ -45,7 +49,15 @@ def default_length(benchmark: str | None) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class DPDLLMConfig:
-    """DPDLLM settings; the defaults are the official ones with L = 128.
+    """DPDLLM settings; the defaults are the official ones with L = 128, except the reference
+    arrangement (``reference.arrangement``: ``shared`` by default, ``per_split`` is official).
+
+    Decoding: ``temperature`` 0.7 and ``max_new_tokens`` (None = L) are explicit, as in the
+    official call; ``top_k``, ``top_p`` and ``repetition_penalty`` are ``"inherit"`` by default:
+    the target's generation config decides them (``hf``: the checkpoint's
+    ``generation_config.json``, transformers' defaults top-k 50 / top-p 1.0 / no penalty where it
+    is silent; ``openai``: left out of the request, the server decides). A number overrides
+    (``top_k: null`` = no top-k). What the target used is in the features' ``generation``.
 
     ``length`` is L: the prompt has ``length // 2`` words, the target generates up to
     ``max_new_tokens`` (None = L) tokens and the reference LM window is L tokens.
@@ -57,9 +69,10 @@ class DPDLLMConfig:
     """
 
     length: int = 128
-    temperature: float = 0.7
-    top_k: int | None = 50
-    top_p: float = 1.0
+    temperature: float | str = 0.7
+    top_k: int | str | None = INHERIT
+    top_p: float | str = INHERIT
+    repetition_penalty: float | str = INHERIT
     max_new_tokens: int | None = None
     seed: int = 0
     join: Literal["auto", "exact"] = "auto"
@@ -86,7 +99,10 @@ class DPDLLMConfig:
             raise ValueError("reference must be a ReferenceLMConfig")
         if not isinstance(self.features, FeatureConfig):
             raise ValueError("features must be a FeatureConfig")
-        self.generation_params()  # validates temperature/top_k/top_p
+        try:
+            self.generation_params()  # validates the decoding fields
+        except ValueError as e:
+            raise ValueError(f"dpdllm: {e}") from None
 
     @classmethod
     def for_benchmark(cls, benchmark: str | None, **overrides: Any) -> DPDLLMConfig:
@@ -110,6 +126,7 @@ class DPDLLMConfig:
             top_k=self.top_k,
             n=1,
             seed=self.seed,
+            repetition_penalty=self.repetition_penalty,
         )
 
 
@@ -120,6 +137,8 @@ class DPDLLMFeatures(Features):
     ``valid[i]`` is False for a recorded generation gap (row i is NaN). ``generated[i]`` is the
     text g the reference LM read (None for a gap), ``queries[i]`` what the target received.
     ``timings`` holds seconds per step (``generation``, ``reference``, ``features``).
+    ``generation`` maps each kind of target query (DPDLLM has one: ``continuation``) to the
+    target's :func:`~calibdcd.targets.base.generation_record` of its decoding parameters.
     """
 
     valid: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, dtype=bool))
@@ -127,6 +146,7 @@ class DPDLLMFeatures(Features):
     queries: tuple[str, ...] = ()
     reference_path: str | None = None
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
+    generation: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def _check_texts(texts: Sequence[str], name: str = "texts") -> list[str]:
@@ -147,10 +167,11 @@ class DPDLLM:
     """DPDLLM implementing :class:`calibdcd.detectors.base.Detector`.
 
     ``extract(texts, target, view=None, reference_texts=None)`` fine-tunes (or loads from the
-    cache) the reference LM on ``reference_texts`` (default: ``texts`` themselves, i.e. one
-    reference LM per split as the official code) and returns the feature matrix. Pass the same
-    ``reference_texts`` for every subset of one split (e.g. the calibration non-members of the
-    evaluation pool, and every view) so they share the split's reference LM.
+    cache) the reference LM on ``reference_texts`` (default: ``texts`` themselves) and returns the
+    feature matrix. Pass the same ``reference_texts`` for every subset that must share a
+    reference LM: under ``reference.arrangement == "shared"`` every text of the subsample (both
+    splits, every view), under ``"per_split"`` the split's own texts
+    (:meth:`reference_texts_for` says which).
     """
 
     name = "dpdllm"
@@ -164,6 +185,18 @@ class DPDLLM:
 
     def __repr__(self) -> str:
         return f"DPDLLM({self.config!r})"
+
+    @property
+    def reference_arrangement(self) -> str:
+        """``"shared"`` or ``"per_split"`` (``config.reference.arrangement``)."""
+        return self.config.reference.arrangement
+
+    def reference_texts_for(
+        self, split_texts: Sequence[str], all_texts: Sequence[str]
+    ) -> list[str]:
+        """The reference LM's training texts for a split: ``all_texts`` (every candidate of the
+        subsample, labels unused) when shared, the split's own ``split_texts`` when per split."""
+        return list(all_texts if self.reference_arrangement == "shared" else split_texts)
 
     # -- query ---------------------------------------------------------------------------------
     def query(self, text: str) -> str:
@@ -236,6 +269,7 @@ class DPDLLM:
         ref_texts = (
             texts if reference_texts is None else _check_texts(reference_texts, "reference_texts")
         )
+        record = generation_record(target, self.config.generation_params())
         t0 = time.perf_counter()
         sent, gen = self.generate(texts, target, view)
         t1 = time.perf_counter()
@@ -252,6 +286,7 @@ class DPDLLM:
             queries=tuple(sent),
             reference_path=str(ref.path) if ref.path else None,
             timings={"generation": t1 - t0, "reference": t2 - t1, "features": t3 - t2},
+            generation={"continuation": record},
         )
 
     # -- classifier ----------------------------------------------------------------------------

@@ -1,10 +1,12 @@
 """DPDLLM's query e0 and the generation step (no torch here).
 
 The official ``generate_by_llm.py`` prompts the target with the first ``L // 2`` space-separated
-words of the text, samples one continuation (temperature 0.7, the HF default top-k 50,
-``max_new_tokens = L``) and stores ``prompt + continuation``. On a generation error it stores the
-*original text* instead; that leaks the answer into the features, so here a failure is either an
-error or a recorded gap (``None``), never a substitution.
+words of the text, samples one continuation (``pipeline(prompt, do_sample=True, temperature=0.7,
+max_new_tokens=L)``: every other decoding field comes from the checkpoint's generation config,
+transformers' top-k 50 / top-p 1.0 for the Llama and Pythia checkpoints it ran; top-k 20,
+top-p 0.8, repetition penalty 1.05 for Qwen2.5-Instruct) and stores ``prompt + continuation``.
+On a generation error it stores the *original text* instead; that leaks the answer into the
+features, so here a failure is either an error or a recorded gap (``None``), never a substitution.
 
 Under a CalibDCD view only the query sent to the target changes (``view.apply(e0)``); the text
 handed to the features is always the unmodified e0 prompt plus the continuation.

@@ -56,14 +56,22 @@ def default_cache_dir() -> Path:
 
 @dataclasses.dataclass(frozen=True)
 class ReferenceLMConfig:
-    """How the reference LM is fine-tuned (defaults = the official DPDLLM settings).
+    """How the reference LM is fine-tuned: the official DPDLLM settings (fp32, 15 epochs, batch 4,
+    lr 5e-5 -> 0) except ``arrangement``.
+
+    ``arrangement`` is which candidate texts a reference LM is fine-tuned on (labels are never
+    used): ``"shared"`` (default) = one reference LM on every text of the subsample, whose
+    features the classifier is both fit on and applied to; ``"per_split"`` = the official code's
+    one reference LM per split (supervised texts; the rest of the subsample). docs/dpdllm.md
+    argues the default. The detector applies it through the texts the runner passes.
 
     ``window`` None means the detector's length ``L``. ``select`` is ``"train_ppl"`` (keep the
     epoch with the lowest training perplexity, official) or ``"last"``. ``device`` is ``"auto"``
-    (cuda, then mps, then cpu) or a torch device string. ``bf16`` enables bfloat16 autocast on
-    CUDA (weights and the probabilities read off stay float32). ``pad_token_id`` is the id used
-    for padding: None = the tokenizer's pad id, or 0 when it has none (GPT-2: 0, as keras-nlp);
-    it matters only for the official short-text features.
+    (cuda, then mps, then cpu) or a torch device string. ``bf16`` (opt-in; the official code is
+    fp32) runs fine-tuning and scoring under bfloat16 autocast on CUDA or CPU (weights, loss and
+    the probabilities read off stay float32); it is part of the cache key when on.
+    ``pad_token_id`` is the id used for padding: None = the tokenizer's pad id, or 0 when it has
+    none (GPT-2: 0, as keras-nlp); it matters only for the official short-text features.
     """
 
     model_path: str = "gpt2"
@@ -77,7 +85,8 @@ class ReferenceLMConfig:
     pad_token_id: int | None = None
     seed: int = 0
     device: str = "auto"
-    bf16: bool = True
+    bf16: bool = False
+    arrangement: Literal["shared", "per_split"] = "shared"
     cache_dir: str | None = None
     score_batch_size: int = 16
 
@@ -96,10 +105,17 @@ class ReferenceLMConfig:
             raise ValueError(f"reference.select must be 'train_ppl' or 'last', got {self.select!r}")
         if not self.model_path:
             raise ValueError("reference.model_path is empty")
+        if self.arrangement not in ("shared", "per_split"):
+            raise ValueError(
+                f"reference.arrangement must be 'shared' or 'per_split', got {self.arrangement!r}"
+            )
+        if not isinstance(self.bf16, bool):
+            raise ValueError(f"reference.bf16 must be true or false, got {self.bf16!r}")
 
     def training_key(self) -> dict[str, Any]:
-        """The hyperparameters that change the trained weights (device/caching excluded)."""
-        return {
+        """The hyperparameters that change the trained weights (device/caching excluded; bf16
+        only when on, so fp32 keys are those of versions without the option)."""
+        key: dict[str, Any] = {
             "epochs": self.epochs,
             "batch_size": self.batch_size,
             "learning_rate": self.learning_rate,
@@ -109,6 +125,9 @@ class ReferenceLMConfig:
             "pad_token_id": self.pad_token_id,
             "seed": self.seed,
         }
+        if self.bf16:
+            key["bf16"] = True
+        return key
 
 
 def resolve_device(device: str = "auto") -> str:
@@ -313,7 +332,7 @@ class ReferenceLM:
         cond = np.empty((n, L), dtype=np.float64)
         mx = np.empty((n, L), dtype=np.float64)
         bs = self.config.score_batch_size
-        use_bf16 = self.config.bf16 and self.device.startswith("cuda")
+        use_bf16 = self.config.bf16
         self.model.eval()
         with torch.inference_mode():
             for s in tqdm(
@@ -324,7 +343,7 @@ class ReferenceLM:
                     self.device
                 )
                 y = torch.from_numpy(packed.targets[s : s + bs]).to(self.device)
-                with _bf16_autocast(use_bf16):
+                with _bf16_autocast(use_bf16, self.device):
                     logits = self.model(input_ids=x, attention_mask=am).logits
                 logp = torch.log_softmax(logits.float(), dim=-1)
                 cond[s : s + bs] = logp.gather(-1, y.unsqueeze(-1)).squeeze(-1).exp().cpu().numpy()
@@ -332,13 +351,16 @@ class ReferenceLM:
         return {"cond_prob": cond, "max_prob": mx, "target_mask": packed.target_mask}
 
 
-def _bf16_autocast(enabled: bool) -> Any:
-    """bfloat16 autocast on CUDA, a no-op context elsewhere (no CUDA warning on CPU builds)."""
+def _bf16_autocast(enabled: bool, device: str) -> Any:
+    """bfloat16 autocast on ``device`` (cuda or cpu) when enabled, else a no-op context."""
     if not enabled:
         return contextlib.nullcontext()
     import torch
 
-    return torch.autocast("cuda", dtype=torch.bfloat16)
+    kind = device.split(":")[0]
+    if kind not in ("cuda", "cpu"):
+        raise ValueError(f"reference.bf16 needs a cuda or cpu device, got {device!r}")
+    return torch.autocast(kind, dtype=torch.bfloat16)
 
 
 def _train_and_save(
@@ -368,7 +390,7 @@ def _train_and_save(
     opt = torch.optim.Adam(model.parameters(), lr=config.learning_rate, eps=config.adam_epsilon)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: max(0.0, 1.0 - step / total))
     rng = np.random.default_rng(config.seed)
-    use_bf16 = config.bf16 and device.startswith("cuda")
+    use_bf16 = config.bf16
     inputs = torch.from_numpy(packed.inputs)
     targets = torch.from_numpy(packed.targets)
     in_mask = torch.from_numpy(packed.input_mask.astype(np.int64))
@@ -384,7 +406,7 @@ def _train_and_save(
                 idx = torch.from_numpy(perm[b * config.batch_size : (b + 1) * config.batch_size])
                 x, y = inputs[idx].to(device), targets[idx].to(device)
                 am, w = in_mask[idx].to(device), tgt_mask[idx].to(device)
-                with _bf16_autocast(use_bf16):
+                with _bf16_autocast(use_bf16, device):
                     logits = model(input_ids=x, attention_mask=am).logits
                 nll = torch.nn.functional.cross_entropy(
                     logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="none"
