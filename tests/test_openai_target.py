@@ -261,7 +261,8 @@ def test_server_errors_are_surfaced_verbatim():
             t = OpenAITarget(srv.url, "m", max_retries=3, backoff_base=0.01)
             with pytest.raises(OpenAITargetError, match=words):
                 t.generate(["prompt-0"], SAMPLED)
-            assert sum(srv.attempts.values()) == 2  # one per sample: the server said why
+            # never retried (the server said why); the second sample may be cancelled unsent
+            assert srv.attempts and set(srv.attempts.values()) == {1}
     with FaultServer(lambda p, a: "503") as srv:  # retried, and the last words are kept
         t = OpenAITarget(srv.url, "m", max_retries=1, backoff_base=0.01)
         with pytest.raises(OpenAITargetError, match=r"503.*loading model, retry later"):
