@@ -236,7 +236,9 @@ def resolve_lab(preset: str, *, build: bool = True) -> Path | None:
 
 def target_identity(entry: TargetEntry, model_path: str | None = None) -> str:
     """A stable identity of a target spec for feature cache keys, computed without loading it:
-    backend, model and options, plus the sizes and mtimes of a local checkpoint's files."""
+    backend, model and options, plus a content hash of a local checkpoint's files. A local
+    checkpoint enters by its name and contents only, never its directory, so a moved checkout,
+    lab or cache keeps its features."""
     model = model_path or entry.model
     parts: dict[str, Any] = {
         "backend": entry.backend,
@@ -246,16 +248,10 @@ def target_identity(entry: TargetEntry, model_path: str | None = None) -> str:
     }
     p = Path(model)
     if p.exists():
-        files = [p] if p.is_file() else sorted(x for x in p.rglob("*") if x.is_file())
-        parts["files"] = [
-            (
-                str(x.relative_to(p)) if p.is_dir() else x.name,
-                x.stat().st_size,
-                int(x.stat().st_mtime),
-            )
-            for x in files
-            if x.suffix in (".safetensors", ".bin", ".gguf", ".json", ".model", ".txt")
-        ]
+        from calibdcd.targets.hf import fingerprint_checkpoint
+
+        parts["model"] = p.name
+        parts["content"] = fingerprint_checkpoint(p)
     body = json.dumps(parts, sort_keys=True, default=str)
     return hashlib.sha256(body.encode()).hexdigest()[:20]
 
