@@ -182,13 +182,34 @@ def build_detector(
     return spec.build(entry, benchmark, cache_dir)
 
 
+def _without_locations(value: Any) -> Any:
+    """A detector config without where things live: ``progress``/``cache_dir`` keys dropped at
+    every level, a local model path replaced by its name and content hash (e.g. a lab's clean
+    reference LM in the user cache), any other absolute path by its name."""
+    if isinstance(value, Mapping):
+        return {
+            k: _without_locations(v) for k, v in value.items() if k not in ("progress", "cache_dir")
+        }
+    if isinstance(value, (list, tuple)):
+        return [_without_locations(v) for v in value]
+    if isinstance(value, str) and os.path.isabs(value):
+        p = Path(value)
+        if p.is_dir():
+            from calibdcd.targets.hf import fingerprint_checkpoint
+
+            try:
+                return {"name": p.name, "content": fingerprint_checkpoint(p)}
+            except ValueError:  # no checkpoint files in it
+                pass
+        return p.name
+    return value
+
+
 def detector_fingerprint(detector: Any) -> str:
     """A stable description of a detector's configuration, for cache keys."""
     cfg = getattr(detector, "config", None)
     if cfg is not None and dataclasses.is_dataclass(cfg):
-        d = dataclasses.asdict(cfg)
-        for volatile in ("progress", "cache_dir"):
-            d.pop(volatile, None)
+        d = _without_locations(dataclasses.asdict(cfg))
         body = json.dumps(d, sort_keys=True, default=str)
     else:
         body = repr(cfg)
