@@ -6,15 +6,23 @@ PY     := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: test test-slow lint bench demo clean-venv
+.PHONY: test test-slow lint bench demo clean-venv constraints
 
-$(VENV)/.installed: pyproject.toml
+# constraints.txt pins every other dependency to the versions the README's numbers came from
+# (docs/reproducibility.md); the venv is reinstalled when it changes.
+$(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# exactly this torch: the CPU wheel on local disk (any other spec pulls a CUDA build)
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[hf,serve,dev,report]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[hf,serve,dev,report]'
+	@$(PY) -c 'import platform; v = platform.python_version(); v == "3.11.7" or print(f"warning: Python {v}; constraints.txt and the default lab text pool (read from the standard library) come from 3.11.7, so lab results differ")'
 	touch $@
+
+# rewrite constraints.txt from the current venv (after a deliberate upgrade)
+constraints: $(VENV)/.installed
+	{ sed -n '/^#/p' constraints.txt; $(PY) -m pip freeze --exclude-editable | grep -viE '^(torch|calibdcd)[=@ ]' | grep -v '^#'; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -m "not slow" -q

@@ -122,12 +122,12 @@ def main(argv: list[str] | None = None) -> int:
     seeds = [int(s) for s in args.seeds.split(",")]
     det = VeilProbe(cfg)
     results: dict = {
-        "lab": str(lab),
+        "lab": Path(lab).name,  # no machine path in a committed result
         "n_texts": len(texts),
         "n_members": int(labels.sum()),
         "per_class": args.per_class,
         "seeds": seeds,
-        "config": cfg.as_dict(),
+        "config": {**cfg.as_dict(), "cache_dir": None},  # a machine path, not a setting
         "torch_threads": args.threads,
         "platform": platform.platform(),
         "python": sys.version.split()[0],

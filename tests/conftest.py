@@ -12,12 +12,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 def shared_dir() -> Path:
-    """``$CALIBDCD_SHARED``, else ``../shared`` beside the repository, else ``/work/shared``."""
-    env = os.environ.get("CALIBDCD_SHARED")
-    if env:
-        return Path(env)
-    beside = Path(__file__).resolve().parents[1].parent / "shared"
-    return beside if beside.is_dir() else Path("/work/shared")
+    """``$CALIBDCD_SHARED``, else a ``shared`` directory beside the repository or one of its
+    parents (tests that need it skip when it is absent)."""
+    from calibdcd.experiment.config import default_shared
+
+    found = default_shared()
+    return Path(found) if found else Path("shared-data-not-found")
 
 
 def shared_data(*parts: str) -> Path:

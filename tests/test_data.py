@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import gzip
 import json
-import os
 import subprocess
 import sys
 import warnings
@@ -38,11 +37,10 @@ from calibdcd.data.benchmarks import PAPER_POOLS
 
 # --- where the shared benchmark copies are ---------------------------------------------------
 def _shared_dir() -> Path:
-    env = os.environ.get("CALIBDCD_SHARED")
-    if env:
-        return Path(env)
-    beside_repo = Path(__file__).resolve().parents[1].parent / "shared"
-    return beside_repo if beside_repo.is_dir() else Path("/work/shared")
+    from calibdcd.experiment.config import default_shared
+
+    found = default_shared()
+    return Path(found) if found else Path("shared-data-not-found")
 
 
 DATA = _shared_dir() / "data"

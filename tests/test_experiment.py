@@ -29,12 +29,11 @@ from calibdcd.experiment import (
     run_experiment,
     threshold_at_fpr,
 )
+from calibdcd.experiment.config import default_shared
 from calibdcd.metrics import auc, tpr_at_fpr
 from experiment_support import REPO, lab_micro, micro_config_text, micro_run
 
-SHARED = Path(os.environ.get("CALIBDCD_SHARED", REPO.parent / "shared"))
-if not (SHARED / "data").is_dir():
-    SHARED = Path("/work/shared")
+SHARED = Path(default_shared() or "shared-data-not-found")
 
 
 def _base(**over):

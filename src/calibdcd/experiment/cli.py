@@ -94,16 +94,42 @@ def report_command(
     out: Annotated[
         Path | None, typer.Option("--out", help="report directory (default: RUN_DIR/report)")
     ] = None,
+    readme: Annotated[
+        Path | None,
+        typer.Option(
+            "--readme",
+            help="also rewrite the block <!-- calibdcd:results NAME --> ... "
+            "<!-- /calibdcd:results --> of this Markdown file with the main tables",
+        ),
+    ] = None,
+    name: Annotated[
+        str | None,
+        typer.Option("--name", help="the block's NAME (default: the run's config name)"),
+    ] = None,
+    tables: Annotated[
+        str | None,
+        typer.Option(
+            "--tables", help="comma-separated table keys for --readme (default: the *_main ones)"
+        ),
+    ] = None,
 ) -> None:
-    """Write the paper's tables (Markdown, LaTeX, CSV), figures and one HTML page."""
+    """Write the paper's tables (Markdown, LaTeX, CSV), figures and one HTML page; with
+    --readme, also the run's main tables (and where they came from) into a README block."""
     from calibdcd.report import write_report
 
     try:
         html = write_report(run_dir, out)
+        if readme is not None:
+            from calibdcd.report.readme import write_readme
+
+            keys = [k.strip() for k in tables.split(",") if k.strip()] if tables else None
+            used = write_readme(run_dir, readme, name, keys)
     except (FileNotFoundError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     typer.echo(f"report: {html}")
+    if readme is not None:
+        typer.echo(f"{readme}: results block {used!r} rewritten")
 
 
 def demo_command(

@@ -191,13 +191,34 @@ def build_detector(
     return spec.build(entry, benchmark, cache_dir)
 
 
+def _without_locations(value: Any) -> Any:
+    """A detector config without where things live: ``progress``/``cache_dir`` keys dropped at
+    every level, a local model path replaced by its name and content hash (e.g. a lab's clean
+    reference LM in the user cache), any other absolute path by its name."""
+    if isinstance(value, Mapping):
+        return {
+            k: _without_locations(v) for k, v in value.items() if k not in ("progress", "cache_dir")
+        }
+    if isinstance(value, (list, tuple)):
+        return [_without_locations(v) for v in value]
+    if isinstance(value, str) and os.path.isabs(value):
+        p = Path(value)
+        if p.is_dir():
+            from calibdcd.targets.hf import fingerprint_checkpoint
+
+            try:
+                return {"name": p.name, "content": fingerprint_checkpoint(p)}
+            except ValueError:  # no checkpoint files in it
+                pass
+        return p.name
+    return value
+
+
 def detector_fingerprint(detector: Any) -> str:
     """A stable description of a detector's configuration, for cache keys."""
     cfg = getattr(detector, "config", None)
     if cfg is not None and dataclasses.is_dataclass(cfg):
-        d = dataclasses.asdict(cfg)
-        for volatile in ("progress", "cache_dir"):
-            d.pop(volatile, None)
+        d = _without_locations(dataclasses.asdict(cfg))
         body = json.dumps(d, sort_keys=True, default=str)
     else:
         body = repr(cfg)
@@ -245,8 +266,9 @@ def resolve_lab(preset: str, *, build: bool = True) -> Path | None:
 
 def target_identity(entry: TargetEntry, model_path: str | None = None) -> str:
     """A stable identity of a target spec for feature cache keys, computed without loading it:
-    backend, model and options, plus the sizes and mtimes of a local checkpoint's files (a hub
-    id: the commit of its snapshot in the local hub cache)."""
+    backend, model and options, plus a content hash of a local checkpoint's files (a hub id: the
+    commit of its snapshot in the local hub cache). A local checkpoint enters by its name and
+    contents only, never its directory, so a moved checkout, lab or cache keeps its features."""
     model = model_path or entry.model
     parts: dict[str, Any] = {
         "backend": entry.backend,
@@ -264,16 +286,10 @@ def target_identity(entry: TargetEntry, model_path: str | None = None) -> str:
             except MissingModelError:
                 pass
     if p.exists():
-        files = [p] if p.is_file() else sorted(x for x in p.rglob("*") if x.is_file())
-        parts["files"] = [
-            (
-                str(x.relative_to(p)) if p.is_dir() else x.name,
-                x.stat().st_size,
-                int(x.stat().st_mtime),
-            )
-            for x in files
-            if x.suffix in (".safetensors", ".bin", ".gguf", ".json", ".model", ".txt")
-        ]
+        from calibdcd.targets.hf import fingerprint_checkpoint
+
+        parts["model"] = p.name
+        parts["content"] = fingerprint_checkpoint(p)
     body = json.dumps(parts, sort_keys=True, default=str)
     return hashlib.sha256(body.encode()).hexdigest()[:20]
 

@@ -22,7 +22,8 @@ its cells (the data protocol, CalibDCD's grids, the evaluation, the analyses, th
     cache_dir: .calibdcd-cache
 
 ``${VAR}`` and ``${VAR:-default}`` in strings are expanded from the environment
-(``CALIBDCD_SHARED`` defaults to the shared directory beside the repository, else ``/work/shared``).
+(``CALIBDCD_SHARED`` defaults to a directory named ``shared`` beside the repository or one of its
+parents).
 The value of a variable whose name contains KEY, TOKEN, SECRET or PASSWORD, or that is listed in
 ``secrets: [VAR, ...]``, is secret: it is redacted (``***``) in every file and message the run
 writes (see :mod:`calibdcd.redact`), as are credentials in URLs.
@@ -247,12 +248,16 @@ def _plain(x: Any) -> Any:
 # --------------------------------------------------------------------------------------------
 
 
-def default_shared() -> str:
+def default_shared() -> str | None:
+    """``$CALIBDCD_SHARED``, else the nearest directory named ``shared`` beside the repository
+    or beside one of its parent directories (a worktree's ``../../shared``), else None."""
     env = os.environ.get("CALIBDCD_SHARED")
     if env:
         return env
-    beside = Path(__file__).resolve().parents[3].parent / "shared"
-    return str(beside) if beside.is_dir() else "/work/shared"
+    for parent in Path(__file__).resolve().parents[3].parents:
+        if (parent / "shared").is_dir():
+            return str(parent / "shared")
+    return None
 
 
 def _expand(value: str, path: str, source: str | None) -> str:
@@ -262,8 +267,8 @@ def _expand(value: str, path: str, source: str | None) -> str:
             if is_secret_var(var):
                 register_secret(os.environ[var])
             return os.environ[var]
-        if var == "CALIBDCD_SHARED":
-            return default_shared()
+        if var == "CALIBDCD_SHARED" and default_shared() is not None:
+            return default_shared()  # type: ignore[return-value]
         if default is not None:
             return default
         raise ConfigError(path, f"environment variable {var} is not set", source)

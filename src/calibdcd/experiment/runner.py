@@ -3,8 +3,9 @@
 Run directory layout::
 
     RUN_DIR/
-      config.yaml          the resolved config (paths absolute, defaults filled in)
-      environment.json     package versions, python, platform, git commit (+ dirty flag)
+      config.yaml          the resolved config (defaults filled in; paths relative to RUN_DIR)
+      environment.json     package versions, python, platform/CPU, torch threads, device and
+                           dtype per target, git commit (+ dirty flag); calibdcd.provenance
       grid.json            the settings in run order
       models.json          every model the config names: where, ref, hub repo id and commit
       settings/<id>/       result.json (written last, atomically), scores.csv, split.json
@@ -25,11 +26,8 @@ so each target model is loaded once.
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
-import platform
-import subprocess
-import sys
+import os
 import time
 import warnings
 from collections.abc import Callable
@@ -56,6 +54,7 @@ __all__ = [
     "dry_run",
     "environment",
     "grid",
+    "portable_config",
     "require_models",
     "run_experiment",
     "summary_rows",
@@ -73,58 +72,59 @@ def grid(cfg: ExperimentConfig) -> list[Setting]:
     ]
 
 
-def _git_commit() -> dict[str, Any]:
-    """HEAD of the repository holding the code (else of the working directory) + dirty flag."""
-    for repo in (Path(__file__).resolve().parents[3], Path.cwd()):
-        try:
-            head = subprocess.run(
-                ["git", "-C", str(repo), "rev-parse", "HEAD"],
-                capture_output=True,
-                text=True,
-                timeout=10,
-            )
-            if head.returncode != 0:
-                continue
-            dirty = subprocess.run(
-                ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
-                capture_output=True,
-                text=True,
-                timeout=10,
-            )
-        except (OSError, subprocess.SubprocessError):
+def portable_config(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
+    """The resolved config with its absolute paths made relative to the run directory (where
+    ``config.yaml`` is written, so ``load_config`` resolves them back to the same files)."""
+    base = Path(run_dir).resolve()
+
+    def rel(p: Any) -> Any:
+        if isinstance(p, str) and os.path.isabs(p):
+            return os.path.relpath(p, base)
+        return p
+
+    d = cfg.as_dict()
+    d["cache_dir"] = rel(d.get("cache_dir"))
+    if "output" in d:
+        d["output"] = rel(d["output"])
+    for b in d["benchmarks"]:
+        if "lab" not in b and "path" in b:
+            b["path"] = rel(b["path"])
+    for t in d["targets"]:
+        if "lab" not in t:
+            t["model"] = rel(t["model"])
+    return d
+
+
+def _target_runtime(cfg: ExperimentConfig) -> dict[str, Any]:
+    """Each target's device and dtype as its options resolve here (``auto`` made explicit)."""
+    from calibdcd.provenance import default_device_type
+
+    out: dict[str, Any] = {}
+    for t in cfg.targets:
+        if t.backend != "hf":
+            out[t.name] = {"backend": t.backend}
             continue
-        return {
-            "commit": head.stdout.strip(),
-            "dirty": bool(dirty.stdout.strip()),
-            "repo": str(repo),
-        }
-    return {"commit": None, "dirty": None, "repo": None}
+        device = str(t.options.get("device", "auto"))
+        device = default_device_type() if device == "auto" else device
+        dtype = str(t.options.get("dtype", "auto"))
+        if dtype == "auto":
+            dtype = "bfloat16" if device.startswith("cuda") else "float32"
+        out[t.name] = {"backend": t.backend, "device": device, "dtype": dtype}
+    return out
 
 
-def environment() -> dict[str, Any]:
-    versions = {}
-    for pkg in (
-        "calibdcd",
-        "numpy",
-        "scipy",
-        "torch",
-        "transformers",
-        "tokenizers",
-        "pyyaml",
-        "matplotlib",
-    ):
-        try:
-            versions[pkg] = importlib.metadata.version(pkg)
-        except importlib.metadata.PackageNotFoundError:
-            versions[pkg] = None
-    return {
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "versions": versions,
-        "git": _git_commit(),
-        "argv": sys.argv,
-        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+def environment(cfg: ExperimentConfig | None = None) -> dict[str, Any]:
+    """What ``environment.json`` records: versions, Python, platform/CPU, torch threads, git
+    commit + dirty flag, each target's device and dtype, the config's name (no absolute path)."""
+    from calibdcd.provenance import run_environment
+
+    env = run_environment()
+    if cfg is not None:
+        env["config"] = cfg.name
+        env["seeds"] = list(cfg.seeds)
+        env["targets"] = _target_runtime(cfg)
+    env["started"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return env
 
 
 def summary_rows(results: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
@@ -210,9 +210,11 @@ def _run_locked(
     say = log or (lambda s: None)
     atomic_write_text(
         run_dir / "config.yaml",
-        yaml.safe_dump(redact_tree(cfg.as_dict()), sort_keys=False, allow_unicode=True),
+        yaml.safe_dump(
+            redact_tree(portable_config(cfg, run_dir)), sort_keys=False, allow_unicode=True
+        ),
     )
-    write_json(run_dir / "environment.json", redact_tree(environment()))
+    write_json(run_dir / "environment.json", redact_tree(environment(cfg)))
     settings = grid(cfg)
     write_json(
         run_dir / "grid.json",

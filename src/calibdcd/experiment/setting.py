@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+import os
 import time
 import warnings
 from collections.abc import Callable
@@ -69,6 +70,7 @@ from calibdcd.experiment.config import (
 )
 from calibdcd.experiment.store import ArrayCache, digest, read_json, write_csv, write_json
 from calibdcd.metrics import Interval, auc, bootstrap_ci, tpr_at_fpr
+from calibdcd.provenance import build_environment, library_versions
 
 __all__ = [
     "PreparedSetting",
@@ -96,10 +98,24 @@ class Setting:
         return f"{self.benchmark.label}__{self.target.name}__{self.detector.label}__s{self.seed}"
 
 
+def _portable(value: Any) -> Any:
+    """``value`` with every absolute path replaced by its file name: a hash of it is the same in
+    every checkout (the files' contents are in :func:`inputs_hash`)."""
+    if isinstance(value, str) and os.path.isabs(value):
+        return os.path.basename(value.rstrip("/\\")) or value
+    if isinstance(value, dict):
+        return {k: _portable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_portable(v) for v in value]
+    return value
+
+
 def setting_hash(setting: Setting, cfg: ExperimentConfig) -> str:
-    """Everything a setting's result depends on (a changed config recomputes the setting)."""
+    """Everything a setting's result depends on (a changed config recomputes the setting).
+    Absolute paths enter as their file names only, so the hash does not depend on where the
+    checkout, the data or the cache live."""
     return digest(
-        dataclasses.asdict(setting),
+        _portable(dataclasses.asdict(setting)),
         cfg.protocol,
         cfg.n_supervised_per_class,
         cfg.calibration_fraction,
@@ -473,7 +489,16 @@ def prepare_setting(
     def new_clf() -> Any:
         return detector.new_classifier(seed)
 
-    clf_key = digest("classifier/v1", ext.det_key, z_sup_ok, y_sup, seed)
+    # the fitting libraries' versions and device are in the key: they can change a fit's bytes
+    clf_key = digest(
+        "classifier/v1",
+        ext.det_key,
+        z_sup_ok,
+        y_sup,
+        seed,
+        build_environment(None),
+        library_versions(("numpy", "scipy", "scikit-learn")),
+    )
     clf_type = type(new_clf())
     clf0 = ctx.arrays.load_model("models", clf_key, clf_type)
     if clf0 is None:

@@ -33,6 +33,7 @@ from calibdcd.lab.pool import (
     pool_fingerprint,
     split_pool,
 )
+from calibdcd.provenance import build_environment, portable_arg
 
 __all__ = ["build_lab", "default_cache_root", "ensure_lab", "is_complete_lab", "prepare_split"]
 
@@ -59,7 +60,7 @@ def _load_texts(pool: str | Path | None, cfg: LabConfig) -> tuple[list[PoolText]
         spec = {"source": "cpython-docs", "python": platform.python_version()}
     else:
         raw = load_pool(pool, cfg.pool.text_field)
-        spec = {"source": str(Path(pool).resolve())}
+        spec = {"source": Path(pool).name}  # its content is in ``sha``; no machine path
     texts = clean_pool(raw, cfg.pool)
     spec.update({"raw_texts": len(raw), "clean_texts": len(texts), "sha": pool_fingerprint(texts)})
     return texts, spec
@@ -298,8 +299,9 @@ def build_lab(
                 "sft_data": f"calibdcd-lab-sftdata-{seed}",
             },
             "versions": _versions(),
+            "build_environment": build_environment(cfg.device, cfg.num_threads),
             "platform": platform.platform(),
-            "argv": sys.argv,
+            "argv": [portable_arg(a) for a in sys.argv],
             **info,
         }
         if cfg.check:

@@ -224,15 +224,23 @@ def resolve_config(preset: str, **overrides: Any) -> LabConfig:
 
 def config_hash(cfg: LabConfig, seed: int, pool_fingerprint: str) -> str:
     """A short stable hash of everything that determines a built lab."""
+    from calibdcd.provenance import build_environment
+
     payload = {
         "format": LAB_FORMAT_VERSION,
         "config": cfg.to_dict(),
         "seed": seed,
+        # the pool's content (with the default pool it depends on the Python version, whose
+        # standard library it reads; lab.json records that version)
         "pool": pool_fingerprint,
+        # what changes the trained weights' bytes besides the config: torch, transformers and
+        # tokenizers versions, the device type (fp32 on CPU; autocast on CUDA) and on CPU the
+        # thread count (3 threads train different bytes than 1, 2 or 4: docs/reproducibility.md)
+        "build": build_environment(cfg.device, cfg.num_threads),
     }
-    # device and threads change speed, not the intended result, and ``check`` only adds a
-    # measurement to lab.json: keep them out of the key (a lab built without its check is the
-    # same lab; ``calibdcd lab check`` measures it later)
+    # ``check`` only adds a measurement to lab.json: keep it out of the key (a lab built without
+    # its check is the same lab; ``calibdcd lab check`` measures it later); device and threads
+    # enter through "build" above
     for key in ("device", "num_threads", "check"):
         payload["config"].pop(key, None)
     blob = json.dumps(payload, sort_keys=True, default=list).encode()

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from calibdcd.detectors.dpdllm.reference import default_cache_dir
+from calibdcd.provenance import build_environment
 
 __all__ = ["CleanReferenceConfig", "ensure_clean_reference"]
 
@@ -110,6 +111,8 @@ def ensure_clean_reference(
             "lab": meta["config_hash"],
             "pool": meta["pool"],
             "cfg": dataclasses.asdict(cfg),
+            # torch/transformers versions, device type and CPU threads change the weights
+            "build": build_environment(cfg.device),
         },
         sort_keys=True,
     )
@@ -154,13 +157,14 @@ def ensure_clean_reference(
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
     info = {
-        "lab": str(lab_dir),
+        "lab": lab_dir.name,
         "lab_config_hash": meta["config_hash"],
         "n_texts": len(texts),
         "config": dataclasses.asdict(cfg),
         "train": stats.as_dict(),
         "seconds": time.perf_counter() - t0,
         "torch_threads": torch.get_num_threads(),
+        "build_environment": build_environment(cfg.device),
     }
     (tmp / "reference.json").write_text(json.dumps(info, indent=2))
     if out.exists():

@@ -36,6 +36,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from calibdcd.provenance import build_environment
+
 __all__ = [
     "PackedBatch",
     "ReferenceLM",
@@ -188,6 +190,11 @@ def reference_key(config: ReferenceLMConfig, window: int, texts: Sequence[str]) 
     h = hashlib.sha256()
     h.update(model_fingerprint(config.model_path).encode())
     h.update(json.dumps({**config.training_key(), "window": window}, sort_keys=True).encode())
+    # what changes the fine-tuned bytes besides the settings: library versions, device type,
+    # CPU threads and, on CUDA, the bf16 autocast
+    env = build_environment(config.device)
+    env["bf16"] = bool(config.bf16) and env["device"] == "cuda"
+    h.update(json.dumps(env, sort_keys=True).encode())
     h.update(str(len(texts)).encode())
     for t in texts:
         h.update(hashlib.sha256(t.encode("utf-8")).digest())

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from calibdcd.provenance import build_environment, library_versions
+
 from .cache import atomic_write_text, content_key
 from .config import FeatureConfig, MappingConfig
 from .tokenization import train_wordpiece
@@ -96,7 +98,7 @@ def _tokenizer(cfg: MappingConfig, corpus: list[str], cache_dir: Path):
         return AutoTokenizer.from_pretrained(
             str(resolve_model(cfg.tokenizer, need="tokenizer").path)
         )
-    key = content_key("maptok", cfg.vocab_size, corpus)
+    key = content_key("maptok", cfg.vocab_size, corpus, library_versions(("tokenizers",)))
     path = cache_dir / "mapping-tokenizer" / key
     if not (path / "tokenizer.json").exists():
         train_wordpiece(corpus, vocab_size=cfg.vocab_size, lowercase=True).save_pretrained(
@@ -236,7 +238,8 @@ def train_mapping_model(
     device = pick_device(cfg.device)
     cfg_key = dataclasses.asdict(cfg)
     cfg_key.pop("device")
-    key = content_key("mapping", cfg_key, pairs)
+    # library versions, device type and CPU threads change the trained bytes
+    key = content_key("mapping", cfg_key, pairs, build_environment(device.type))
     path = cache_dir / "mapping" / key
     if (path / "done.json").exists():
         info = json.loads((path / "done.json").read_text())

@@ -19,6 +19,8 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+from calibdcd.provenance import build_environment, library_versions
+
 from .cache import atomic_write_text, content_key
 from .config import MaskedLMConfig
 from .tokenization import train_wordpiece
@@ -90,7 +92,8 @@ def _train_loop(model, chunks, cfg: MaskedLMConfig, make_batch, desc: str, progr
 
 
 def _cached(kind: str, texts: list[str], cfg: MaskedLMConfig, cache_dir: Path) -> tuple[Path, bool]:
-    key = content_key(kind, dataclasses.asdict(cfg), texts)
+    # library versions, device type and CPU threads change the trained bytes
+    key = content_key(kind, dataclasses.asdict(cfg), texts, build_environment(None))
     path = Path(cache_dir) / kind / key
     return path, (path / "done.json").exists()
 
@@ -98,7 +101,7 @@ def _cached(kind: str, texts: list[str], cfg: MaskedLMConfig, cache_dir: Path) -
 def _tokenizer_for(texts: list[str], cfg: MaskedLMConfig, cache_dir: Path):
     from transformers import AutoTokenizer
 
-    key = content_key("tok", cfg.vocab_size, texts)
+    key = content_key("tok", cfg.vocab_size, texts, library_versions(("tokenizers",)))
     path = Path(cache_dir) / "tokenizer" / key
     if (path / "tokenizer.json").exists():
         return AutoTokenizer.from_pretrained(str(path))

@@ -23,6 +23,7 @@ no candidate stay unchanged.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import random
@@ -59,14 +60,18 @@ class KeyToken:
 
 
 def model_fingerprint(path: str | Path) -> dict:
-    """Identity of a local model directory for cache keys: path, weight names/sizes/mtimes."""
-    p = Path(path).resolve()
-    files = sorted(
-        (f.name, f.stat().st_size, f.stat().st_mtime_ns)
-        for f in p.iterdir()
-        if f.suffix in (".safetensors", ".bin", ".gguf", ".pt")
-    )
-    return {"path": str(p), "weights": files}
+    """Identity of a local model directory for cache keys: its name and the contents of its
+    weight files (never its location or mtimes, so a moved cache keeps its perturbations)."""
+    p = Path(path)
+    files = []
+    for f in sorted(p.iterdir()):
+        if f.suffix in (".safetensors", ".bin", ".gguf", ".pt"):
+            h = hashlib.sha256()
+            with f.open("rb") as fh:
+                for block in iter(lambda fh=fh: fh.read(1 << 22), b""):
+                    h.update(block)
+            files.append((f.name, h.hexdigest()))
+    return {"name": p.name, "weights": files}
 
 
 def key_token_count(config: PerturbConfig, n_tokens: int) -> int:

@@ -1,0 +1,147 @@
+"""Results written into a Markdown file (the README) from a run's files, never typed by hand.
+
+A marked block in the file::
+
+    <!-- calibdcd:results lab-micro -->
+    (anything; replaced)
+    <!-- /calibdcd:results -->
+
+is replaced by the run's main report tables (the tables whose key ends in ``_main`` unless
+others are asked for) under one line saying where they came from: config, commit (and whether
+the tree was dirty), machine, Python and torch, seeds and date, all read from the run's
+``environment.json``. Text outside the block is left byte for byte as it was.
+
+>>> write_readme("runs/lab-micro", "README.md")       # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["BlockError", "readme_block", "replace_block", "write_readme"]
+
+_OPEN = "<!-- calibdcd:results {name} -->"
+_CLOSE = "<!-- /calibdcd:results -->"
+_ANY_OPEN = re.compile(r"<!-- calibdcd:results (\S+) -->")
+
+
+class BlockError(ValueError):
+    """The file has no usable results block of that name (message says what is wrong)."""
+
+
+def replace_block(text: str, name: str, content: str, *, source: str = "<text>") -> str:
+    """``text`` with the block ``name`` holding ``content`` (everything else unchanged)."""
+    opener = _OPEN.format(name=name)
+    starts = [m.start() for m in re.finditer(re.escape(opener), text)]
+    if not starts:
+        found = sorted(set(_ANY_OPEN.findall(text)))
+        hint = f" (blocks found: {', '.join(found)})" if found else ""
+        raise BlockError(
+            f"{source}: no results block {name!r}: add the lines\n  {opener}\n  {_CLOSE}\n"
+            f"where the tables should go{hint}"
+        )
+    if len(starts) > 1:
+        lines = [text.count("\n", 0, s) + 1 for s in starts]
+        raise BlockError(f"{source}: results block {name!r} opens more than once (lines {lines})")
+    body_start = starts[0] + len(opener)
+    end = text.find(_CLOSE, body_start)
+    nested = _ANY_OPEN.search(text, body_start, end if end >= 0 else len(text))
+    if end < 0 or nested is not None:
+        line = text.count("\n", 0, starts[0]) + 1
+        raise BlockError(
+            f"{source}:{line}: results block {name!r} is not closed by {_CLOSE} "
+            "before the next block or the end of the file"
+        )
+    return text[:body_start] + "\n" + content.strip("\n") + "\n" + text[end:]
+
+
+def _provenance(run_dir: Path, env: dict[str, Any] | None, n_settings: int) -> str:
+    if env is None:
+        return f"From run `{run_dir.name}` ({n_settings} settings; no environment.json recorded)."
+    git = env.get("git") or {}
+    commit = (git.get("commit") or "unknown")[:12]
+    if git.get("dirty"):
+        commit += " (uncommitted changes)"
+    versions = env.get("versions") or {}
+    torch_info = env.get("torch") or {}
+    machine = env.get("cpu") or env.get("machine") or "unknown CPU"
+    if env.get("cpu_count"):
+        machine += f", {env['cpu_count']} cores"
+    threads = torch_info.get("threads")
+    devices = sorted(
+        {
+            f"{t.get('device')} {t.get('dtype')}"
+            for t in (env.get("targets") or {}).values()
+            if t.get("device")
+        }
+    )
+    parts = [
+        f"config `{env.get('config', run_dir.name)}`",
+        f"seeds {env.get('seeds', '?')}",
+        f"commit {commit}",
+        f"{machine}, {env.get('platform', '?')}",
+        f"Python {env.get('python', '?')}, torch {versions.get('torch', '?')}"
+        + (f" ({threads} threads)" if threads else "")
+        + (f", {', '.join(devices)}" if devices else ""),
+        f"run started {env.get('started', '?')}",
+        f"{n_settings} settings",
+    ]
+    return (
+        "Written by `calibdcd report RUN_DIR --readme` from the run's files: "
+        + "; ".join(parts)
+        + "."
+    )
+
+
+def readme_block(run_dir: str | Path, tables: Sequence[str] | None = None) -> str:
+    """The Markdown that goes into a results block: provenance line + the chosen tables."""
+    from calibdcd.report import aggregate as agg
+    from calibdcd.report.tables import build_tables
+
+    run = Path(run_dir)
+    results = agg.load_results(run)
+    built = build_tables(results)
+    if tables:
+        by_key = {t.key: t for t in built}
+        missing = [k for k in tables if k not in by_key]
+        if missing:
+            raise ValueError(
+                f"{run}: no table(s) {missing} in this run's report; have {sorted(by_key)}"
+            )
+        chosen = [by_key[k] for k in tables]
+    else:
+        chosen = [t for t in built if t.key.endswith("_main")]
+    if not chosen:
+        raise ValueError(f"{run}: the report has no main tables (no completed settings?)")
+    env_path = run / "environment.json"
+    env = json.loads(env_path.read_text(encoding="utf-8")) if env_path.is_file() else None
+    md = [_provenance(run, env, len(results)), ""]
+    md += [t.markdown() for t in chosen]
+    return "\n".join(md)
+
+
+def write_readme(
+    run_dir: str | Path,
+    readme: str | Path,
+    name: str | None = None,
+    tables: Sequence[str] | None = None,
+) -> str:
+    """Rewrite the block ``name`` (default: the run's config name) of ``readme`` with the run's
+    tables; returns the name used. Raises :class:`BlockError` when the block is missing."""
+    from calibdcd.experiment.store import atomic_write_text
+
+    run = Path(run_dir)
+    if name is None:
+        env_path = run / "environment.json"
+        env = json.loads(env_path.read_text(encoding="utf-8")) if env_path.is_file() else {}
+        name = env.get("config") or run.name
+    path = Path(readme)
+    text = path.read_text(encoding="utf-8")
+    new = replace_block(text, name, readme_block(run, tables), source=str(path))
+    if new != text:
+        atomic_write_text(path, new)
+    return name
