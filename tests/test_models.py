@@ -30,6 +30,7 @@ from calibdcd.models import (  # noqa: E402
     select_files,
 )
 from calibdcd.targets.tiny import cached_tiny_lm, synthetic_sentences  # noqa: E402
+from veilprobe_support import tiny_bert_mlm  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 COMMIT_A = "a" * 40
@@ -58,29 +59,6 @@ def add_to_hub_cache(
     return snap
 
 
-def build_tiny_bert(out: Path) -> Path:
-    from transformers import BertConfig, BertForMaskedLM
-
-    from calibdcd.detectors.veilprobe.tokenization import train_wordpiece
-
-    torch.manual_seed(0)
-    tok = train_wordpiece(synthetic_sentences(400), vocab_size=300, lowercase=False)
-    model = BertForMaskedLM(
-        BertConfig(
-            vocab_size=len(tok),
-            hidden_size=32,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            intermediate_size=64,
-            max_position_embeddings=128,
-            pad_token_id=tok.pad_token_id,
-        )
-    )
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
-
-
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory) -> dict[str, Path]:
     torch.set_num_threads(2)
@@ -88,7 +66,7 @@ def checkpoints(tmp_path_factory) -> dict[str, Path]:
     tiny = root / "tiny"
     shutil.copytree(cached_tiny_lm(), tiny)
     (tiny / "tiny_lm.json").unlink(missing_ok=True)
-    bert = build_tiny_bert(root / "tinybert")
+    bert = tiny_bert_mlm(root / "tinybert")
     tok_only = root / "tok-only"
     tok_only.mkdir()
     for f in tiny.iterdir():
