@@ -72,6 +72,7 @@ def two_runs(tmp_path_factory):
     return base, a, b
 
 
+@pytest.mark.slow  # two runs of the reduced grid: ~3 min of CPU, too much for the fast suite
 def test_separate_caches_and_batch_sizes_give_identical_tables(two_runs):
     _, a, b = two_runs
     assert (a / "report" / "tables.md").read_text() == (b / "report" / "tables.md").read_text()
@@ -80,6 +81,7 @@ def test_separate_caches_and_batch_sizes_give_identical_tables(two_runs):
     assert not (a.parent / "cache").samefile(b.parent / "cache")
 
 
+@pytest.mark.slow  # two runs of the reduced grid: ~3 min of CPU, too much for the fast suite
 def test_run_records_where_it_ran_and_no_absolute_path(two_runs):
     base, a, _ = two_runs
     env = json.loads((a / "environment.json").read_text())
@@ -104,6 +106,7 @@ def test_run_records_where_it_ran_and_no_absolute_path(two_runs):
     assert Path(again.cache_dir).resolve() == (a.parent / "cache").resolve()
 
 
+@pytest.mark.slow  # two runs of the reduced grid: ~3 min of CPU, too much for the fast suite
 def test_moving_run_cache_and_lab_recomputes_nothing(two_runs, tmp_path, monkeypatch):
     _, a, _ = two_runs
     src = a.parent
