@@ -1,6 +1,6 @@
-"""Speed of the target layer, as ratios (run under the CPU lock on shared machines):
+"""Speed of the target layer, as ratios (run with nothing else on the CPU):
 
-    flock /tmp/calibdcd-cpu.lock python benchmarks/targets.py [--quick] [--serve]
+    python benchmarks/targets.py [--quick] [--serve]
 
 1. Batched generation (HFTarget, batch 32) against a one-prompt-at-a-time loop on the same model:
    HFTarget with batch_size=1, and ``model.generate`` called once per prompt with

@@ -5,9 +5,9 @@ whole ground-truth pool: suffixes of every text and of its key-token-perturbed c
 model trained on the pool (no labels), features, then the ProtoNet-IB classifier trained on a
 seeded supervised split (``--per-class`` members + as many non-members) and evaluated on the rest.
 
-Run under the shared CPU lock, e.g.::
+Run with nothing else on the CPU, e.g.::
 
-    flock /tmp/calibdcd-cpu.lock python benchmarks/veilprobe_lab.py --preset micro \
+    python benchmarks/veilprobe_lab.py --preset micro \
         --out results/veilprobe_lab_micro.json
 
 Generations are cached in ``<cache>/generations.sqlite`` and every VeilProbe artefact
