@@ -45,6 +45,16 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 MODELS = ("base", "chat-qwen", "chat-llama", "chat-reasoning")
 
 #: name -> {sub-config: {field: value}}, each applied on top of the base preset
+#: the official mapping-model training (HF Trainer + DataCollatorForSeq2Seq), at cpu scale
+OFFICIAL_MAPPING_TRAINING = {
+    "train_pad_to_max": True,
+    "train_attend_pads": True,
+    "labels_ignore_pad": False,
+    "target_format": "official",
+    "max_grad_norm": 1.0,
+    "decay_bias_and_norm": False,
+}
+
 TOGGLES: dict[str, dict[str, dict[str, Any]]] = {
     "base": {},
     # feature read-out (module B')
@@ -91,14 +101,7 @@ TOGGLES: dict[str, dict[str, dict[str, Any]]] = {
             "attention": "official",
             "normalize": False,
         },
-        "mapping": {
-            "train_pad_to_max": True,
-            "train_attend_pads": True,
-            "labels_ignore_pad": False,
-            "target_format": "official",
-            "max_grad_norm": 1.0,
-            "decay_bias_and_norm": False,
-        },
+        "mapping": OFFICIAL_MAPPING_TRAINING,
         "perturb": {"n_key": 13},
         "protonet": {
             "episodes": 500,
@@ -113,14 +116,7 @@ TOGGLES: dict[str, dict[str, dict[str, Any]]] = {
     # the paper's read-out (suffix decoder input) at cpu scale
     "paper-local": {
         "features": {"pooling": "all", "attention": "official"},
-        "mapping": {
-            "train_pad_to_max": True,
-            "train_attend_pads": True,
-            "labels_ignore_pad": False,
-            "target_format": "official",
-            "max_grad_norm": 1.0,
-            "decay_bias_and_norm": False,
-        },
+        "mapping": OFFICIAL_MAPPING_TRAINING,
         "perturb": {"n_key": 13},
     },
 }
