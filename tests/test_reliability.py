@@ -206,7 +206,8 @@ def test_gguf_target_views_come_from_its_own_tokenizer(tmp_path):
     cfg = _target_config(tmp_path, {"name": "smol", "backend": "hf", "model": str(gguf)})
     lines, problems = dry_run(cfg)
     assert problems == []
-    (line,) = [x for x in lines if "targets[0]" in x]
+    # one line names the resolved model (models.json), another the view bank
+    (line,) = [x for x in lines if "targets[0]" in x and "views" in x]
     assert "views U1 U2 U3 U4 U5 U6 U7 U8 T1 T2" in line
     views = RunContext(cfg, progress=False).views(cfg.targets[0])  # what the run uses
     assert [v.code for v in views][-2:] == ["T1", "T2"]
