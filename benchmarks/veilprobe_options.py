@@ -46,6 +46,17 @@ MODELS = ("base", "chat-qwen", "chat-llama", "chat-reasoning")
 
 #: name -> {sub-config: {field: value}}, each applied on top of the base preset
 #: the official mapping-model training (HF Trainer + DataCollatorForSeq2Seq), at cpu scale
+#: the official ProtoNet (VeilProbeConfig.official().protonet's values that differ from cpu's)
+OFFICIAL_PROTONET = {
+    "episodes": 500,
+    "n_support": 5,
+    "n_query": 5,
+    "hidden": 64,
+    "latent": 16,
+    "beta": 1e-3,
+    "distance": "euclidean",
+}
+
 OFFICIAL_MAPPING_TRAINING = {
     "train_pad_to_max": True,
     "train_attend_pads": True,
@@ -81,17 +92,7 @@ TOGGLES: dict[str, dict[str, dict[str, Any]]] = {
     # key tokens (module A')
     "n_key=13": {"perturb": {"n_key": 13}},
     # classifier (module C)
-    "protonet=official": {
-        "protonet": {
-            "episodes": 500,
-            "n_support": 5,
-            "n_query": 5,
-            "hidden": 64,
-            "latent": 16,
-            "beta": 1e-3,
-            "distance": "euclidean",
-        }
-    },
+    "protonet=official": {"protonet": OFFICIAL_PROTONET},
     "distance=euclidean": {"protonet": {"distance": "euclidean"}},
     # everything official that runs with local models at cpu scale
     "official-local": {
@@ -103,15 +104,7 @@ TOGGLES: dict[str, dict[str, dict[str, Any]]] = {
         },
         "mapping": OFFICIAL_MAPPING_TRAINING,
         "perturb": {"n_key": 13},
-        "protonet": {
-            "episodes": 500,
-            "n_support": 5,
-            "n_query": 5,
-            "hidden": 64,
-            "latent": 16,
-            "beta": 1e-3,
-            "distance": "euclidean",
-        },
+        "protonet": OFFICIAL_PROTONET,
     },
     # the paper's read-out (suffix decoder input) at cpu scale
     "paper-local": {
