@@ -63,6 +63,7 @@ def test_write_readme_from_a_run(run_dir, tmp_path):
     )
     assert tables_md.strip() in block
     assert "AUC of the detectors with and without CalibDCD" in block
+    assert "Paired comparisons on the same texts" in block  # intervals and p-values
     assert "TPR@5%FPR" in block
     assert "59.9" not in block
     # provenance from environment.json

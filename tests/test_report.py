@@ -207,3 +207,25 @@ def test_report_cli(report, tmp_path):
     assert (tmp_path / "rep" / "index.html").is_file()
     bad = CliRunner().invoke(app, ["report", str(tmp_path / "nothing")])
     assert bad.exit_code == 2 and "no such run directory" in bad.output
+
+
+def test_paired_table_flags_an_estimate_outside_its_interval():
+    """TPR at 5% FPR jumps with the few top non-member scores: when the bootstrap interval does
+    not contain the estimate, the cell says so (‡) instead of printing it as if it did."""
+    from calibdcd.report import aggregate as agg
+    from calibdcd.report.tables import _paired_table
+    from calibdcd.stats import PairedDelta
+
+    def d(metric, est, low, high):
+        return PairedDelta(metric, est, low, high, 0.95, 1000, 3, (est,) * 3)
+
+    key = agg.COMPARISONS[0][0]
+    paired = {
+        ("VeilProbe", "lab", "chat"): {
+            key: {"auc": d("auc", 0.01, -0.01, 0.02), "tpr": d("tpr", 0.05, -0.08, 0.047)}
+        }
+    }
+    row = _paired_table([{"fpr": 0.05}], paired).rows[0]
+    assert row[4] == "[-1.0, +2.0]"  # AUC: inside, unflagged
+    assert row[9] == "[-8.0, +4.7]‡"
+    assert row[11] == "–"  # not resolved either way

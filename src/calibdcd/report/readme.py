@@ -22,7 +22,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BlockError", "readme_block", "replace_block", "write_readme"]
+__all__ = ["README_TABLES", "BlockError", "readme_block", "replace_block", "write_readme"]
+
+#: the report tables a results block holds by default (the rest are in the run's report)
+README_TABLES = ("auc_main", "paired", "base_vs_post")
 
 _OPEN = "<!-- calibdcd:results {name} -->"
 _CLOSE = "<!-- /calibdcd:results -->"
@@ -114,7 +117,7 @@ def readme_block(run_dir: str | Path, tables: Sequence[str] | None = None) -> st
             )
         chosen = [by_key[k] for k in tables]
     else:
-        chosen = [t for t in built if t.key.endswith("_main")]
+        chosen = [t for t in built if t.key in README_TABLES]
     if not chosen:
         raise ValueError(f"{run}: the report has no main tables (no completed settings?)")
     env_path = run / "environment.json"

@@ -232,18 +232,25 @@ def _paired_table(
             def verdict(d: Any) -> str:
                 return "better" if d.verdict > 0 else "worse" if d.verdict < 0 else "–"
 
+            def interval(d: Any) -> str:
+                # ‡: the estimate lies outside its own percentile interval, the sign of a
+                # statistic that is a step function of a few texts (TPR at a low FPR: the
+                # threshold is the (k+1)-th largest of ~100 non-member scores)
+                flag = "‡" if not (d.low - 1e-12 <= d.estimate <= d.high + 1e-12) else ""
+                return f"[{pct(d.low, True)}, {pct(d.high, True)}]{flag}"
+
             rows.append(
                 [
                     labels[key].format(d=det),
                     f"{bench} / {tgt}",
                     a.n_seeds,
                     pct(a.estimate, True),
-                    f"[{pct(a.low, True)}, {pct(a.high, True)}]",
+                    interval(a),
                     f"{100 * a.half_width:.1f}",
                     "–" if a.p_value is None else f"{a.p_value:.3g}",
                     verdict(a),
                     pct(t.estimate, True),
-                    f"[{pct(t.low, True)}, {pct(t.high, True)}]",
+                    interval(t),
                     f"{100 * t.half_width:.1f}",
                     verdict(t),
                 ]
@@ -274,7 +281,10 @@ def _paired_table(
             "identical scores, e.g. CalibDCD selected no correction, not infinite resolution: "
             "read the placebo's and the noise floor's half-widths). p: per-seed DeLong z "
             "averaged over seeds against N(0, 1), conservative for seeds that share texts. "
-            "better/worse only when the interval excludes 0."
+            "better/worse only when the interval excludes 0. ‡: the estimate lies outside its "
+            "own interval: the statistic jumps with a few texts (TPR at a low FPR is set by the "
+            "(k+1)-th largest non-member score), so the estimate is unstable and the interval, "
+            "not the estimate, is what to read (docs/statistics.md)."
         ),
     )
 
