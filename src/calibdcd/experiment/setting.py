@@ -67,6 +67,7 @@ from calibdcd.experiment.config import (
     DetectorEntry,
     ExperimentConfig,
     TargetEntry,
+    labs_of,
 )
 from calibdcd.experiment.store import ArrayCache, digest, read_json, write_csv, write_json
 from calibdcd.metrics import Interval, auc, bootstrap_ci, tpr_at_fpr
@@ -135,7 +136,15 @@ def inputs_hash(setting: Setting, cfg: ExperimentConfig, ctx: RunContext) -> str
     """What the config does not pin down: the resolved detector (e.g. the path of a lab's clean
     reference LM, whose cache key carries its build format), the target's checkpoint files and
     the benchmark's texts and labels. A stored result is reused only when these match too, so a
-    rebuilt lab or reference model is never hidden behind an old result."""
+    rebuilt lab or reference model is never hidden behind an old result.
+
+    Never builds anything: when a lab the setting uses is not built here (its
+    :class:`~calibdcd.experiment.config.LabRef`, resolved when the config was loaded, says so),
+    no stored result can be current and the hash names the missing lab's content key."""
+    labs = labs_of(cfg, setting.benchmark, setting.target, setting.detector)
+    missing = [r.key for r in labs if not r.built]
+    if missing:
+        return "lab-not-built:" + ",".join(missing)
     bench = ctx.benchmark(setting.benchmark)
     det = ctx.detector(setting.detector, bench.name, setting.seed)
     return digest(

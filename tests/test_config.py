@@ -1,0 +1,192 @@
+"""The experiment config (pydantic schema): every problem of a file at once with its key path and
+line, unknown keys with a suggestion, component options checked, the file format round trip,
+lab references resolved at load without building; the dry run's problem kinds together."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from calibdcd.experiment import ConfigError, load_config, parse_config
+from calibdcd.experiment.config import read_config
+from calibdcd.integrity import safetensors_problem
+
+REPO = Path(__file__).resolve().parents[1]
+
+FOUR = """\
+name: four
+benchmarks:
+  - {name: x, path: data.jsonl}
+targets:
+  - name: m
+    backend: hf
+    model: ./m
+    options: {device: cpu, batchsize: 8}
+detectors:
+  - overlap
+  - {name: veilprobe, preset: cpu, options: {sampling: {prompt_fractoin: 0.5}}}
+evaluation: {fpr: 2}
+analysis: {blind: false}
+"""
+
+
+def test_four_mistakes_report_four_with_paths_and_lines(tmp_path):
+    p = tmp_path / "four.yaml"
+    p.write_text(FOUR)
+    with pytest.raises(ConfigError) as exc:
+        load_config(p)
+    got = [(q.path, q.line) for q in exc.value.problems]
+    assert got == [
+        ("targets[0].options.batchsize", 8),
+        ("detectors[1].options.sampling.prompt_fractoin", 11),
+        ("evaluation.fpr", 12),
+        ("analysis", 13),
+    ]
+    text = str(exc.value)
+    assert text.startswith(f"{p}: 4 problems:")
+    assert f"{p}:13: analysis: unknown key (did you mean 'analyses'?)" in text
+    assert "(did you mean 'batch_size'?)" in text
+    assert "(did you mean 'prompt_fraction'?)" in text
+    assert "must lie in [1e-06, 1.0], got 2.0" in text
+
+
+def test_wrong_option_types_and_structure_are_collected(tmp_path):
+    data = {
+        "benchmarks": [{"name": "x", "path": "d.jsonl", "dedupe": "yes"}],
+        "targets": [
+            {"name": "r", "backend": "openai", "model": "m",
+             "options": {"base_url": "http://127.0.0.1:9/v1", "timeout": "soon"}},
+            {"name": "r", "backend": "hf", "model": "x"},
+        ],
+        "detectors": [{"name": "overlap", "options": {"max_new_tokens": "many"}}],
+        "seeds": [0, True],
+    }  # fmt: skip
+    with pytest.raises(ConfigError) as exc:
+        parse_config(data, source="exp.yaml")
+    problems = {q.path: q.problem for q in exc.value.problems}
+    assert set(problems) == {
+        "benchmarks[0].dedupe",
+        "targets[0].options.timeout",
+        "targets[1].name",
+        "detectors[0].options.max_new_tokens",
+        "seeds[1]",
+    }, problems
+    assert "must be float, got 'soon'" in problems["targets[0].options.timeout"]
+    assert "already used by targets[0]" in problems["targets[1].name"]
+    assert "got 'many'" in problems["detectors[0].options.max_new_tokens"]
+
+
+@pytest.mark.parametrize("name", ["lab-micro", "lab-small", "paper", "paper-vllm"])
+def test_shipped_configs_round_trip_through_the_schema(name, tmp_path):
+    import yaml
+
+    from calibdcd.experiment.runner import portable_config
+    from calibdcd.experiment.setting import setting_hash
+
+    cfg = load_config(REPO / "configs" / f"{name}.yaml")
+    d = portable_config(cfg, tmp_path)
+    again_path = tmp_path / "config.yaml"
+    again_path.write_text(yaml.safe_dump(d, sort_keys=False))
+    again = load_config(again_path)
+    assert portable_config(again, tmp_path) == d
+    assert [setting_hash(s, again) for s in _grid(again)] == [
+        setting_hash(s, cfg) for s in _grid(cfg)
+    ]
+
+
+def _grid(cfg):
+    from calibdcd.experiment.runner import grid
+
+    return grid(cfg)
+
+
+def test_setting_hashes_of_lab_micro_are_unchanged():
+    """The hashes the hand-written reader gave (a stored run stays complete)."""
+    from calibdcd.experiment.setting import setting_hash
+
+    cfg = load_config(REPO / "configs" / "lab-micro.yaml")
+    hashes = {s.id: setting_hash(s, cfg) for s in _grid(cfg)}
+    assert hashes["lab__chat-qwen__VeilProbe__s0"] == "7b8b2ff9a33f761b"
+    assert hashes["lab__chat-qwen__VeilProbe__s1"] == "8c88b1c3886defc2"
+
+
+def test_hashing_a_lab_config_builds_no_lab(tmp_path, monkeypatch):
+    from calibdcd.experiment import RunContext
+    from calibdcd.experiment.setting import inputs_hash, setting_hash
+
+    monkeypatch.setenv("CALIBDCD_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("CALIBDCD_LAB_ROOT", raising=False)
+    text = (REPO / "configs" / "lab-micro.yaml").read_text()
+    p = tmp_path / "lab.yaml"
+    p.write_text(text.replace("cache_dir: ../.calibdcd-cache", f"cache_dir: {tmp_path / 'c'}"))
+    cfg = load_config(p)
+    ref = cfg.labs["micro"]
+    assert ref.key.startswith("micro-s0-") and not ref.built and "/" not in ref.key
+    ctx = RunContext(cfg, progress=False)
+    for s in _grid(cfg)[:4]:
+        setting_hash(s, cfg)
+        assert inputs_hash(s, cfg, ctx) == f"lab-not-built:{ref.key}"
+    assert not (tmp_path / "cache" / "lab").exists()
+
+
+def test_safetensors_integrity_from_the_header(tmp_path):
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    f = tmp_path / "model.safetensors"
+    save_file({"w": np.zeros((4, 8), dtype=np.float32), "b": np.ones(3, dtype=np.float32)}, f)
+    assert safetensors_problem(f) is None
+    os.truncate(f, f.stat().st_size - 5)
+    assert "truncated safetensors file" in safetensors_problem(f)
+    (tmp_path / "x.safetensors").write_bytes(b"\x10\x00")
+    assert "no header" in safetensors_problem(tmp_path / "x.safetensors")
+
+
+def test_dry_run_reports_config_options_split_and_damaged_weights_together(tmp_path):
+    """Several kinds at once: a config error with its line, an unknown target option, a split
+    too small for the protocol, and a truncated local model.safetensors."""
+    from experiment_support import lab_micro
+
+    lab = lab_micro()
+    ckpt = tmp_path / "base"
+    ckpt.mkdir()
+    for f in (lab / "base").iterdir():
+        (ckpt / f.name).write_bytes(f.read_bytes())
+    w = ckpt / "model.safetensors"
+    os.truncate(w, w.stat().st_size - 100)
+    rows = (lab / "ground_truth.jsonl").read_text().splitlines()
+    members = [r for r in rows if json.loads(r)["label"] == 1][:52]
+    non_members = [r for r in rows if json.loads(r)["label"] == 0][:52]
+    (tmp_path / "small.jsonl").write_text("\n".join(members + non_members) + "\n")
+    p = tmp_path / "c.yaml"
+    p.write_text(
+        "benchmarks: [{name: lab, path: small.jsonl}]\n"
+        "targets:\n"
+        "  - {name: m, backend: hf, model: ./base, options: {device: cpu}}\n"
+        "  - {name: r, backend: openai, model: m, family: qwen2.5,\n"
+        "     options: {base_url: 'http://127.0.0.1:9/v1', concurrancy: 4}}\n"
+        "detectors: [overlap]\n"
+        f"cache_dir: {tmp_path / 'cache'}\n"
+    )
+    cfg, problems = read_config(p)
+    assert cfg is not None  # an option problem does not stop the other checks
+    assert [(q.path, q.line) for q in problems] == [("targets[1].options.concurrancy", 5)]
+
+    # through the CLI: every kind in one report
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run(
+        [sys.executable, "-m", "calibdcd", "run", str(p), "--dry-run"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 1, out.stderr
+    err = out.stderr
+    assert f"{p}:5: targets[1].options.concurrancy" in err and "did you mean 'concurrency'" in err
+    assert "calibration non-member(s); CalibDCD needs at least 2" in err
+    assert "targets[0] (m).model:" in err and "truncated safetensors file" in err
+    assert "dry run: 3 problem(s)" in err
