@@ -190,3 +190,42 @@ def test_dry_run_reports_config_options_split_and_damaged_weights_together(tmp_p
     assert "calibration non-member(s); CalibDCD needs at least 2" in err
     assert "targets[0] (m).model:" in err and "truncated safetensors file" in err
     assert "dry run: 3 problem(s)" in err
+
+
+def _result(**over):
+    est = {"estimate": 0.6, "low": 0.5, "high": 0.7, "level": 0.95, "n_boot": 50}
+    r = {
+        "id": "b__t__d__s0", "setting_hash": "h", "inputs_hash": "i", "benchmark": "b",
+        "target": "t", "detector": "d", "seed": 0,
+        "sizes": {"supervised": [100, 50], "calibration": [50, 0], "evaluation": [200, 100]},
+        "before": {"auc": est, "tpr": est}, "after": {"auc": est, "tpr": est},
+        "calibration": {"rank": 3}, "future_field": [1, 2],
+    }  # fmt: skip
+    r.update(over)
+    return r
+
+
+def test_result_json_is_typed_versioned_and_reads_version_0(tmp_path):
+    from calibdcd.experiment.result_schema import (
+        RESULT_SCHEMA_VERSION,
+        ResultError,
+        parse_result,
+        read_result,
+        write_result,
+    )
+
+    p = tmp_path / "result.json"
+    write_result(p, parse_result(_result(schema_version=RESULT_SCHEMA_VERSION)))
+    stored = json.loads(p.read_text())
+    assert stored["schema_version"] == RESULT_SCHEMA_VERSION and stored["future_field"] == [1, 2]
+    r = read_result(p)
+    assert r.before.auc.estimate == 0.6 and r.sizes.evaluation == [200, 100] and not r.skipped
+    assert r["after"]["tpr"]["low"] == 0.5  # still reads like the dict it replaces
+    p.write_text(json.dumps(_result()))  # written before the version existed
+    assert read_result(p).schema_version == 0
+    p.write_text(json.dumps(_result(schema_version=RESULT_SCHEMA_VERSION + 1)))
+    with pytest.raises(ResultError, match=rf"{p}: result schema version"):
+        read_result(p)
+    p.write_text(json.dumps(_result(before={"auc": {"estimate": "high"}})))
+    with pytest.raises(ResultError, match=rf"{p}: not a valid result \(before.auc"):
+        read_result(p)

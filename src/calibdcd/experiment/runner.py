@@ -44,6 +44,7 @@ from calibdcd.experiment.components import (
     resolve_lab,
 )
 from calibdcd.experiment.config import ExperimentConfig
+from calibdcd.experiment.result_schema import SettingResult
 from calibdcd.experiment.rundir import lock_run_dir, set_aside_stale
 from calibdcd.experiment.setting import RunContext, Setting, run_setting, setting_hash
 from calibdcd.experiment.store import atomic_write_text, write_csv, write_json
@@ -129,7 +130,7 @@ def environment(cfg: ExperimentConfig | None = None) -> dict[str, Any]:
     return env
 
 
-def summary_rows(results: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+def summary_rows(results: list[SettingResult]) -> tuple[list[str], list[list[Any]]]:
     header = [
         "id", "benchmark", "target", "detector", "seed", "n_pool",
         "auc_before", "auc_after", "tpr_before", "tpr_after",
@@ -137,21 +138,21 @@ def summary_rows(results: list[dict[str, Any]]) -> tuple[list[str], list[list[An
     ]  # fmt: skip
     rows = []
     for r in results:
-        c = r["calibration"]
+        c = r.calibration
         rows.append(
             [
-                r["id"], r["benchmark"], r["target"], r["detector"], r["seed"],
-                r["sizes"]["evaluation"][0],
-                r["before"]["auc"]["estimate"], r["after"]["auc"]["estimate"],
-                r["before"]["tpr"]["estimate"], r["after"]["tpr"]["estimate"],
+                r.id, r.benchmark, r.target, r.detector, r.seed,
+                r.sizes.evaluation[0],
+                r.before.auc.estimate, r.after.auc.estimate,
+                r.before.tpr.estimate, r.after.tpr.estimate,
                 c["rank"], c["strength"], " ".join(c["selected_views"]),
             ]
         )  # fmt: skip
     return header, rows
 
 
-def _write_summaries(run_dir: Path, results: list[dict[str, Any]]) -> None:
-    lines = "".join(json.dumps(r, default=str) + "\n" for r in results)
+def _write_summaries(run_dir: Path, results: list[SettingResult]) -> None:
+    lines = "".join(json.dumps(r.to_json(), default=str) + "\n" for r in results)
     atomic_write_text(run_dir / "results.jsonl", lines)
     header, rows = summary_rows(results)
     write_csv(run_dir / "results.csv", header, rows)
@@ -230,7 +231,7 @@ def _run_locked(
         )
     _quiet_hub_bars()
     ctx = RunContext(cfg, progress=progress)
-    results: list[dict[str, Any]] = []
+    results: list[SettingResult] = []
     computed = 0
     bar = tqdm(settings, desc="settings", unit="setting", disable=not progress, dynamic_ncols=True)
     try:
@@ -244,17 +245,16 @@ def _run_locked(
                 _add_note(exc, f"in setting {s.id}")  # `calibdcd run` names it in its error
                 raise
             results.append(res)
-            if res.get("skipped"):
+            if res.skipped:
                 say(f"skip {s.id} (complete)")
             else:
                 computed += 1
                 say(
-                    f"done {s.id}: AUC {res['before']['auc']['estimate']:.3f} -> "
-                    f"{res['after']['auc']['estimate']:.3f}, "
-                    f"TPR {res['before']['tpr']['estimate']:.3f} -> "
-                    f"{res['after']['tpr']['estimate']:.3f}"
+                    f"done {s.id}: AUC {res.before.auc.estimate:.3f} -> "
+                    f"{res.after.auc.estimate:.3f}, "
+                    f"TPR {res.before.tpr.estimate:.3f} -> {res.after.tpr.estimate:.3f}"
                 )
-                for w in res.get("warnings", []):
+                for w in res.warnings:
                     say(f"WARNING {s.id}: {w}")
             _write_summaries(run_dir, results)
             if stop_after is not None and computed >= stop_after:
