@@ -229,3 +229,38 @@ def test_result_json_is_typed_versioned_and_reads_version_0(tmp_path):
     p.write_text(json.dumps(_result(before={"auc": {"estimate": "high"}})))
     with pytest.raises(ResultError, match=rf"{p}: not a valid result \(before.auc"):
         read_result(p)
+
+
+def test_dry_run_names_a_truncated_lab_checkpoint(tmp_path, monkeypatch):
+    """A prebuilt lab whose base model.safetensors lost its tail: the dry run names the file
+    (the run would fail only when loading it, after the other targets' work)."""
+    from calibdcd.experiment import dry_run
+    from experiment_support import lab_micro
+
+    lab = lab_micro()
+    copy = tmp_path / "lab-micro"
+    for f in lab.rglob("*"):
+        if f.is_file():
+            dst = copy / f.relative_to(lab)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            if f.relative_to(lab) == Path("base/model.safetensors"):
+                dst.write_bytes(f.read_bytes()[:-64])
+            else:
+                dst.symlink_to(f)
+    monkeypatch.setenv("CALIBDCD_LAB_ROOT", str(tmp_path))
+    cfg = parse_config(
+        {
+            "benchmarks": [{"name": "lab", "lab": "micro", "path": "ground_truth.jsonl"}],
+            "targets": [
+                {"name": "chat", "backend": "hf", "lab": "micro", "model": "chat-qwen"},
+                {"name": "base", "backend": "hf", "lab": "micro", "model": "base"},
+            ],
+            "detectors": ["overlap"],
+            "cache_dir": str(tmp_path / "cache"),
+        }
+    )
+    assert cfg.labs["micro"].key.startswith("micro-prebuilt-")
+    _, problems = dry_run(cfg)
+    assert len(problems) == 1, problems
+    assert problems[0].startswith("targets[1] (base).model: ")
+    assert "base/model.safetensors: truncated safetensors file" in problems[0]

@@ -378,11 +378,23 @@ def _secret_names(v: Any) -> Any:
 
 
 def _calibration(v: Any) -> Any:
+    """``calibration:`` -> :class:`CalibrationConfig`, built from the values as written (so that
+    ``strengths: [1]`` stays the integer it was, and setting hashes with it), with strict types
+    and the config's own range checks."""
     if v is None:
         return CalibrationConfig()
-    if isinstance(v, Mapping):  # YAML lists for the tuple fields
-        return {k: tuple(x) if isinstance(x, list) else x for k, x in v.items()}
-    return v
+    if not isinstance(v, Mapping):
+        return v  # pydantic reports the type
+    from calibdcd.options import type_hints, type_problem
+
+    hints = type_hints(CalibrationConfig)
+    for k, x in v.items():
+        if k not in hints:
+            raise ValueError(f"{k}: unknown key{suggestion(str(k), sorted(hints))}")
+        problem = type_problem(hints[k], x)
+        if problem is not None:
+            raise ValueError(f"{k}: {problem}")
+    return CalibrationConfig(**{k: tuple(x) if isinstance(x, list) else x for k, x in v.items()})
 
 
 class SplitSection(BaseModel):
@@ -667,6 +679,8 @@ def _message(err: Any) -> tuple[Loc, str]:
         return loc, f"must be an integer, got {value!r}"
     if kind in ("bool_type", "bool_parsing"):
         return loc, f"must be true or false, got {value!r}"
+    if kind in ("float_type", "float_parsing"):
+        return loc, f"must be a number, got {value!r}"
     if kind == "string_type":
         return loc, f"must be a non-empty string, got {value!r}"
     if kind == "list_type":
