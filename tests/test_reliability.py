@@ -258,7 +258,8 @@ def test_dry_run_rejects_unknown_target_options_and_too_small_splits(tmp_path):
                 }
             ],
             "detectors": ["overlap"],
-        }
+        },
+        check_options=False,  # the dry run reports them beside the split (calibdcd run --dry-run)
     )
     _, problems = dry_run(cfg)
     assert any(

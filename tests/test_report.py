@@ -126,8 +126,8 @@ def test_marks_follow_the_paired_intervals(report):
     md = table.markdown()
     assert md.count("**") == 2 * len(table.bold)
     for r in results:
-        if r["_pool"] is not None:
-            r["_pool"]["blind"] = r["_pool"]["original"].copy()
+        if r.pool is not None:
+            r.pool["blind"] = r.pool["original"].copy()
     forced = next(t for t in build_tables(results) if t.key == "auc_main")
     assert all(c.endswith("†") for c in forced.rows[0][1:-1])
 

@@ -30,7 +30,7 @@ def run_command(
     ] = False,
 ) -> None:
     """Run (or resume) an experiment grid: benchmarks x targets x detectors x seeds."""
-    from calibdcd.experiment.config import ConfigError, load_config
+    from calibdcd.experiment.config import ConfigError, read_config
     from calibdcd.experiment.runner import dry_run as check
     from calibdcd.experiment.runner import run_experiment
     from calibdcd.models import MissingModelsError
@@ -40,21 +40,29 @@ def run_command(
         typer.echo(redact(line), err=err)
 
     try:
-        cfg = load_config(config)
+        cfg, config_problems = read_config(config)
     except ConfigError as exc:
         echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    if config_problems and not dry_run:
+        echo(f"error: {ConfigError('', '', str(config), problems=config_problems)}", err=True)
+        raise typer.Exit(2)
     if dry_run:
-        lines, problems = check(cfg)
-        for line in lines:
-            echo(line)
+        # every problem at once: the config's (with lines), then what needs the files and models
+        problems = [p.render(str(config)) for p in config_problems]
+        if cfg is not None:
+            lines, more = check(cfg, options=False)
+            for line in lines:
+                echo(line)
+            problems += more
         for p in problems:
             echo(f"error: {p}", err=True)
         if problems:
             echo(f"dry run: {len(problems)} problem(s)", err=True)
-            raise typer.Exit(1)
+            raise typer.Exit(2 if cfg is None else 1)
         echo("dry run: OK")
         return
+    assert cfg is not None
     try:
         run_dir = run_experiment(cfg, out, progress=progress, log=echo)
         echo(f"run directory: {run_dir}")

@@ -20,11 +20,17 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from calibdcd.experiment.config import BenchmarkEntry, DetectorEntry, TargetEntry
+from calibdcd.experiment.config import (
+    BenchmarkEntry,
+    DetectorEntry,
+    TargetEntry,
+    register_entry_check,
+)
 
 __all__ = [
     "DETECTORS",
     "DetectorSpec",
+    "OptionsError",
     "build_detector",
     "detector_available",
     "load_benchmark_entry",
@@ -35,21 +41,56 @@ __all__ = [
 ]
 
 
-def replace_nested(obj: Any, options: Mapping[str, Any], path: str = "options") -> Any:
-    """``dataclasses.replace`` applied recursively: a mapping value for a field that holds a
-    dataclass updates that dataclass; lists become tuples where the field holds a tuple."""
+class OptionsError(ValueError):
+    """Options that do not fit a component's config: ``problems`` lists every one as (dotted
+    key path, problem)."""
+
+    def __init__(self, problems: list[tuple[str, str]]):
+        self.problems = problems
+        super().__init__("; ".join(f"{k}: {m}" for k, m in problems))
+
+
+def option_problems(
+    obj: Any, options: Mapping[str, Any], path: str = "options"
+) -> list[tuple[str, str]]:
+    """Every option that is not a field of the config dataclass ``obj`` (with the closest field)
+    or whose value does not fit the field's annotation, as (dotted key path, problem)."""
+    from calibdcd.options import suggestion, type_hints, type_problem
+
     if not options:
-        return obj
+        return []
     if not dataclasses.is_dataclass(obj):
-        raise ValueError(f"{path}: cannot set fields on {type(obj).__name__}")
-    names = {f.name for f in dataclasses.fields(obj)}
-    kw: dict[str, Any] = {}
+        return [(path, f"cannot set fields on {type(obj).__name__}")]
+    names = [f.name for f in dataclasses.fields(obj)]
+    hints = type_hints(obj)
+    out: list[tuple[str, str]] = []
     for k, v in options.items():
         if k not in names:
-            raise ValueError(
-                f"{path}.{k}: unknown field of {type(obj).__name__} "
-                f"(fields: {', '.join(sorted(names))})"
+            out.append(
+                (f"{path}.{k}", f"unknown field of {type(obj).__name__}{suggestion(k, names)}")
             )
+            continue
+        cur = getattr(obj, k)
+        if isinstance(v, Mapping) and dataclasses.is_dataclass(cur):
+            out.extend(option_problems(cur, v, f"{path}.{k}"))
+        elif not isinstance(v, str) or not v.startswith("lab"):  # lab refs: resolved later
+            problem = type_problem(hints.get(k), v)
+            if problem is not None:
+                out.append((f"{path}.{k}", problem))
+    return out
+
+
+def replace_nested(obj: Any, options: Mapping[str, Any], path: str = "options") -> Any:
+    """``dataclasses.replace`` applied recursively: a mapping value for a field that holds a
+    dataclass updates that dataclass; lists become tuples where the field holds a tuple.
+    Raises :class:`OptionsError` listing every unknown field and mistyped value."""
+    if not options:
+        return obj
+    problems = [p for p in option_problems(obj, options, path) if "unknown field" in p[1]]
+    if not dataclasses.is_dataclass(obj) or problems:
+        raise OptionsError(problems or [(path, f"cannot set fields on {type(obj).__name__}")])
+    kw: dict[str, Any] = {}
+    for k, v in options.items():
         cur = getattr(obj, k)
         if isinstance(v, Mapping) and dataclasses.is_dataclass(cur):
             kw[k] = replace_nested(cur, v, f"{path}.{k}")
@@ -60,7 +101,7 @@ def replace_nested(obj: Any, options: Mapping[str, Any], path: str = "options") 
     try:
         return dataclasses.replace(obj, **kw)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"{path}: {exc}") from None
+        raise OptionsError([(path, str(exc))]) from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -359,3 +400,38 @@ def _guess_id_field(path: str) -> str | None:
         return "id" if "id" in json.loads(first) else None
     except (json.JSONDecodeError, TypeError):
         return None
+
+
+def _detector_entry_problems(entry: DetectorEntry, data: Mapping[str, Any]) -> list[Any]:
+    """A config check (:func:`calibdcd.experiment.config.register_entry_check`): the entry's
+    preset and every option against the detector's typed config, without building models."""
+    if entry.name not in DETECTORS or not detector_available(entry.name):
+        return []  # the dry run names unknown or missing detectors
+    benches = data.get("benchmarks")
+    first = benches[0] if isinstance(benches, list) and benches else {}
+    bench = first.get("name") if isinstance(first, Mapping) else None
+    bench = bench if isinstance(bench, str) else ""
+    try:
+        base = build_detector(
+            dataclasses.replace(entry, options={}), bench, ".calibdcd-cache", build_labs=False
+        )
+    except ImportError:
+        return []
+    except (ValueError, TypeError) as exc:
+        field, sep, rest = str(exc).partition(": ")
+        return [(("preset",), rest)] if sep and field == "preset" else [((), str(exc))]
+    cfg = getattr(base, "config", None)
+    if cfg is None or not dataclasses.is_dataclass(cfg):
+        return []
+    problems = option_problems(cfg, entry.options)
+    if not problems:
+        try:
+            build_detector(entry, bench, ".calibdcd-cache", build_labs=False)
+        except OptionsError as exc:
+            problems = exc.problems
+        except (ValueError, TypeError) as exc:
+            problems = [("options", str(exc))]
+    return [(tuple(k.split(".")), m) for k, m in problems]
+
+
+register_entry_check("detectors", _detector_entry_problems)

@@ -1,4 +1,4 @@
-"""The experiment config: typed dataclasses parsed from YAML with errors that name the key path.
+"""The experiment config: YAML validated by pydantic models, every problem reported at once.
 
 A config describes the grid benchmarks x targets x detectors x seeds and every setting shared by
 its cells (the data protocol, CalibDCD's grids, the evaluation, the analyses, the caches)::
@@ -21,63 +21,198 @@ its cells (the data protocol, CalibDCD's grids, the evaluation, the analyses, th
     analyses: {ablations: true, fixed_rank: 3, fixed_strength: 0.9}
     cache_dir: .calibdcd-cache
 
+The file's schema is :class:`ConfigFile` (pydantic models; the entries are pydantic dataclasses);
+:class:`ExperimentConfig` is the validated, resolved config the runner uses, and
+:meth:`ExperimentConfig.as_dict` writes it back in the file's schema through the same models.
+Every problem of a file is collected (unknown keys with the closest known one, wrong types and
+ranges, cross references, unknown or mistyped target and detector ``options``) and raised as one
+:class:`ConfigError` whose lines name the key path and the line in the YAML file, e.g.
+``exp.yaml:7: targets[1].backend: ...`` (docs/config.md).
+
 ``${VAR}`` and ``${VAR:-default}`` in strings are expanded from the environment
 (``CALIBDCD_SHARED`` defaults to a directory named ``shared`` beside the repository or one of its
 parents).
 The value of a variable whose name contains KEY, TOKEN, SECRET or PASSWORD, or that is listed in
 ``secrets: [VAR, ...]``, is secret: it is redacted (``***``) in every file and message the run
 writes (see :mod:`calibdcd.redact`), as are credentials in URLs.
-Relative paths are resolved against the config file's directory. Every problem is reported as a
-:class:`ConfigError` whose message starts with the key path, e.g. ``targets[1].backend: ...``.
+Relative paths are resolved against the config file's directory. Lab references (``lab: micro``)
+are resolved once, here, into :class:`LabRef` values (preset, seed and the lab's cache identity),
+without building any lab.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
-from collections.abc import Mapping, Sequence
+import typing
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    model_validator,
+)
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from calibdcd.calibration import CalibrationConfig
+from calibdcd.options import suggestion
 from calibdcd.redact import is_secret_var, register_secret
 
 __all__ = [
     "AnalysisSpec",
     "BenchmarkEntry",
     "ConfigError",
+    "ConfigFile",
+    "ConfigProblem",
     "DetectorEntry",
     "EvaluationSpec",
     "ExperimentConfig",
+    "LabRef",
     "TargetEntry",
+    "labs_of",
     "load_config",
     "parse_config",
+    "read_config",
+    "register_entry_check",
 ]
 
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
-
-class ConfigError(ValueError):
-    """A config problem: ``path`` is the key path (``targets[0].backend``), ``source`` the file."""
-
-    def __init__(self, path: str, problem: str, source: str | None = None):
-        self.path = path
-        self.problem = problem
-        self.source = source
-        where = f"{source}: " if source else ""
-        super().__init__(f"{where}{path or '<root>'}: {problem}")
+Loc = tuple[str | int, ...]
 
 
 # --------------------------------------------------------------------------------------------
-# Entries
+# Problems and the error
 # --------------------------------------------------------------------------------------------
+
+
+def key_path(loc: Loc) -> str:
+    """``("targets", 1, "backend")`` -> ``targets[1].backend``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
+class ConfigProblem:
+    """One problem of a config: its key path, what is wrong, and its line in the YAML file (None
+    when the config did not come from a file). ``blocking``: the config cannot be built at all
+    (False for an option problem: a dry run still checks everything else)."""
+
+    path: str
+    problem: str
+    line: int | None = None
+    blocking: bool = True
+
+    def render(self, source: str | None = None) -> str:
+        where = source or ""
+        if self.line is not None:
+            where = f"{where}:{self.line}" if where else f"line {self.line}"
+        return f"{where + ': ' if where else ''}{self.path or '<root>'}: {self.problem}"
+
+
+class ConfigError(ValueError):
+    """Config problems. ``problems``: every problem found (in file order); ``path``, ``problem``
+    and ``line``: the first one; ``source``: the file."""
+
+    def __init__(
+        self,
+        path: str,
+        problem: str,
+        source: str | None = None,
+        *,
+        line: int | None = None,
+        problems: list[ConfigProblem] | None = None,
+    ):
+        self.problems = problems or [ConfigProblem(path, problem, line)]
+        first = self.problems[0]
+        self.path, self.problem, self.line = first.path, first.problem, first.line
+        self.source = source
+        if len(self.problems) == 1:
+            msg = first.render(source)
+        else:
+            head = f"{source}: " if source else ""
+            msg = f"{head}{len(self.problems)} problems:\n" + "\n".join(
+                "  " + p.render(source) for p in self.problems
+            )
+        super().__init__(msg)
+
+
+# --------------------------------------------------------------------------------------------
+# Value types (the messages are the ones the errors show)
+# --------------------------------------------------------------------------------------------
+
+
+def _text(v: str) -> str:
+    if not v.strip():
+        raise ValueError(f"must be a non-empty string, got {v!r}")
+    return v
+
+
+def _label(v: str) -> str:
+    if v and not _LABEL.match(v):
+        raise ValueError(f"{v!r} is not a usable label (letters, digits, '_', '.', '+', '-')")
+    return v
+
+
+def _in_range(low: float, high: float) -> Callable[[float], float]:
+    def check(v: float) -> float:
+        if not (low <= v <= high):
+            raise ValueError(f"must lie in [{low}, {high}], got {v}")
+        return v
+
+    return check
+
+
+def _at_least(low: int) -> Callable[[int], int]:
+    def check(v: int) -> int:
+        if v < low:
+            raise ValueError(f"must be >= {low}, got {v}")
+        return v
+
+    return check
+
+
+def _number(v: Any) -> Any:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"must be a number, got {v!r}")
+    return float(v)
+
+
+def _none_to_empty(v: Any) -> Any:
+    return {} if v is None else v
+
+
+Text = Annotated[str, AfterValidator(_text)]
+Label = Annotated[str, AfterValidator(_text), AfterValidator(_label)]
+Number = Annotated[float, BeforeValidator(_number)]
+Options = Annotated[dict[str, Any], BeforeValidator(_none_to_empty)]
+
+_ENTRY = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Entries (pydantic dataclasses: validated from YAML, plain frozen dataclasses everywhere else)
+# --------------------------------------------------------------------------------------------
+
+
+@pydantic_dataclass(frozen=True, config=_ENTRY)
 class BenchmarkEntry:
     """One benchmark: a known name (see ``calibdcd data list``) or any jsonl/csv/parquet file.
 
@@ -86,20 +221,36 @@ class BenchmarkEntry:
     directory; the lab is built on first use).
     """
 
-    name: str
-    path: str | None = None
-    split: str | None = None
-    label: str = ""
-    lab: str | None = None
-    text_field: str | None = None
-    label_field: str | None = None
-    id_field: str | None = None
-    dedupe: bool = False
-    #: the protocol's subsample size for this benchmark ("paper", an int, or None = all)
-    subsample: int | str | None = "paper"
+    name: Text
+    path: Text | None = None
+    split: Text | None = None
+    label: Label = ""
+    lab: Text | None = None
+    text_field: Text | None = None
+    label_field: Text | None = None
+    id_field: Text | None = None
+    dedupe: StrictBool = False
+    #: the protocol's subsample size for this benchmark ("paper", an int, or None = all;
+    #: "all" in the file)
+    subsample: Any = "paper"
+
+    @model_validator(mode="after")
+    def _defaults(self) -> BenchmarkEntry:
+        sub = self.subsample
+        if sub == "all":
+            object.__setattr__(self, "subsample", None)
+        elif not (
+            sub in (None, "paper")
+            or (isinstance(sub, int) and not isinstance(sub, bool) and sub >= 2)
+        ):
+            raise ValueError(f"subsample: must be 'paper', 'all' or an integer >= 2, got {sub!r}")
+        if not self.label:
+            default = self.name if self.split is None else f"{self.name}-{self.split}"
+            object.__setattr__(self, "label", re.sub(r"[^A-Za-z0-9_.+-]", "-", default))
+        return self
 
 
-@dataclasses.dataclass(frozen=True)
+@pydantic_dataclass(frozen=True, config=_ENTRY)
 class TargetEntry:
     """One black-box target. ``backend``: hf | openai | any registered backend; ``model``: a local
     path, a hub id (GPU machines) or, with ``lab``, a checkpoint directory inside the lab
@@ -107,50 +258,197 @@ class TargetEntry:
     in the same config (for the base-vs-post-trained comparison); ``post_trained`` marks targets
     that enter the paper's main tables."""
 
-    name: str
-    backend: str
-    model: str
-    family: str | None = None
-    lab: str | None = None
-    base: str | None = None
-    post_trained: bool = True
-    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    name: Label
+    backend: Text
+    model: Text
+    family: Text | None = None
+    lab: Text | None = None
+    base: Text | None = None
+    post_trained: StrictBool = True
+    options: Options = dataclasses.field(default_factory=dict)
 
 
-@dataclasses.dataclass(frozen=True)
+@pydantic_dataclass(frozen=True, config=_ENTRY)
 class DetectorEntry:
     """One detector: ``name`` in the detector registry (veilprobe, dpdllm, overlap), ``preset``
-    (detector-specific, e.g. VeilProbe ``paper``/``cpu``), ``options`` (config overrides)."""
+    (detector-specific, e.g. VeilProbe ``paper``/``cpu``), ``options`` (config overrides).
+    In the file a bare name (``- overlap``) is ``{name: overlap}``."""
 
-    name: str
-    label: str = ""
-    preset: str | None = None
-    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    name: Text
+    label: Label = ""
+    preset: Text | None = None
+    options: Options = dataclasses.field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_name(cls, data: Any) -> Any:
+        return {"name": data} if isinstance(data, str) else data
+
+    @model_validator(mode="after")
+    def _default_label(self) -> DetectorEntry:
+        if not self.label:
+            _label(self.name)  # the name is the label: it must be usable as one
+            object.__setattr__(self, "label", self.name)
+        return self
 
 
-@dataclasses.dataclass(frozen=True)
+@pydantic_dataclass(frozen=True, config=_ENTRY)
 class EvaluationSpec:
-    fpr: float = 0.05
-    n_boot: int = 1000
-    level: float = 0.95
+    fpr: Annotated[Number, AfterValidator(_in_range(1e-6, 1.0))] = 0.05
+    n_boot: Annotated[StrictInt, AfterValidator(_at_least(0))] = 1000
+    level: Annotated[Number, AfterValidator(_in_range(0.5, 0.999))] = 0.95
 
 
-@dataclasses.dataclass(frozen=True)
+@pydantic_dataclass(frozen=True, config=_ENTRY)
 class AnalysisSpec:
     """Which analyses run inside each setting (all from the setting's cached features)."""
 
-    ablations: bool = True
-    adaptive_vs_fixed: bool = True
-    fixed_rank: int = 3
-    fixed_strength: float = 0.9
-    fp_recovery: bool = True
+    ablations: StrictBool = True
+    adaptive_vs_fixed: StrictBool = True
+    fixed_rank: Annotated[StrictInt, AfterValidator(_at_least(1))] = 3
+    fixed_strength: Annotated[Number, AfterValidator(_in_range(0.0, 1.0))] = 0.9
+    fp_recovery: StrictBool = True
     #: also run the complete method in the other calibration space (raw <-> normalised) where the
     #: classifier has both; the paper does not say which one it means (see README)
-    space_comparison: bool = True
+    space_comparison: StrictBool = True
     #: the controls beside CalibDCD: placebo basis, noise floor, centred variant (analyses.py)
-    controls: bool = True
+    controls: StrictBool = True
     #: the blind baseline (TF-IDF + logistic regression on the texts alone; calibdcd.blind)
-    blind: bool = True
+    blind: StrictBool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class LabRef:
+    """A lab a config uses, resolved once at load time without building it: the preset, the
+    build seed and ``key``, the lab's cache identity (``<preset>-s<seed>-<config hash>``, a
+    content key that changes whenever the built lab would; no path). ``directory``: where a
+    build is (or will be) found here; not part of the identity."""
+
+    preset: str
+    seed: int
+    key: str
+    directory: str | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    @property
+    def built(self) -> bool:
+        """Whether a complete build is present now (a run builds it on first use)."""
+        if self.directory is None:
+            return False
+        d = Path(self.directory)
+        try:
+            from calibdcd.lab.build import is_complete_lab  # type: ignore
+        except ImportError:
+            return (d / "ground_truth.jsonl").is_file()
+        return is_complete_lab(d) or (
+            (d / "ground_truth.jsonl").is_file() and not (d / "lab.json").is_file()
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# The file's schema
+# --------------------------------------------------------------------------------------------
+
+
+def _seeds(v: Any) -> Any:
+    if isinstance(v, int) and not isinstance(v, bool):
+        return [v]
+    if not isinstance(v, list) or not v:
+        raise ValueError(f"must be an integer or a non-empty list of integers, got {v!r}")
+    return v
+
+
+def _unique_seeds(v: list[int]) -> list[int]:
+    if len(set(v)) != len(v):
+        raise ValueError(f"repeats a seed: {v}")
+    return v
+
+
+def _non_empty(v: list[Any]) -> list[Any]:
+    if not v:
+        raise ValueError("must be a non-empty list, got []")
+    return v
+
+
+def _secret_names(v: Any) -> Any:
+    if isinstance(v, str):
+        v = [v]
+    if not isinstance(v, list) or not all(isinstance(n, str) for n in v):
+        raise ValueError(f"must be a list of environment variable names, got {v!r}")
+    return v
+
+
+def _calibration(v: Any) -> Any:
+    """``calibration:`` -> :class:`CalibrationConfig`, built from the values as written (so that
+    ``strengths: [1]`` stays the integer it was, and setting hashes with it), with strict types
+    and the config's own range checks."""
+    if v is None:
+        return CalibrationConfig()
+    if not isinstance(v, Mapping):
+        return v  # pydantic reports the type
+    from calibdcd.options import type_hints, type_problem
+
+    hints = type_hints(CalibrationConfig)
+    for k, x in v.items():
+        if k not in hints:
+            raise ValueError(f"{k}: unknown key{suggestion(str(k), sorted(hints))}")
+        problem = type_problem(hints[k], x)
+        if problem is not None:
+            raise ValueError(f"{k}: {problem}")
+    return CalibrationConfig(**{k: tuple(x) if isinstance(x, list) else x for k, x in v.items()})
+
+
+class SplitSection(BaseModel):
+    """``split:``: the data protocol's sizes (``subsample`` sets every benchmark's)."""
+
+    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
+
+    n_supervised_per_class: Annotated[StrictInt, AfterValidator(_at_least(1))] = 50
+    calibration_fraction: Annotated[Number, AfterValidator(_in_range(1e-6, 0.999999))] = 0.5
+    balance: Literal["equal", "stratified"] = "equal"
+    n_calibration: Annotated[StrictInt, AfterValidator(_at_least(1))] | None = None
+    group_by: Text | None = None
+    subsample: Any = None
+
+
+class ConfigFile(BaseModel):
+    """The YAML file as written (field order = the order ``config.yaml`` is written in)."""
+
+    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
+
+    name: Label | None = None
+    seeds: Annotated[
+        list[Annotated[StrictInt, AfterValidator(_at_least(0))]],
+        BeforeValidator(_seeds),
+        AfterValidator(_unique_seeds),
+    ] = Field(default_factory=lambda: [0])
+    protocol: Literal["paper", "strict"] = "paper"
+    split: Annotated[SplitSection, BeforeValidator(_none_to_empty)] = Field(
+        default_factory=SplitSection
+    )
+    benchmarks: Annotated[list[BenchmarkEntry], AfterValidator(_non_empty)]
+    targets: Annotated[list[TargetEntry], AfterValidator(_non_empty)]
+    detectors: Annotated[list[DetectorEntry], AfterValidator(_non_empty)]
+    calibration: Annotated[CalibrationConfig, BeforeValidator(_calibration)] = Field(
+        default_factory=CalibrationConfig
+    )
+    evaluation: Annotated[EvaluationSpec, BeforeValidator(_none_to_empty)] = Field(
+        default_factory=EvaluationSpec
+    )
+    analyses: Annotated[AnalysisSpec, BeforeValidator(_none_to_empty)] = Field(
+        default_factory=AnalysisSpec
+    )
+    view_system: Literal["official", "none"] = "official"
+    calibration_space: Literal["auto", "raw", "normalized"] = "auto"
+    detector_seed: Literal["offset", "fixed"] = "offset"
+    cache_dir: Text = ".calibdcd-cache"
+    output: Text | None = None
+    #: environment variables whose values are secret whatever their names (read first)
+    secrets: Annotated[list[str], BeforeValidator(_secret_names)] | None = None
+
+
+# --------------------------------------------------------------------------------------------
+# The resolved config
+# --------------------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,51 +480,52 @@ class ExperimentConfig:
     cache_dir: str = ".calibdcd-cache"
     output: str | None = None
     source: str | None = None  #: the YAML file it came from
+    #: every lab the config names (benchmarks, targets, ``lab-clean-reference:``/``lab:``
+    #: references in detector options), resolved once at load time (never built here)
+    labs: Mapping[str, LabRef] = dataclasses.field(default_factory=dict, compare=False)
 
     @property
     def grid_size(self) -> int:
         return len(self.benchmarks) * len(self.targets) * len(self.detectors) * len(self.seeds)
 
-    def as_dict(self) -> dict[str, Any]:
-        """The resolved config in the YAML schema (``load_config`` reads it back unchanged)."""
-
-        def entry(e: Any, drop: tuple[str, ...] = ()) -> dict[str, Any]:
-            d = _plain(dataclasses.asdict(e))
-            return {k: v for k, v in d.items() if k not in drop and v not in (None, {}, "")}
-
-        benches = []
-        for b in self.benchmarks:
-            d = entry(b, ("subsample",))
-            d["subsample"] = "all" if b.subsample is None else b.subsample
-            benches.append(d)
+    def to_file(self) -> ConfigFile:
+        """This config in the file's schema."""
         split: dict[str, Any] = {
             "n_supervised_per_class": self.n_supervised_per_class,
             "calibration_fraction": self.calibration_fraction,
             "balance": self.balance,
+            "n_calibration": self.n_calibration,
+            "group_by": self.group_by,
         }
-        if self.n_calibration is not None:
-            split["n_calibration"] = self.n_calibration
-        if self.group_by is not None:
-            split["group_by"] = self.group_by
-        out: dict[str, Any] = {
-            "name": self.name,
-            "seeds": list(self.seeds),
-            "protocol": self.protocol,
-            "split": split,
-            "benchmarks": benches,
-            "targets": [entry(t) for t in self.targets],
-            "detectors": [entry(d) for d in self.detectors],
-            "calibration": _plain(self.calibration.kwargs()),
-            "evaluation": dataclasses.asdict(self.evaluation),
-            "analyses": dataclasses.asdict(self.analyses),
-            "view_system": self.view_system,
-            "calibration_space": self.calibration_space,
-            "detector_seed": self.detector_seed,
-            "cache_dir": self.cache_dir,
-        }
-        if self.output is not None:
-            out["output"] = self.output
-        return out
+        return ConfigFile.model_construct(
+            name=self.name,
+            seeds=list(self.seeds),
+            protocol=self.protocol,
+            split=SplitSection.model_construct(**split),
+            benchmarks=list(self.benchmarks),
+            targets=list(self.targets),
+            detectors=list(self.detectors),
+            calibration=self.calibration,
+            evaluation=self.evaluation,
+            analyses=self.analyses,
+            view_system=self.view_system,
+            calibration_space=self.calibration_space,
+            detector_seed=self.detector_seed,
+            cache_dir=self.cache_dir,
+            output=self.output,
+            secrets=None,
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The resolved config in the YAML schema (``load_config`` reads it back unchanged):
+        :class:`ConfigFile` dumped, without unset optional values and empty options."""
+        d = self.to_file().model_dump(mode="json", exclude_none=True, exclude={"secrets"})
+        d["split"].pop("subsample", None)
+        for section in ("benchmarks", "targets", "detectors"):
+            d[section] = [{k: v for k, v in e.items() if v not in ({}, "")} for e in d[section]]
+        for b, entry in zip(d["benchmarks"], self.benchmarks, strict=True):
+            b["subsample"] = "all" if entry.subsample is None else entry.subsample
+        return d
 
     def target(self, name: str) -> TargetEntry:
         for t in self.targets:
@@ -235,16 +534,8 @@ class ExperimentConfig:
         raise KeyError(name)
 
 
-def _plain(x: Any) -> Any:
-    if isinstance(x, Mapping):
-        return {str(k): _plain(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
-    return x
-
-
 # --------------------------------------------------------------------------------------------
-# Parsing helpers
+# Environment variables, paths, lines
 # --------------------------------------------------------------------------------------------
 
 
@@ -260,137 +551,33 @@ def default_shared() -> str | None:
     return None
 
 
-def _expand(value: str, path: str, source: str | None) -> str:
-    def sub(m: re.Match[str]) -> str:
-        var, default = m.group(1), m.group(2)
-        if var in os.environ:
-            if is_secret_var(var):
-                register_secret(os.environ[var])
-            return os.environ[var]
-        if var == "CALIBDCD_SHARED" and default_shared() is not None:
-            return default_shared()  # type: ignore[return-value]
-        if default is not None:
-            return default
-        raise ConfigError(path, f"environment variable {var} is not set", source)
-
-    return _ENV.sub(sub, value)
-
-
-class _Reader:
-    """Typed access to one mapping of the YAML, tracking the key path and unknown keys."""
-
-    def __init__(self, data: Any, path: str, source: str | None):
-        if not isinstance(data, Mapping):
-            raise ConfigError(path, f"expected a mapping, got {type(data).__name__}", source)
-        self.data = dict(data)
-        self.path = path
-        self.source = source
-        self.used: set[str] = set()
-
-    def key(self, k: str) -> str:
-        return f"{self.path}.{k}" if self.path else k
-
-    def err(self, k: str, problem: str) -> ConfigError:
-        return ConfigError(self.key(k), problem, self.source)
-
-    def has(self, k: str) -> bool:
-        return k in self.data
-
-    def raw(self, k: str, default: Any = None) -> Any:
-        self.used.add(k)
-        return self.data.get(k, default)
-
-    def str(self, k: str, default: Any = ..., *, choices: Sequence[str] | None = None) -> Any:
-        if k not in self.data:
-            if default is ...:
-                raise self.err(k, "is required")
-            return default
-        v = self.raw(k)
-        if v is None and default is None:
-            return None
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            v = str(v)
-        if not isinstance(v, str) or not v.strip():
-            raise self.err(k, f"must be a non-empty string, got {v!r}")
-        v = _expand(v, self.key(k), self.source)
-        if choices is not None and v not in choices:
-            raise self.err(k, f"must be one of {list(choices)}, got {v!r}")
-        return v
-
-    def int(self, k: str, default: Any = ..., *, minimum: int | None = None) -> Any:
-        if k not in self.data:
-            if default is ...:
-                raise self.err(k, "is required")
-            return default
-        v = self.raw(k)
-        if v is None and default is None:
-            return None
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise self.err(k, f"must be an integer, got {v!r}")
-        if minimum is not None and v < minimum:
-            raise self.err(k, f"must be >= {minimum}, got {v}")
-        return v
-
-    def float(self, k: str, default: Any = ..., *, low: float, high: float) -> float:
-        if k not in self.data:
-            if default is ...:
-                raise self.err(k, "is required")
-            return default
-        v = self.raw(k)
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise self.err(k, f"must be a number, got {v!r}")
-        if not (low <= float(v) <= high):
-            raise self.err(k, f"must lie in [{low}, {high}], got {v}")
-        return float(v)
-
-    def bool(self, k: str, default: bool) -> bool:
-        if k not in self.data:
-            return default
-        v = self.raw(k)
-        if not isinstance(v, bool):
-            raise self.err(k, f"must be true or false, got {v!r}")
-        return v
-
-    def mapping(self, k: str) -> dict[str, Any]:
-        v = self.raw(k, {})
-        if v is None:
-            return {}
-        if not isinstance(v, Mapping):
-            raise self.err(k, f"must be a mapping, got {type(v).__name__}")
-        return {
-            str(kk): _expand_tree(vv, f"{self.key(k)}.{kk}", self.source) for kk, vv in v.items()
-        }
-
-    def list(self, k: str, *, required: bool = True) -> list[Any]:
-        if k not in self.data:
-            if required:
-                raise self.err(k, "is required (a non-empty list)")
-            return []
-        v = self.raw(k)
-        if not isinstance(v, list) or (required and not v):
-            raise self.err(k, f"must be a non-empty list, got {v!r}")
-        return v
-
-    def finish(self) -> None:
-        unknown = sorted(set(self.data) - self.used)
-        if unknown:
-            raise self.err(unknown[0], f"unknown key (known here: {', '.join(sorted(self.used))})")
-
-
-def _expand_tree(v: Any, path: str, source: str | None) -> Any:
+def _expand_tree(v: Any, loc: Loc, problems: list[tuple[Loc, str]]) -> Any:
+    """``${VAR}`` expanded in every string of the tree (keys excepted); an unset variable is a
+    problem at its key path (the value is left as written)."""
     if isinstance(v, str):
-        return _expand(v, path, source)
+        missing: list[str] = []
+
+        def sub(m: re.Match[str]) -> str:
+            var, default = m.group(1), m.group(2)
+            if var in os.environ:
+                if is_secret_var(var):
+                    register_secret(os.environ[var])
+                return os.environ[var]
+            if var == "CALIBDCD_SHARED" and default_shared() is not None:
+                return default_shared()  # type: ignore[return-value]
+            if default is not None:
+                return default
+            missing.append(var)
+            return m.group(0)
+
+        out = _ENV.sub(sub, v)
+        for var in missing:
+            problems.append((loc, f"environment variable {var} is not set"))
+        return out
     if isinstance(v, Mapping):
-        return {str(k): _expand_tree(x, f"{path}.{k}", source) for k, x in v.items()}
+        return {k: _expand_tree(x, (*loc, str(k)), problems) for k, x in v.items()}
     if isinstance(v, list):
-        return [_expand_tree(x, f"{path}[{i}]", source) for i, x in enumerate(v)]
-    return v
-
-
-def _label(r: _Reader, k: str, default: str) -> str:
-    v = r.str(k, default)
-    if not _LABEL.match(v):
-        raise r.err(k, f"{v!r} is not a usable label (letters, digits, '_', '.', '+', '-')")
+        return [_expand_tree(x, (*loc, i), problems) for i, x in enumerate(v)]
     return v
 
 
@@ -403,251 +590,446 @@ def _resolve_path(p: str | None, base: Path | None) -> str | None:
     return os.path.normpath(str(path))
 
 
+def yaml_lines(text: str) -> dict[Loc, int]:
+    """The line (1-based) of every key and list item of a YAML document, by key path."""
+    lines: dict[Loc, int] = {}
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+
+    def walk(node: Any, loc: Loc) -> None:
+        lines.setdefault(loc, node.start_mark.line + 1)
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                key = (*loc, str(k.value))
+                lines[key] = k.start_mark.line + 1
+                walk(v, key)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                walk(item, (*loc, i))
+
+    if root is not None:
+        walk(root, ())
+    return lines
+
+
+def _line(loc: Loc, lines: Mapping[Loc, int] | None) -> int | None:
+    if not lines:
+        return None
+    for n in range(len(loc), -1, -1):  # the key itself, else its nearest written parent
+        if loc[:n] in lines:
+            return lines[loc[:n]]
+    return None
+
+
 # --------------------------------------------------------------------------------------------
-# Sections
+# pydantic's errors as key paths and plain messages
 # --------------------------------------------------------------------------------------------
 
-_BENCH_KEYS = "name path split label lab text_field label_field id_field dedupe subsample".split()
+
+def _fields_of(tp: Any) -> dict[str, Any]:
+    """Field name -> annotation of a model or dataclass type (resolved hints)."""
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return {k: f.annotation for k, f in tp.model_fields.items()}
+    if dataclasses.is_dataclass(tp):
+        hints = typing.get_type_hints(tp, include_extras=True)
+        return {f.name: hints.get(f.name) for f in dataclasses.fields(tp)}
+    return {}
 
 
-def _benchmark(data: Any, path: str, source: str | None, base: Path | None) -> BenchmarkEntry:
-    r = _Reader(data, path, source)
-    name = r.str("name")
-    lab = r.str("lab", None)
-    raw_path = r.str("path", None)
-    split = r.str("split", None)
-    sub = r.raw("subsample", "paper")
-    if not (
-        sub in (None, "paper", "all")
-        or (isinstance(sub, int) and not isinstance(sub, bool) and sub >= 2)
-    ):
-        raise r.err("subsample", f"must be 'paper', 'all' or an integer >= 2, got {sub!r}")
-    default_label = name if split is None else f"{name}-{split}"
-    if raw_path is None and lab is not None:
-        raise r.err(
-            "path", "is required with lab (the file inside the lab, e.g. ground_truth.jsonl)"
-        )
-    entry = BenchmarkEntry(
-        name=name,
-        path=raw_path if lab is not None else _resolve_path(raw_path, base),
-        split=split,
-        label=_label(r, "label", re.sub(r"[^A-Za-z0-9_.+-]", "-", default_label)),
-        lab=lab,
-        text_field=r.str("text_field", None),
-        label_field=r.str("label_field", None),
-        id_field=r.str("id_field", None),
-        dedupe=r.bool("dedupe", False),
-        subsample=None if sub == "all" else sub,
-    )
-    r.finish()
-    return entry
+def _unwrap(tp: Any) -> Any:
+    """The model/dataclass inside ``Annotated``, ``Optional`` and ``list`` annotations."""
+    while True:
+        origin = typing.get_origin(tp)
+        if origin is Annotated:
+            tp = typing.get_args(tp)[0]
+        elif origin in (list, tuple) or (origin is not None and type(None) in typing.get_args(tp)):
+            args = [a for a in typing.get_args(tp) if a is not type(None) and a is not Ellipsis]
+            if not args:
+                return tp
+            tp = args[0]
+        else:
+            return tp
 
 
-def _target(data: Any, path: str, source: str | None, base: Path | None) -> TargetEntry:
-    r = _Reader(data, path, source)
-    name = _label(r, "name", ...)
-    backend = r.str("backend")
-    model = r.str("model")
-    lab = r.str("lab", None)
-    if (
-        lab is None
-        and backend == "hf"
-        and (model.startswith((".", "/", "~")) or Path(model).suffix == ".gguf")
-    ):
-        model = _resolve_path(model, base) or model
-    entry = TargetEntry(
-        name=name,
-        backend=backend,
-        model=model,
-        family=r.str("family", None),
-        lab=lab,
-        base=r.str("base", None),
-        post_trained=r.bool("post_trained", True),
-        options=r.mapping("options"),
-    )
-    r.finish()
-    return entry
+def _known_keys(loc: Loc) -> list[str]:
+    """The keys allowed in the mapping at ``loc`` (of the :class:`ConfigFile` schema)."""
+    tp: Any = ConfigFile
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        tp = _unwrap(_fields_of(tp).get(part))
+        if tp is None:
+            return []
+    return sorted(_fields_of(tp))
 
 
-def _detector(data: Any, path: str, source: str | None) -> DetectorEntry:
-    if isinstance(data, str):
-        data = {"name": data}
-    r = _Reader(data, path, source)
-    name = r.str("name")
-    entry = DetectorEntry(
-        name=name,
-        label=_label(r, "label", name),
-        preset=r.str("preset", None),
-        options=r.mapping("options"),
-    )
-    r.finish()
-    return entry
+def _message(err: Any) -> tuple[Loc, str]:
+    """One pydantic error -> (YAML key path, plain message)."""
+    loc: Loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and "[" in p))
+    kind, value = err["type"], err.get("input")
+    if kind in ("extra_forbidden", "unexpected_keyword_argument"):
+        return loc, f"unknown key{suggestion(str(loc[-1]), _known_keys(loc[:-1]))}"
+    if kind in ("missing", "missing_argument"):
+        if loc and loc[-1] in ("benchmarks", "targets", "detectors"):
+            return loc, "is required (a non-empty list)"
+        return loc, "is required"
+    if kind == "literal_error":
+        expected = re.findall(r"'([^']*)'", err["msg"].split("should be", 1)[-1])
+        return loc, f"must be one of {expected}, got {value!r}"
+    if kind in ("int_type", "int_parsing", "int_from_float"):
+        return loc, f"must be an integer, got {value!r}"
+    if kind in ("bool_type", "bool_parsing"):
+        return loc, f"must be true or false, got {value!r}"
+    if kind in ("float_type", "float_parsing"):
+        return loc, f"must be a number, got {value!r}"
+    if kind == "string_type":
+        return loc, f"must be a non-empty string, got {value!r}"
+    if kind == "list_type":
+        return loc, f"must be a non-empty list, got {value!r}"
+    if kind in ("dict_type", "model_type", "dataclass_type", "model_attributes_type"):
+        return loc, f"must be a mapping, got {type(value).__name__}"
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    # a problem a validator found in one field of its object: "field: problem"
+    field, sep, rest = msg.partition(": ")
+    if sep and re.fullmatch(r"[a-z_]+", field):
+        return (*loc, field), rest
+    # CalibrationConfig's own checks name the field first ("strengths must lie in [0, 1]")
+    if loc and loc[-1] == "calibration":
+        first = msg.split(" ", 1)[0]
+        if first in _fields_of(CalibrationConfig):
+            return (*loc, first), msg
+    return loc, msg
 
 
-def _calibration(data: Any, path: str, source: str | None) -> CalibrationConfig:
-    r = _Reader(data if data is not None else {}, path, source)
-    fields = {f.name for f in dataclasses.fields(CalibrationConfig)}
-    kw: dict[str, Any] = {}
-    for k in list(r.data):
-        if k not in fields:
-            raise r.err(k, f"unknown key (known: {', '.join(sorted(fields))})")
-        v = r.raw(k)
-        kw[k] = tuple(v) if isinstance(v, list) else v
+# --------------------------------------------------------------------------------------------
+# Checks across entries, and of the components' options
+# --------------------------------------------------------------------------------------------
+
+
+def _cross_checks(data: Mapping[str, Any]) -> list[tuple[Loc, str]]:
+    """Labels unique, ``base`` names a target, ``lab`` needs ``path``: checked on the raw
+    mapping, so that they are reported beside every other problem of the file."""
+    out: list[tuple[Loc, str]] = []
+
+    def items(section: str) -> list[tuple[int, dict[str, Any]]]:
+        v = data.get(section)
+        if not isinstance(v, list):
+            return []
+        return [
+            (i, {"name": e} if isinstance(e, str) else e)
+            for i, e in enumerate(v)
+            if isinstance(e, (str, Mapping))
+        ]
+
+    for i, b in items("benchmarks"):
+        if b.get("lab") is not None and b.get("path") is None:
+            out.append(
+                (
+                    ("benchmarks", i, "path"),
+                    "is required with lab (the file inside the lab, e.g. ground_truth.jsonl)",
+                )
+            )
+
+    def label(section: str, e: Mapping[str, Any]) -> Any:
+        if section == "targets":
+            return e.get("name")
+        if e.get("label"):
+            return e["label"]
+        if section == "benchmarks" and e.get("split") is not None:
+            return re.sub(r"[^A-Za-z0-9_.+-]", "-", f"{e.get('name')}-{e['split']}")
+        name = e.get("name")
+        if section == "benchmarks" and isinstance(name, str):
+            return re.sub(r"[^A-Za-z0-9_.+-]", "-", name)
+        return name
+
+    for section in ("benchmarks", "targets", "detectors"):
+        seen: dict[Any, int] = {}
+        key = "name" if section == "targets" else "label"
+        for i, e in items(section):
+            lab = label(section, e)
+            if not isinstance(lab, (str, int)):
+                continue
+            if lab in seen:
+                out.append(
+                    (
+                        (section, i, key),
+                        f"{lab!r} is already used by {section}[{seen[lab]}]; labels must be unique",
+                    )
+                )
+            else:
+                seen[lab] = i
+    names = {e.get("name") for _, e in items("targets")}
+    for i, t in items("targets"):
+        base = t.get("base")
+        if base is None:
+            continue
+        if base not in names:
+            out.append((("targets", i, "base"), f"no target named {base!r} in this config"))
+        elif base == t.get("name"):
+            out.append((("targets", i, "base"), "a target cannot be its own base"))
+    return out
+
+
+#: checks of one validated entry, by section ("targets", "detectors"): ``check(entry, cfg)``
+#: returns (key path below the entry, problem) pairs. The experiment's component wiring
+#: registers the detectors' check (it knows each detector's typed config).
+_ENTRY_CHECKS: dict[str, list[Callable[[Any, Mapping[str, Any]], list[tuple[Loc, str]]]]] = {}
+
+
+def register_entry_check(
+    section: str, check: Callable[[Any, Mapping[str, Any]], list[tuple[Loc, str]]]
+) -> None:
+    """Add a check of every entry of ``section`` (``check(entry, file_data)`` -> problems)."""
+    checks = _ENTRY_CHECKS.setdefault(section, [])
+    if check not in checks:
+        checks.append(check)
+
+
+def _target_options(entry: TargetEntry, data: Mapping[str, Any]) -> list[tuple[Loc, str]]:
+    from calibdcd.targets.base import option_problems
+
+    return [(("options", *k), m) for k, m in option_problems(entry.backend, entry.options)]
+
+
+register_entry_check("targets", _target_options)
+
+_ENTRY_TYPES = {"benchmarks": BenchmarkEntry, "targets": TargetEntry, "detectors": DetectorEntry}
+
+
+def _option_checks(data: Mapping[str, Any]) -> list[tuple[Loc, str]]:
+    """The registered checks of every entry that is valid on its own."""
+    from pydantic import TypeAdapter
+
+    out: list[tuple[Loc, str]] = []
+    for section, checks in _ENTRY_CHECKS.items():
+        raw = data.get(section)
+        if not isinstance(raw, list):
+            continue
+        adapter = TypeAdapter(_ENTRY_TYPES[section])
+        for i, e in enumerate(raw):
+            try:
+                entry = adapter.validate_python(e)
+            except ValidationError:
+                continue  # its own problems are reported with the file's
+            for check in checks:
+                out.extend(((section, i, *k), m) for k, m in check(entry, data))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Labs
+# --------------------------------------------------------------------------------------------
+
+_LAB_REF = re.compile(r"^lab(?:-clean-reference)?:([A-Za-z0-9_.-]+)")
+
+
+def entry_labs(*entries: BenchmarkEntry | TargetEntry | DetectorEntry) -> list[str]:
+    """The lab presets these entries use (``lab:`` of benchmarks and targets, ``lab:<preset>/``
+    and ``lab-clean-reference:<preset>`` strings in detector options), in order."""
+    found: list[str] = []
+
+    def walk(v: Any) -> None:
+        if isinstance(v, str):
+            m = _LAB_REF.match(v)
+            if m:
+                found.append(m.group(1).split("/")[0])
+        elif isinstance(v, Mapping):
+            for x in v.values():
+                walk(x)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x)
+
+    for e in entries:
+        if isinstance(e, DetectorEntry):
+            walk(e.options)
+        elif e.lab is not None:
+            found.append(e.lab)
+    return list(dict.fromkeys(found))
+
+
+def lab_presets(cfg_file: ConfigFile) -> list[str]:
+    """Every lab preset the config names, in order of appearance."""
+    return entry_labs(*cfg_file.benchmarks, *cfg_file.targets, *cfg_file.detectors)
+
+
+def labs_of(cfg: ExperimentConfig, *entries: Any) -> list[LabRef]:
+    """The :class:`LabRef` of every lab ``entries`` use (as resolved when ``cfg`` was loaded;
+    resolved now, without building, for a config built in code)."""
+    out = []
+    for preset in entry_labs(*entries):
+        ref = cfg.labs.get(preset) or resolve_lab_ref(preset)
+        if isinstance(ref, LabRef):
+            out.append(ref)
+    return out
+
+
+def resolve_lab_ref(preset: str, seed: int = 0) -> LabRef | str:
+    """The :class:`LabRef` of a lab preset (nothing is built), or why it cannot be resolved.
+    A prebuilt ``$CALIBDCD_LAB_ROOT/lab-<preset>`` is identified by its ``lab.json``. Computed
+    once per process and environment (the lab's key hashes its text pool)."""
+    env = os.environ.get
+    return _lab_ref(preset, seed, env("CALIBDCD_LAB_ROOT"), env("CALIBDCD_CACHE"))
+
+
+@functools.lru_cache(maxsize=32)
+def _lab_ref(preset: str, seed: int, root: str | None, cache: str | None) -> LabRef | str:
+    if root and (Path(root) / f"lab-{preset}" / "ground_truth.jsonl").is_file():
+        prebuilt = Path(root) / f"lab-{preset}"
+        try:
+            import hashlib
+
+            key = hashlib.sha256((prebuilt / "lab.json").read_bytes()).hexdigest()[:12]
+        except OSError:
+            key = "unidentified"
+        return LabRef(preset, seed, f"{preset}-prebuilt-{key}", str(prebuilt))
     try:
-        return CalibrationConfig(**kw)
-    except (ValueError, TypeError) as exc:
-        bad = next((k for k in kw if k in str(exc)), "")
-        raise ConfigError(f"{path}.{bad}" if bad else path, str(exc), source) from None
+        from calibdcd.lab import PRESETS  # type: ignore[attr-defined]
+        from calibdcd.lab.build import lab_cache_dir  # type: ignore
+    except ImportError:
+        return LabRef(preset, seed, f"{preset}-s{seed}")
+    if preset not in PRESETS:
+        return f"unknown lab preset {preset!r}; known: {sorted(PRESETS)}"
+    d = lab_cache_dir(preset, seed=seed)
+    return LabRef(preset, seed, d.name, str(d))
 
 
-def _evaluation(data: Any, path: str, source: str | None) -> EvaluationSpec:
-    r = _Reader(data if data is not None else {}, path, source)
-    spec = EvaluationSpec(
-        fpr=r.float("fpr", 0.05, low=1e-6, high=1.0),
-        n_boot=r.int("n_boot", 1000, minimum=0),
-        level=r.float("level", 0.95, low=0.5, high=0.999),
+# --------------------------------------------------------------------------------------------
+# Parsing
+# --------------------------------------------------------------------------------------------
+
+
+def _build(
+    data: Any, source: str | None, base: Path | None, lines: Mapping[Loc, int] | None, options: bool
+) -> tuple[ExperimentConfig | None, list[ConfigProblem]]:
+    found: list[tuple[Loc, str, bool]] = []
+    if not isinstance(data, Mapping):
+        p = ConfigProblem("", f"expected a mapping, got {type(data).__name__}", _line((), lines))
+        return None, [p]
+    secrets = data.get("secrets")
+    for n in [secrets] if isinstance(secrets, str) else secrets or []:
+        if isinstance(n, str):
+            register_secret(os.environ.get(n))
+    env_problems: list[tuple[Loc, str]] = []
+    data = _expand_tree(dict(data), (), env_problems)
+    found += [(loc, m, True) for loc, m in env_problems]
+    parsed: ConfigFile | None = None
+    try:
+        parsed = ConfigFile.model_validate(data)
+    except ValidationError as exc:
+        found += [(*_message(e), True) for e in exc.errors()]
+    found += [(loc, m, True) for loc, m in _cross_checks(data)]
+    if options:
+        found += [(loc, m, False) for loc, m in _option_checks(data)]
+    labs: dict[str, LabRef] = {}
+    if parsed is not None:
+        for preset in lab_presets(parsed):
+            ref = resolve_lab_ref(preset)
+            if isinstance(ref, str):
+                where = next(
+                    (
+                        (s, i, "lab")
+                        for s in ("benchmarks", "targets")
+                        for i, e in enumerate(getattr(parsed, s))
+                        if e.lab == preset
+                    ),
+                    ("detectors",),
+                )
+                found.append((where, ref, True))
+            else:
+                labs[preset] = ref
+    problems = sorted(
+        (
+            ConfigProblem(key_path(loc), m, _line(loc, lines), blocking)
+            for loc, m, blocking in dict.fromkeys(found)
+        ),
+        key=lambda p: p.line or 0,
     )
-    r.finish()
-    return spec
+    if parsed is None or any(p.blocking for p in problems):
+        return None, problems
+    return _resolve(parsed, source, base, labs), problems
 
 
-def _analyses(data: Any, path: str, source: str | None) -> AnalysisSpec:
-    r = _Reader(data if data is not None else {}, path, source)
-    spec = AnalysisSpec(
-        ablations=r.bool("ablations", True),
-        adaptive_vs_fixed=r.bool("adaptive_vs_fixed", True),
-        fixed_rank=r.int("fixed_rank", 3, minimum=1),
-        fixed_strength=r.float("fixed_strength", 0.9, low=0.0, high=1.0),
-        fp_recovery=r.bool("fp_recovery", True),
-        space_comparison=r.bool("space_comparison", True),
-        controls=r.bool("controls", True),
-        blind=r.bool("blind", True),
+def _resolve(
+    f: ConfigFile, source: str | None, base: Path | None, labs: dict[str, LabRef]
+) -> ExperimentConfig:
+    """The validated file with its defaults, paths and labs resolved."""
+    benchmarks = []
+    for b in f.benchmarks:
+        changes: dict[str, Any] = {}
+        if b.lab is None:
+            changes["path"] = _resolve_path(b.path, base)
+        if "subsample" in f.split.model_fields_set:
+            sub = f.split.subsample
+            changes["subsample"] = None if sub == "all" else sub
+        benchmarks.append(dataclasses.replace(b, **changes) if changes else b)
+    targets = []
+    for t in f.targets:
+        m = t.model
+        if (
+            t.lab is None
+            and t.backend == "hf"
+            and (m.startswith((".", "/", "~")) or Path(m).suffix == ".gguf")
+        ):
+            targets.append(dataclasses.replace(t, model=_resolve_path(m, base) or m))
+        else:
+            targets.append(t)
+    s = f.split
+    return ExperimentConfig(
+        name=f.name or (Path(source).stem if source else "experiment"),
+        benchmarks=tuple(benchmarks),
+        targets=tuple(targets),
+        detectors=tuple(f.detectors),
+        seeds=tuple(f.seeds),
+        protocol=f.protocol,
+        n_supervised_per_class=s.n_supervised_per_class,
+        calibration_fraction=s.calibration_fraction,
+        n_calibration=s.n_calibration,
+        balance=s.balance,
+        group_by=s.group_by,
+        calibration=f.calibration,
+        evaluation=f.evaluation,
+        analyses=f.analyses,
+        view_system=f.view_system,
+        calibration_space=f.calibration_space,
+        detector_seed=f.detector_seed,
+        cache_dir=_resolve_path(f.cache_dir, base) or ".calibdcd-cache",
+        output=_resolve_path(f.output, base),
+        source=source,
+        labs=labs,
     )
-    r.finish()
-    return spec
+
+
+def _base_dir(source: str | None, base_dir: str | Path | None) -> Path | None:
+    if base_dir is not None:
+        return Path(base_dir)
+    return Path(source).resolve().parent if source else None
 
 
 def parse_config(
-    data: Any, source: str | None = None, base_dir: str | Path | None = None
+    data: Any,
+    source: str | None = None,
+    base_dir: str | Path | None = None,
+    *,
+    check_options: bool = True,
 ) -> ExperimentConfig:
     """Build an :class:`ExperimentConfig` from parsed YAML (a mapping); ``base_dir`` resolves
-    relative paths (default: the directory of ``source``)."""
-    base = (
-        Path(base_dir)
-        if base_dir is not None
-        else (Path(source).resolve().parent if source else None)
-    )
-    r = _Reader(data, "", source)
-    _register_listed_secrets(r, source)
-    name = _label(r, "name", Path(source).stem if source else "experiment")
-    benchmarks = tuple(
-        _benchmark(b, f"benchmarks[{i}]", source, base) for i, b in enumerate(r.list("benchmarks"))
-    )
-    targets = tuple(
-        _target(t, f"targets[{i}]", source, base) for i, t in enumerate(r.list("targets"))
-    )
-    detectors = tuple(
-        _detector(d, f"detectors[{i}]", source) for i, d in enumerate(r.list("detectors"))
-    )
-    seeds_raw = r.raw("seeds", [0])
-    if isinstance(seeds_raw, int) and not isinstance(seeds_raw, bool):
-        seeds_raw = [seeds_raw]
-    if not isinstance(seeds_raw, list) or not seeds_raw:
-        raise r.err(
-            "seeds", f"must be an integer or a non-empty list of integers, got {seeds_raw!r}"
-        )
-    for i, s in enumerate(seeds_raw):
-        if isinstance(s, bool) or not isinstance(s, int) or s < 0:
-            raise ConfigError(f"seeds[{i}]", f"must be an integer >= 0, got {s!r}", source)
-    if len(set(seeds_raw)) != len(seeds_raw):
-        raise r.err("seeds", f"repeats a seed: {seeds_raw}")
-
-    split = _Reader(r.raw("split", {}) or {}, "split", source)
-    n_sup = split.int("n_supervised_per_class", 50, minimum=1)
-    frac = split.float("calibration_fraction", 0.5, low=1e-6, high=0.999999)
-    n_cal = split.int("n_calibration", None, minimum=1)
-    balance = split.str("balance", "equal", choices=("equal", "stratified"))
-    group_by = split.str("group_by", None)
-    if split.has("subsample"):
-        sub = split.raw("subsample")
-        benchmarks = tuple(
-            dataclasses.replace(b, subsample=None if sub == "all" else sub) for b in benchmarks
-        )
-    split.finish()
-
-    cfg = ExperimentConfig(
-        name=name,
-        benchmarks=benchmarks,
-        targets=targets,
-        detectors=detectors,
-        seeds=tuple(seeds_raw),
-        protocol=r.str("protocol", "paper", choices=("paper", "strict")),
-        n_supervised_per_class=n_sup,
-        calibration_fraction=frac,
-        n_calibration=n_cal,
-        balance=balance,
-        group_by=group_by,
-        calibration=_calibration(r.raw("calibration", {}), "calibration", source),
-        evaluation=_evaluation(r.raw("evaluation", {}), "evaluation", source),
-        analyses=_analyses(r.raw("analyses", {}), "analyses", source),
-        view_system=r.str("view_system", "official", choices=("official", "none")),
-        calibration_space=r.str("calibration_space", "auto", choices=("auto", "raw", "normalized")),
-        detector_seed=r.str("detector_seed", "offset", choices=("offset", "fixed")),
-        cache_dir=_resolve_path(r.str("cache_dir", ".calibdcd-cache"), base) or ".calibdcd-cache",
-        output=_resolve_path(r.str("output", None), base),
-        source=source,
-    )
-    r.finish()
-    _check_unique(cfg, source)
+    relative paths (default: the directory of ``source``). Raises one :class:`ConfigError` with
+    every problem; ``check_options=False`` leaves the targets' and detectors' ``options`` to the
+    dry run (which reports them beside the problems that need the files)."""
+    cfg, problems = _build(data, source, _base_dir(source, base_dir), None, check_options)
+    if problems:
+        raise ConfigError("", "", source, problems=problems)
+    assert cfg is not None
     return cfg
 
 
-def _register_listed_secrets(r: _Reader, source: str | None) -> None:
-    """``secrets: [VAR, ...]``: environment variables whose values are secret whatever their
-    names (read first, so that every expansion after it is redacted)."""
-    names = r.raw("secrets", [])
-    if isinstance(names, str):
-        names = [names]
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise r.err("secrets", f"must be a list of environment variable names, got {names!r}")
-    for n in names:
-        register_secret(os.environ.get(n))
-
-
-def _check_unique(cfg: ExperimentConfig, source: str | None) -> None:
-    for section, labels in (
-        ("benchmarks", [b.label for b in cfg.benchmarks]),
-        ("targets", [t.name for t in cfg.targets]),
-        ("detectors", [d.label for d in cfg.detectors]),
-    ):
-        seen: dict[str, int] = {}
-        for i, lab in enumerate(labels):
-            if lab in seen:
-                key = "label" if section != "targets" else "name"
-                raise ConfigError(
-                    f"{section}[{i}].{key}",
-                    f"{lab!r} is already used by {section}[{seen[lab]}]; labels must be unique",
-                    source,
-                )
-            seen[lab] = i
-    names = {t.name for t in cfg.targets}
-    for i, t in enumerate(cfg.targets):
-        if t.base is not None:
-            if t.base not in names:
-                raise ConfigError(
-                    f"targets[{i}].base", f"no target named {t.base!r} in this config", source
-                )
-            if t.base == t.name:
-                raise ConfigError(f"targets[{i}].base", "a target cannot be its own base", source)
-
-
-def load_config(path: str | Path) -> ExperimentConfig:
-    """Read and validate a YAML experiment config."""
-    p = Path(path)
+def _read_yaml(p: Path) -> tuple[Any, dict[Loc, int]]:
     if not p.is_file():
         raise ConfigError("", "no such config file", str(p))
+    text = p.read_text(encoding="utf-8")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        data = yaml.safe_load(text)
+        lines = yaml_lines(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -656,4 +1038,23 @@ def load_config(path: str | Path) -> ExperimentConfig:
         ) from None
     if data is None:
         raise ConfigError("", "the file is empty", str(p))
-    return parse_config(data, source=str(p))
+    return data, lines
+
+
+def read_config(path: str | Path) -> tuple[ExperimentConfig | None, list[ConfigProblem]]:
+    """Read a YAML config and return it with every problem found (the config is None when a
+    problem prevents building it; option problems do not). Raises :class:`ConfigError` only
+    when the file cannot be read as YAML."""
+    p = Path(path)
+    data, lines = _read_yaml(p)
+    return _build(data, str(p), _base_dir(str(p), None), lines, True)
+
+
+def load_config(path: str | Path) -> ExperimentConfig:
+    """Read and validate a YAML experiment config (one :class:`ConfigError` with every problem,
+    each with its key path and line)."""
+    cfg, problems = read_config(path)
+    if problems:
+        raise ConfigError("", "", str(path), problems=problems)
+    assert cfg is not None
+    return cfg

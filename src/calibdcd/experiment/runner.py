@@ -38,14 +38,17 @@ import yaml
 
 from calibdcd.experiment.components import (
     DETECTORS,
+    OptionsError,
     build_detector,
     detector_available,
     resolve_lab,
 )
 from calibdcd.experiment.config import ExperimentConfig
+from calibdcd.experiment.result_schema import SettingResult
 from calibdcd.experiment.rundir import lock_run_dir, set_aside_stale
 from calibdcd.experiment.setting import RunContext, Setting, run_setting, setting_hash
 from calibdcd.experiment.store import atomic_write_text, write_csv, write_json
+from calibdcd.integrity import checkpoint_problems
 from calibdcd.models import MissingModelsError, ModelUse, ResolvedModel, check_models, models_record
 from calibdcd.redact import redact_tree
 
@@ -127,7 +130,7 @@ def environment(cfg: ExperimentConfig | None = None) -> dict[str, Any]:
     return env
 
 
-def summary_rows(results: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+def summary_rows(results: list[SettingResult]) -> tuple[list[str], list[list[Any]]]:
     header = [
         "id", "benchmark", "target", "detector", "seed", "n_pool",
         "auc_before", "auc_after", "tpr_before", "tpr_after",
@@ -135,21 +138,21 @@ def summary_rows(results: list[dict[str, Any]]) -> tuple[list[str], list[list[An
     ]  # fmt: skip
     rows = []
     for r in results:
-        c = r["calibration"]
+        c = r.calibration
         rows.append(
             [
-                r["id"], r["benchmark"], r["target"], r["detector"], r["seed"],
-                r["sizes"]["evaluation"][0],
-                r["before"]["auc"]["estimate"], r["after"]["auc"]["estimate"],
-                r["before"]["tpr"]["estimate"], r["after"]["tpr"]["estimate"],
+                r.id, r.benchmark, r.target, r.detector, r.seed,
+                r.sizes.evaluation[0],
+                r.before.auc.estimate, r.after.auc.estimate,
+                r.before.tpr.estimate, r.after.tpr.estimate,
                 c["rank"], c["strength"], " ".join(c["selected_views"]),
             ]
         )  # fmt: skip
     return header, rows
 
 
-def _write_summaries(run_dir: Path, results: list[dict[str, Any]]) -> None:
-    lines = "".join(json.dumps(r, default=str) + "\n" for r in results)
+def _write_summaries(run_dir: Path, results: list[SettingResult]) -> None:
+    lines = "".join(json.dumps(r.to_json(), default=str) + "\n" for r in results)
     atomic_write_text(run_dir / "results.jsonl", lines)
     header, rows = summary_rows(results)
     write_csv(run_dir / "results.csv", header, rows)
@@ -228,7 +231,7 @@ def _run_locked(
         )
     _quiet_hub_bars()
     ctx = RunContext(cfg, progress=progress)
-    results: list[dict[str, Any]] = []
+    results: list[SettingResult] = []
     computed = 0
     bar = tqdm(settings, desc="settings", unit="setting", disable=not progress, dynamic_ncols=True)
     try:
@@ -242,17 +245,16 @@ def _run_locked(
                 _add_note(exc, f"in setting {s.id}")  # `calibdcd run` names it in its error
                 raise
             results.append(res)
-            if res.get("skipped"):
+            if res.skipped:
                 say(f"skip {s.id} (complete)")
             else:
                 computed += 1
                 say(
-                    f"done {s.id}: AUC {res['before']['auc']['estimate']:.3f} -> "
-                    f"{res['after']['auc']['estimate']:.3f}, "
-                    f"TPR {res['before']['tpr']['estimate']:.3f} -> "
-                    f"{res['after']['tpr']['estimate']:.3f}"
+                    f"done {s.id}: AUC {res.before.auc.estimate:.3f} -> "
+                    f"{res.after.auc.estimate:.3f}, "
+                    f"TPR {res.before.tpr.estimate:.3f} -> {res.after.tpr.estimate:.3f}"
                 )
-                for w in res.get("warnings", []):
+                for w in res.warnings:
                     say(f"WARNING {s.id}: {w}")
             _write_summaries(run_dir, results)
             if stop_after is not None and computed >= stop_after:
@@ -286,6 +288,7 @@ def _dry_run_models(cfg: ExperimentConfig, lines: list[str], problems: list[str]
         return
     lines.append(f"models: {len(resolved)} named, all available here")
     for use, rm in resolved:
+        problems.extend(f"{use.describe()}: {m}" for m in checkpoint_problems(rm.path))
         what = f"hub {rm.repo_id} @ {rm.revision[:12]}" if rm.is_hub else "local"
         lines.append(f"  {use.describe()}: {use.ref} ({what})")
 
@@ -295,10 +298,12 @@ def _dry_run_models(cfg: ExperimentConfig, lines: list[str], problems: list[str]
 # --------------------------------------------------------------------------------------------
 
 
-def dry_run(cfg: ExperimentConfig) -> tuple[list[str], list[str]]:
+def dry_run(cfg: ExperimentConfig, *, options: bool = True) -> tuple[list[str], list[str]]:
     """Resolve and check everything without loading any model: benchmark files and the split
-    protocol, target backends and local checkpoints, detector names/presets/options, the grid.
-    Returns (report lines, problems); an empty problems list means the config can run."""
+    protocol, target backends and local checkpoints (and the integrity of their weight files),
+    detector names/presets/options, the models, the grid. Returns (report lines, problems); an
+    empty problems list means the config can run. ``options=False``: the targets' and
+    detectors' options were checked with the config (``read_config``) and are not repeated."""
     from calibdcd.data import SplitConfig, split_benchmark
     from calibdcd.experiment.components import load_benchmark_entry, model_path
     from calibdcd.targets.base import available_backends, unknown_options
@@ -360,7 +365,7 @@ def dry_run(cfg: ExperimentConfig) -> tuple[list[str], list[str]]:
                 f"({', '.join(backends) or 'none'})"
             )
             continue
-        bad_options = unknown_options(t.backend, t.options)
+        bad_options = unknown_options(t.backend, t.options) if options else []
         if bad_options:
             problems.extend(f"{key}.options: {m}" for m in bad_options)
             continue
@@ -388,6 +393,10 @@ def dry_run(cfg: ExperimentConfig) -> tuple[list[str], list[str]]:
                 problems.append(f"{key}.options.base_url: required by backend {t.backend!r}")
                 continue
             where = f"{t.options['base_url']} model {t.model}"
+        damaged = checkpoint_problems(model_path(t, build_lab=False))
+        if damaged:  # the run would fail loading it, after everything before it
+            problems.extend(f"{key}.model: {m}" for m in damaged)
+            continue
         fam = t.family or "from the checkpoint"
         try:
             codes = _dry_view_bank(t, cfg.view_system)
@@ -420,6 +429,9 @@ def dry_run(cfg: ExperimentConfig) -> tuple[list[str], list[str]]:
                 f"  {key}: {DETECTORS[d.name].description}; correctable blocks "
                 f"{getattr(det, 'calibration_blocks', None) or 'all'}"
             )
+        except OptionsError as exc:
+            if options:
+                problems.append(f"{key}: {exc}")
         except Exception as exc:
             problems.append(f"{key}: {exc}")
     _dry_run_models(cfg, lines, problems)
@@ -433,7 +445,7 @@ def dry_run(cfg: ExperimentConfig) -> tuple[list[str], list[str]]:
         f"{len(cfg.detectors)} detectors x {len(cfg.seeds)} seeds = {cfg.grid_size} settings"
     )
     lines.append(f"cache: {cfg.cache_dir}; output: {_default_out(cfg)}")
-    return lines, problems
+    return lines, list(dict.fromkeys(problems))  # a target's damaged file is also a model's
 
 
 #: the smallest parts a setting can run with: CalibDCD needs two calibration non-members

@@ -67,8 +67,15 @@ from calibdcd.experiment.config import (
     DetectorEntry,
     ExperimentConfig,
     TargetEntry,
+    labs_of,
 )
-from calibdcd.experiment.store import ArrayCache, digest, read_json, write_csv, write_json
+from calibdcd.experiment.result_schema import (
+    RESULT_SCHEMA_VERSION,
+    SettingResult,
+    read_result,
+    write_result,
+)
+from calibdcd.experiment.store import ArrayCache, digest, write_csv, write_json
 from calibdcd.metrics import Interval, auc, bootstrap_ci, tpr_at_fpr
 from calibdcd.provenance import build_environment, library_versions
 
@@ -135,7 +142,15 @@ def inputs_hash(setting: Setting, cfg: ExperimentConfig, ctx: RunContext) -> str
     """What the config does not pin down: the resolved detector (e.g. the path of a lab's clean
     reference LM, whose cache key carries its build format), the target's checkpoint files and
     the benchmark's texts and labels. A stored result is reused only when these match too, so a
-    rebuilt lab or reference model is never hidden behind an old result."""
+    rebuilt lab or reference model is never hidden behind an old result.
+
+    Never builds anything: when a lab the setting uses is not built here (its
+    :class:`~calibdcd.experiment.config.LabRef`, resolved when the config was loaded, says so),
+    no stored result can be current and the hash names the missing lab's content key."""
+    labs = labs_of(cfg, setting.benchmark, setting.target, setting.detector)
+    missing = [r.key for r in labs if not r.built]
+    if missing:
+        return "lab-not-built:" + ",".join(missing)
     bench = ctx.benchmark(setting.benchmark)
     det = ctx.detector(setting.detector, bench.name, setting.seed)
     return digest(
@@ -687,19 +702,16 @@ def run_setting(
     ctx: RunContext,
     *,
     status: Callable[[str], None] | None = None,
-) -> dict[str, Any]:
-    """Run one setting (or return its stored result when already complete)."""
+) -> SettingResult:
+    """Run one setting (or return its stored result when already complete, ``skipped``)."""
     out = Path(run_dir) / "settings" / setting.id
     shash = setting_hash(setting, cfg)
     done = out / RESULT
     if done.is_file():
         try:
-            prev = read_json(done)
-            if prev.get("setting_hash") == shash and prev.get("inputs_hash") == inputs_hash(
-                setting, cfg, ctx
-            ):
-                prev["skipped"] = True
-                return prev
+            prev = read_result(done)
+            if prev.setting_hash == shash and prev.inputs_hash == inputs_hash(setting, cfg, ctx):
+                return prev.model_copy(update={"skipped": True})
         except (OSError, ValueError) as exc:  # a damaged result is recomputed, loudly
             warnings.warn(f"{exc}; recomputing the setting", RuntimeWarning, stacklevel=2)
     say = status or (lambda s: None)
@@ -766,6 +778,7 @@ def run_setting(
     write_json(out / "split.json", split.to_dict())
 
     result = {
+        "schema_version": RESULT_SCHEMA_VERSION,
         "id": setting.id,
         "setting_hash": shash,
         "inputs_hash": inputs_hash(setting, cfg, ctx),
@@ -809,7 +822,8 @@ def run_setting(
         "generation": prep.generation,
         "skipped": False,
     }
-    for w in result["warnings"]:
+    typed = SettingResult.model_validate(result)
+    for w in typed.warnings:
         warnings.warn(f"{setting.id}: {w}", RuntimeWarning, stacklevel=2)
-    write_json(done, result)
-    return result
+    write_result(done, typed)
+    return typed

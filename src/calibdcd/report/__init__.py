@@ -80,7 +80,7 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
         config_text=cfg_text,
         n_results=len(results),
         excluded=stale,
-        warnings=[f"{r['id']}: {w}" for r in results for w in r.get("warnings", [])],
+        warnings=[f"{r.id}: {w}" for r in results for w in r.warnings],
     )
     atomic_write_text(out / "index.html", redact(page))
     return out / "index.html"

@@ -1,13 +1,14 @@
 """Cross-setting aggregation of a run's results: the numbers behind the paper's tables/figures.
 
-All functions take the list of per-setting result dicts (``settings/<id>/result.json``) and
+All functions take the list of per-setting results (``settings/<id>/result.json``, typed by
+:mod:`calibdcd.experiment.result_schema`) and
 return plain Python structures. Metrics are fractions in [0, 1]; tables print percentages.
 Several seeds of one (benchmark, target, detector) cell are averaged where a table has one cell
 per setting.
 
 Seeds are an axis: main cells carry the mean and the spread (SD) over seeds of every method
 (original, + CalibDCD, the controls, the blind baseline), and :func:`paired_cells` pools the
-seeds' per-text pool scores (``scores.csv``, attached by :func:`load_results` as ``_pool``) into
+seeds' per-text pool scores (``scores.csv``, attached by :func:`load_results` as ``pool``) into
 the hierarchical paired bootstrap of :mod:`calibdcd.stats` for every comparison of
 :data:`COMPARISONS`.
 """
@@ -23,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from calibdcd.experiment.result_schema import SettingResult, read_result
 
 __all__ = [
     "ABLATIONS",
@@ -41,7 +44,7 @@ __all__ = [
     "stale_settings",
 ]
 
-#: (key in result["analyses"]["ablations"], display name), in the paper's order
+#: (key in result.analyses["ablations"], display name), in the paper's order
 ABLATIONS = (
     ("random3", "Random-3 Views"),
     ("top1", "Top-1 View"),
@@ -88,16 +91,18 @@ def _read_pool(path: Path) -> dict[str, np.ndarray] | None:
 
 def _method_value(r: dict[str, Any], method: str, metric: str) -> float | None:
     if method == "original":
-        return r["before"][metric]["estimate"]
+        return getattr(r.before, metric).estimate
     if method == "calibdcd":
-        return r["after"][metric]["estimate"]
-    c = r.get("controls", {}).get(method)
+        return getattr(r.after, metric).estimate
+    c = r.controls.get(method)
     return None if c is None else c.get(metric)
 
 
-def load_results(run_dir: str | Path) -> list[dict[str, Any]]:
+def load_results(run_dir: str | Path) -> list[SettingResult]:
     """The completed settings of a run directory's grid (``grid.json``), in grid order; each with
-    its pool's per-text scores under ``_pool`` (from ``scores.csv``; None if absent).
+    its pool's per-text scores as ``pool`` (from ``scores.csv``; None if absent). Each is a typed
+    :class:`~calibdcd.experiment.result_schema.SettingResult` (results without a schema version
+    are read as version 0, the same content).
 
     Settings in ``settings/`` that are not in the grid (left by an earlier config) are not read:
     :func:`stale_settings` lists them. A run directory without ``grid.json`` (older runs) reads
@@ -115,11 +120,11 @@ def load_results(run_dir: str | Path) -> list[dict[str, Any]]:
     out = []
     for i in order:
         try:
-            r = json.loads(found[i].read_text(encoding="utf-8"))
+            r = read_result(found[i])
         except (OSError, ValueError) as exc:
             warnings.warn(f"{found[i]}: unreadable result skipped ({exc})", stacklevel=2)
             continue
-        r["_pool"] = _read_pool(found[i].parent / "scores.csv")
+        r.pool = _read_pool(found[i].parent / "scores.csv")
         out.append(r)
     if not out:
         raise ValueError(f"{run}: no readable result (settings/*/result.json)")
@@ -151,10 +156,10 @@ def stale_settings(run_dir: str | Path) -> list[str]:
     return sorted((here | moved) - set(ids))
 
 
-def post_trained(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def post_trained(results: list[SettingResult]) -> list[dict[str, Any]]:
     """The settings on post-trained targets (the paper's tables and analyses are over these);
     all settings when the run has none (e.g. a base-model-only run)."""
-    keep = [r for r in results if r.get("post_trained", True)]
+    keep = [r for r in results if r.post_trained]
     return keep or results
 
 
@@ -167,22 +172,22 @@ def _spread(xs: list[float]) -> float | None:
     return float(np.std(xs, ddof=1)) if len(xs) > 1 else None
 
 
-def main_cells(results: list[dict[str, Any]], *, post_trained_only: bool = True) -> dict[str, Any]:
+def main_cells(results: list[SettingResult], *, post_trained_only: bool = True) -> dict[str, Any]:
     """``{(detector, benchmark, target): {auc_before, auc_after, tpr_before, tpr_after, n,
     methods}}`` (seed means; ``methods[m][metric]`` = {mean, sd, n} over seeds for every method
     of :data:`METHODS` present) plus the ordered benchmark / target / detector labels."""
-    cells: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    cells: dict[tuple[str, str, str], list[SettingResult]] = defaultdict(list)
     for r in results:
-        if post_trained_only and not r.get("post_trained", True):
+        if post_trained_only and not r.post_trained:
             continue
-        cells[(r["detector"], r["benchmark"], r["target"])].append(r)
+        cells[(r.detector, r.benchmark, r.target)].append(r)
     out = {}
     for k, rs in cells.items():
         out[k] = {
-            "auc_before": _mean(r["before"]["auc"]["estimate"] for r in rs),
-            "auc_after": _mean(r["after"]["auc"]["estimate"] for r in rs),
-            "tpr_before": _mean(r["before"]["tpr"]["estimate"] for r in rs),
-            "tpr_after": _mean(r["after"]["tpr"]["estimate"] for r in rs),
+            "auc_before": _mean(r.before.auc.estimate for r in rs),
+            "auc_after": _mean(r.after.auc.estimate for r in rs),
+            "tpr_before": _mean(r.before.tpr.estimate for r in rs),
+            "tpr_after": _mean(r.after.tpr.estimate for r in rs),
             "n": len(rs),
             "methods": {},
         }
@@ -194,17 +199,17 @@ def main_cells(results: list[dict[str, Any]], *, post_trained_only: bool = True)
                     out[k]["methods"].setdefault(method, {})[metric] = {
                         "mean": float(np.mean(xs)), "sd": _spread(xs), "n": len(xs),
                     }  # fmt: skip
-    keep = [r for r in results if not post_trained_only or r.get("post_trained", True)]
+    keep = [r for r in results if not post_trained_only or r.post_trained]
     return {
         "cells": out,
-        "detectors": list(dict.fromkeys(r["detector"] for r in keep)),
-        "benchmarks": list(dict.fromkeys(r["benchmark"] for r in keep)),
-        "targets": list(dict.fromkeys(r["target"] for r in keep)),
+        "detectors": list(dict.fromkeys(r.detector for r in keep)),
+        "benchmarks": list(dict.fromkeys(r.benchmark for r in keep)),
+        "targets": list(dict.fromkeys(r.target for r in keep)),
     }
 
 
 def paired_cells(
-    results: list[dict[str, Any]],
+    results: list[SettingResult],
     *,
     post_trained_only: bool = True,
     n_boot: int | None = None,
@@ -219,47 +224,47 @@ def paired_cells(
     the vectorised bootstrap is cheap); ``level`` to the run's ``evaluation.level``."""
     from calibdcd.stats import MIN_PAIRED_BOOT, compare
 
-    cells: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    cells: dict[tuple[str, str, str], list[SettingResult]] = defaultdict(list)
     for r in results:
-        if post_trained_only and not r.get("post_trained", True):
+        if post_trained_only and not r.post_trained:
             continue
-        if r.get("_pool") is not None:
-            cells[(r["detector"], r["benchmark"], r["target"])].append(r)
+        if r.pool is not None:
+            cells[(r.detector, r.benchmark, r.target)].append(r)
     out: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
     for k, rs in cells.items():
-        ev = rs[0]["before"]["auc"]
-        nb = n_boot if n_boot is not None else max(ev.get("n_boot") or 0, MIN_PAIRED_BOOT)
-        lv = level if level is not None else ev.get("level", 0.95)
-        fpr = rs[0].get("fpr", 0.05)
-        rs = sorted(rs, key=lambda r: r["seed"])
+        ev = rs[0].before.auc
+        nb = n_boot if n_boot is not None else max(ev.n_boot or 0, MIN_PAIRED_BOOT)
+        lv = level if level is not None else (ev.level or 0.95)
+        fpr = rs[0].fpr
+        rs = sorted(rs, key=lambda r: r.seed)
         res: dict[str, dict[str, Any]] = {}
         for key, _, a, b in COMPARISONS:
-            if not all(a in r["_pool"] and b in r["_pool"] for r in rs):
+            if not all(a in r.pool and b in r.pool for r in rs):
                 continue
-            pools = [(r["_pool"]["label"], r["_pool"][a], r["_pool"][b]) for r in rs]
+            pools = [(r.pool["label"], r.pool[a], r.pool[b]) for r in rs]
             res[key] = compare(pools, fpr=fpr, n_boot=nb, level=lv, seed=seed)
         out[k] = res
     return out
 
 
-def ablation_summary(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def ablation_summary(results: list[SettingResult]) -> list[dict[str, Any]]:
     """Rows of the ablation table: complete method, each variant (mean AUC/TPR, mean change from
     the complete method on the same settings, settings where the complete method is better),
     then the λ<1 subset against fixed full correction."""
-    rs = [r for r in post_trained(results) if r.get("analyses", {}).get("ablations")]
+    rs = [r for r in post_trained(results) if r.analyses.get("ablations")]
     rows: list[dict[str, Any]] = []
     if not rs:
         return rows
 
     def row(name: str, subset: list[dict[str, Any]], key: str | None) -> dict[str, Any]:
-        full_auc = [r["after"]["auc"]["estimate"] for r in subset]
-        full_tpr = [r["after"]["tpr"]["estimate"] for r in subset]
+        full_auc = [r.after.auc.estimate for r in subset]
+        full_tpr = [r.after.tpr.estimate for r in subset]
         if key is None:
             return {"name": name, "key": "complete", "n": len(subset), "auc": _mean(full_auc),
                     "tpr": _mean(full_tpr), "d_auc": None, "d_tpr": None,
                     "wins_auc": None, "wins_tpr": None}  # fmt: skip
-        a = [r["analyses"]["ablations"][key]["auc"] for r in subset]
-        t = [r["analyses"]["ablations"][key]["tpr"] for r in subset]
+        a = [r.analyses["ablations"][key]["auc"] for r in subset]
+        t = [r.analyses["ablations"][key]["tpr"] for r in subset]
         return {
             "name": name,
             "key": key,
@@ -274,10 +279,10 @@ def ablation_summary(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
     rows.append(row("CalibDCD", rs, None))
     for key, name in ABLATIONS:
-        sub = [r for r in rs if r["analyses"]["ablations"].get(key)]
+        sub = [r for r in rs if r.analyses["ablations"].get(key)]
         if sub:
             rows.append(row(name, sub, key))
-    partial = [r for r in rs if r["analyses"]["ablations"].get("fixed_full")]
+    partial = [r for r in rs if r.analyses["ablations"].get("fixed_full")]
     if partial:
         head = row("CalibDCD (λ<1)", partial, None)
         head["key"] = "complete_partial"
@@ -286,21 +291,21 @@ def ablation_summary(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def adaptive_vs_fixed(results: list[dict[str, Any]]) -> dict[str, Any]:
+def adaptive_vs_fixed(results: list[SettingResult]) -> dict[str, Any]:
     """Per setting and per detector: adaptive (selected r, λ) vs the fixed configuration."""
-    rs = [r for r in post_trained(results) if r.get("analyses", {}).get("fixed")]
+    rs = [r for r in post_trained(results) if r.analyses.get("fixed")]
     per = [
         {
-            "id": r["id"],
-            "detector": r["detector"],
-            "benchmark": r["benchmark"],
-            "target": r["target"],
-            "auc_adaptive": r["after"]["auc"]["estimate"],
-            "auc_fixed": r["analyses"]["fixed"]["auc"],
-            "tpr_adaptive": r["after"]["tpr"]["estimate"],
-            "tpr_fixed": r["analyses"]["fixed"]["tpr"],
-            "auc_original": r["before"]["auc"]["estimate"],
-            "tpr_original": r["before"]["tpr"]["estimate"],
+            "id": r.id,
+            "detector": r.detector,
+            "benchmark": r.benchmark,
+            "target": r.target,
+            "auc_adaptive": r.after.auc.estimate,
+            "auc_fixed": r.analyses["fixed"]["auc"],
+            "tpr_adaptive": r.after.tpr.estimate,
+            "tpr_fixed": r.analyses["fixed"]["tpr"],
+            "auc_original": r.before.auc.estimate,
+            "tpr_original": r.before.tpr.estimate,
         }
         for r in rs
     ]
@@ -319,26 +324,22 @@ def adaptive_vs_fixed(results: list[dict[str, Any]]) -> dict[str, Any]:
             )
         }
         by_det[det]["n"] = len(sub)
-    fixed = rs[0]["analyses"]["fixed"].get("config") if rs else None
+    fixed = rs[0].analyses["fixed"].get("config") if rs else None
     return {"settings": per, "by_detector": by_det, "fixed": fixed}
 
 
-def fp_recovery_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
+def fp_recovery_summary(results: list[SettingResult]) -> dict[str, Any]:
     """The paper's affected-false-positive recovery, overall and by benchmark and detector, plus
     the pool-level decision changes at the same FPR."""
-    rs = [r for r in post_trained(results) if r.get("analyses", {}).get("fp_recovery")]
+    rs = [r for r in post_trained(results) if r.analyses.get("fp_recovery")]
 
     def agg(sub: list[dict[str, Any]]) -> dict[str, Any]:
-        cases = sum(r["analyses"]["fp_recovery"]["affected"]["cases"] for r in sub)
-        rec = sum(r["analyses"]["fp_recovery"]["affected"]["recovered"] for r in sub)
+        cases = sum(r.analyses["fp_recovery"]["affected"]["cases"] for r in sub)
+        rec = sum(r.analyses["fp_recovery"]["affected"]["recovered"] for r in sub)
         pool = Counter()
         for r in sub:
             pool.update(
-                {
-                    k: v
-                    for k, v in r["analyses"]["fp_recovery"]["pool"].items()
-                    if isinstance(v, int)
-                }
+                {k: v for k, v in r.analyses["fp_recovery"]["pool"].items() if isinstance(v, int)}
             )
         return {"settings": len(sub), "cases": cases, "recovered": rec,
                 "rate": rec / cases if cases else None, "pool": dict(pool)}  # fmt: skip
@@ -346,12 +347,12 @@ def fp_recovery_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "overall": agg(rs),
         "by_benchmark": {
-            b: agg([r for r in rs if r["benchmark"] == b])
-            for b in dict.fromkeys(r["benchmark"] for r in rs)
+            b: agg([r for r in rs if r.benchmark == b])
+            for b in dict.fromkeys(r.benchmark for r in rs)
         },
         "by_detector": {
-            d: agg([r for r in rs if r["detector"] == d])
-            for d in dict.fromkeys(r["detector"] for r in rs)
+            d: agg([r for r in rs if r.detector == d])
+            for d in dict.fromkeys(r.detector for r in rs)
         },
     }
 
@@ -363,7 +364,7 @@ def _slot(code: str) -> str:
     return f"B{code[-1]}" if code[-1:].isdigit() else code
 
 
-def selection_distribution(results: list[dict[str, Any]]) -> dict[str, Any]:
+def selection_distribution(results: list[SettingResult]) -> dict[str, Any]:
     """View-selection counts over all top-k positions (by code and by slot: the model-specific
     views of different families share slots B1/B2), the joint (r, λ) counts, and how often no
     correction was selected."""
@@ -374,23 +375,23 @@ def selection_distribution(results: list[dict[str, Any]]) -> dict[str, Any]:
     settings_with_specific = 0
     results = post_trained(results)
     for r in results:
-        views = r["calibration"]["selected_views"]
+        views = r.calibration["selected_views"]
         by_code.update(views)
         by_slot.update(_slot(v) for v in views)
         if any(not v.startswith("U") for v in views):
             settings_with_specific += 1
-        c = r["calibration"]
+        c = r.calibration
         if c["rank"] is None:
             none += 1
         else:
             joint[(int(c["rank"]), float(c["strength"]))] += 1
     ranks = (
-        sorted({k[0] for k in joint} | set(results[0]["calibration"]["config"]["ranks"]))
+        sorted({k[0] for k in joint} | set(results[0].calibration["config"]["ranks"]))
         if results
         else []
     )
     strengths = (
-        sorted({k[1] for k in joint} | set(results[0]["calibration"]["config"]["strengths"]))
+        sorted({k[1] for k in joint} | set(results[0].calibration["config"]["strengths"]))
         if results
         else []
     )
@@ -408,15 +409,15 @@ def selection_distribution(results: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def base_vs_post(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def base_vs_post(results: list[SettingResult]) -> list[dict[str, Any]]:
     """For every post-trained target with a ``base`` in the run: the detector on the base model,
     on the post-trained model, and on the post-trained model with CalibDCD (seed means)."""
-    index: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    index: dict[tuple[str, str, str], list[SettingResult]] = defaultdict(list)
     for r in results:
-        index[(r["benchmark"], r["detector"], r["target"])].append(r)
+        index[(r.benchmark, r.detector, r.target)].append(r)
     rows = []
     for (bench, det, tgt), rs in index.items():
-        base = rs[0].get("base")
+        base = rs[0].base
         if not base or (bench, det, base) not in index:
             continue
         bs = index[(bench, det, base)]
@@ -426,36 +427,36 @@ def base_vs_post(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "detector": det,
                 "target": tgt,
                 "base": base,
-                "auc_base": _mean(r["before"]["auc"]["estimate"] for r in bs),
-                "tpr_base": _mean(r["before"]["tpr"]["estimate"] for r in bs),
-                "auc_post": _mean(r["before"]["auc"]["estimate"] for r in rs),
-                "tpr_post": _mean(r["before"]["tpr"]["estimate"] for r in rs),
-                "auc_post_calibrated": _mean(r["after"]["auc"]["estimate"] for r in rs),
-                "tpr_post_calibrated": _mean(r["after"]["tpr"]["estimate"] for r in rs),
-                "auc_base_calibrated": _mean(r["after"]["auc"]["estimate"] for r in bs),
-                "tpr_base_calibrated": _mean(r["after"]["tpr"]["estimate"] for r in bs),
+                "auc_base": _mean(r.before.auc.estimate for r in bs),
+                "tpr_base": _mean(r.before.tpr.estimate for r in bs),
+                "auc_post": _mean(r.before.auc.estimate for r in rs),
+                "tpr_post": _mean(r.before.tpr.estimate for r in rs),
+                "auc_post_calibrated": _mean(r.after.auc.estimate for r in rs),
+                "tpr_post_calibrated": _mean(r.after.tpr.estimate for r in rs),
+                "auc_base_calibrated": _mean(r.after.auc.estimate for r in bs),
+                "tpr_base_calibrated": _mean(r.after.tpr.estimate for r in bs),
             }
         )
     return rows
 
 
-def space_comparison(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def space_comparison(results: list[SettingResult]) -> list[dict[str, Any]]:
     """Per setting: the complete method in the calibration space the run used and in the other
     one (``analyses.space``), with the original detector for reference."""
     out = []
     for r in results:
-        alt = r.get("analyses", {}).get("space")
+        alt = r.analyses.get("space")
         if not alt:
             continue
-        c = r["calibration"]
+        c = r.calibration
         out.append(
             {
-                "id": r["id"],
-                "detector": r["detector"],
-                "target": r["target"],
-                "auc_original": r["before"]["auc"]["estimate"],
-                "space": r.get("space"),
-                "auc": r["after"]["auc"]["estimate"],
+                "id": r.id,
+                "detector": r.detector,
+                "target": r.target,
+                "auc_original": r.before.auc.estimate,
+                "space": r.space,
+                "auc": r.after.auc.estimate,
                 "choice": None if c["rank"] is None else (c["rank"], c["strength"]),
                 "other_space": alt["space"],
                 "auc_other": alt["auc"],

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from calibdcd.experiment.result_schema import SettingResult
 from calibdcd.metrics import roc_curve
 from calibdcd.report import aggregate as agg
 
@@ -51,16 +52,16 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
-def setting_figure(result: dict[str, Any], scores: dict[str, np.ndarray], path: Path) -> Path:
+def setting_figure(result: SettingResult, scores: dict[str, np.ndarray], path: Path) -> Path:
     """ROC before/after and the pool's score histograms before and after, for one setting."""
     plt = _plt()
     fig, axes = plt.subplots(1, 3, figsize=(10.5, 3.0))
     y = scores["label"]
     for stage, color, name in (("before", _BEFORE, "original"), ("after", _AFTER, "+ CalibDCD")):
         f, t, _ = roc_curve(y, scores[stage])
-        a = result[stage]["auc"]["estimate"]
+        a = getattr(result, stage).auc.estimate
         axes[0].plot(f, t, color=color, lw=1.5, label=f"{name} (AUC {a:.3f})")
-    fpr = result.get("fpr", 0.05)
+    fpr = result.fpr
     axes[0].axvline(fpr, color="k", ls=":", lw=0.8)
     axes[0].plot([0, 1], [0, 1], color="#cccccc", lw=0.8)
     axes[0].set(xlabel="FPR", ylabel="TPR", title="ROC on the evaluation pool")
@@ -75,18 +76,18 @@ def setting_figure(result: dict[str, Any], scores: dict[str, np.ndarray], path: 
             np.clip(s[y == 0], lo, hi), bins=bins, alpha=0.6, color=_NONMEMBER, label="non-members"
         )
         ax.hist(np.clip(s[y == 1], lo, hi), bins=bins, alpha=0.6, color=_MEMBER, label="members")
-        tpr = result[stage]["tpr"]["estimate"]
+        tpr = getattr(result, stage).tpr.estimate
         ax.set(
             ylabel="texts",
             xlabel="score (higher = member)",
             title=f"{title}: TPR@{100 * fpr:g}%FPR {tpr:.3f}",
         )
         ax.legend(fontsize=7)
-    fig.suptitle(result["id"], fontsize=9)
+    fig.suptitle(result.id, fontsize=9)
     return _save(fig, path)
 
 
-def selection_figure(results: list[dict[str, Any]], path: Path) -> Path:
+def selection_figure(results: list[SettingResult], path: Path) -> Path:
     s = agg.selection_distribution(results)
     plt = _plt()
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.4), gridspec_kw={"width_ratios": [1.6, 1]})
@@ -113,7 +114,7 @@ def selection_figure(results: list[dict[str, Any]], path: Path) -> Path:
     return _save(fig, path)
 
 
-def ablation_figure(results: list[dict[str, Any]], path: Path) -> Path | None:
+def ablation_figure(results: list[SettingResult], path: Path) -> Path | None:
     rows = [r for r in agg.ablation_summary(results) if r["d_auc"] is not None]
     if not rows:
         return None
@@ -143,7 +144,7 @@ def ablation_figure(results: list[dict[str, Any]], path: Path) -> Path | None:
     return _save(fig, path)
 
 
-def adaptive_figure(results: list[dict[str, Any]], path: Path) -> Path | None:
+def adaptive_figure(results: list[SettingResult], path: Path) -> Path | None:
     a = agg.adaptive_vs_fixed(results)
     per = a["settings"]
     if not per:
@@ -167,7 +168,7 @@ def adaptive_figure(results: list[dict[str, Any]], path: Path) -> Path | None:
     return _save(fig, path)
 
 
-def fp_figure(results: list[dict[str, Any]], path: Path) -> Path | None:
+def fp_figure(results: list[SettingResult], path: Path) -> Path | None:
     s = agg.fp_recovery_summary(results)
     groups = [
         ("all", s["overall"]),
@@ -202,7 +203,7 @@ def fp_figure(results: list[dict[str, Any]], path: Path) -> Path | None:
     return _save(fig, path)
 
 
-def base_figure(results: list[dict[str, Any]], path: Path) -> Path | None:
+def base_figure(results: list[SettingResult], path: Path) -> Path | None:
     rows = agg.base_vs_post(results)
     if not rows:
         return None
@@ -246,7 +247,7 @@ def make_figures(
             summary.append(p)
     per: list[Path] = []
     for r in results:
-        sp = run_dir / "settings" / r["id"] / "scores.csv"
+        sp = run_dir / "settings" / r.id / "scores.csv"
         if sp.is_file():
             per.append(setting_figure(r, _read_scores(sp), out_dir / f"setting_{r['id']}.png"))
     return {"summary": summary, "settings": per}

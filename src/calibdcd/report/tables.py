@@ -18,6 +18,7 @@ import io
 import math
 from typing import Any
 
+from calibdcd.experiment.result_schema import Estimate, SettingResult
 from calibdcd.report import aggregate as agg
 
 __all__ = ["Table", "build_tables"]
@@ -140,7 +141,7 @@ def _mark(paired: dict[str, Any] | None, metric: str) -> int:
 
 
 def _main_table(
-    results: list[dict[str, Any]],
+    results: list[SettingResult],
     metric: str,
     title: str,
     key: str,
@@ -217,7 +218,7 @@ def _main_table(
 
 
 def _paired_table(
-    results: list[dict[str, Any]], paired: dict[tuple[str, str, str], dict[str, Any]]
+    results: list[SettingResult], paired: dict[tuple[str, str, str], dict[str, Any]]
 ) -> Table | None:
     if not any(paired.values()):
         return None
@@ -289,30 +290,30 @@ def _paired_table(
     )
 
 
-def _detail_table(results: list[dict[str, Any]]) -> Table:
-    def ci(d: dict[str, Any]) -> str:
-        if d.get("low") is None:
-            return pct(d["estimate"]) or "–"
-        return f"{pct(d['estimate'])} [{pct(d['low'])}, {pct(d['high'])}]"
+def _detail_table(results: list[SettingResult]) -> Table:
+    def ci(d: Estimate) -> str:
+        if d.low is None:
+            return pct(d.estimate) or "–"
+        return f"{pct(d.estimate)} [{pct(d.low)}, {pct(d.high)}]"
 
     rows = []
     for r in results:
-        c = r["calibration"]
+        c = r.calibration
         rows.append(
             [
-                r["id"],
-                r["sizes"]["evaluation"][0],
-                ci(r["before"]["auc"]),
-                ci(r["after"]["auc"]),
-                ci(r["before"]["tpr"]),
-                ci(r["after"]["tpr"]),
+                r.id,
+                r.sizes.evaluation[0],
+                ci(r.before.auc),
+                ci(r.after.auc),
+                ci(r.before.tpr),
+                ci(r.after.tpr),
                 "none" if c["rank"] is None else f"{c['rank']}/{c['strength']:g}",
                 " ".join(c["selected_views"]),
-                pct(r.get("controls", {}).get("placebo", {}).get("auc")),
-                pct(r.get("controls", {}).get("blind", {}).get("auc")),
+                pct(r.controls.get("placebo", {}).get("auc")),
+                pct(r.controls.get("blind", {}).get("auc")),
             ]
         )
-    level = results[0]["before"]["auc"].get("level", 0.95) if results else 0.95
+    level = (results[0].before.auc.level or 0.95) if results else 0.95
     return Table(
         "settings",
         "Every setting: AUC and TPR@FPR before → after CalibDCD",
@@ -333,7 +334,7 @@ def _detail_table(results: list[dict[str, Any]]) -> Table:
     )
 
 
-def _ablation_table(results: list[dict[str, Any]]) -> Table | None:
+def _ablation_table(results: list[SettingResult]) -> Table | None:
     rows_in = agg.ablation_summary(results)
     if not rows_in:
         return None
@@ -355,7 +356,7 @@ def _ablation_table(results: list[dict[str, Any]]) -> Table | None:
     )
 
 
-def _adaptive_table(results: list[dict[str, Any]]) -> Table | None:
+def _adaptive_table(results: list[SettingResult]) -> Table | None:
     a = agg.adaptive_vs_fixed(results)
     if not a["by_detector"]:
         return None
@@ -391,7 +392,7 @@ def _adaptive_table(results: list[dict[str, Any]]) -> Table | None:
     )
 
 
-def _fp_table(results: list[dict[str, Any]]) -> Table | None:
+def _fp_table(results: list[SettingResult]) -> Table | None:
     s = agg.fp_recovery_summary(results)
     if not s["overall"]["settings"]:
         return None
@@ -435,7 +436,7 @@ def _fp_table(results: list[dict[str, Any]]) -> Table | None:
     )
 
 
-def _selection_tables(results: list[dict[str, Any]]) -> list[Table]:
+def _selection_tables(results: list[SettingResult]) -> list[Table]:
     s = agg.selection_distribution(results)
     views = Table(
         "selection_views",
@@ -458,7 +459,7 @@ def _selection_tables(results: list[dict[str, Any]]) -> list[Table]:
     return [views, grid]
 
 
-def _base_table(results: list[dict[str, Any]]) -> Table | None:
+def _base_table(results: list[SettingResult]) -> Table | None:
     rows_in = agg.base_vs_post(results)
     if not rows_in:
         return None
@@ -496,7 +497,7 @@ def _base_table(results: list[dict[str, Any]]) -> Table | None:
     )
 
 
-def _space_table(results: list[dict[str, Any]]) -> Table | None:
+def _space_table(results: list[SettingResult]) -> Table | None:
     rows_in = agg.space_comparison(results)
     if not rows_in:
         return None
@@ -523,7 +524,7 @@ def _space_table(results: list[dict[str, Any]]) -> Table | None:
     )
 
 
-def build_tables(results: list[dict[str, Any]]) -> list[Table]:
+def build_tables(results: list[SettingResult]) -> list[Table]:
     fpr = results[0].get("fpr", 0.05) if results else 0.05
     tpr_name = f"TPR@{100 * fpr:g}%FPR"
     paired = agg.paired_cells(results)

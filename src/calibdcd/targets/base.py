@@ -19,6 +19,7 @@ __all__ = [
     "available_backends",
     "create_target",
     "generation_record",
+    "option_problems",
     "register_backend",
     "resolve_params",
     "unknown_options",
@@ -182,8 +183,19 @@ def create_target(backend: str, **kwargs: Any) -> Target:
 def unknown_options(backend: str, options: Mapping[str, Any]) -> list[str]:
     """One message per option name that ``backend``'s constructor does not take (with the
     closest known name), checked against its signature without building anything."""
-    import difflib
+    return [
+        f"{key[0]!r} {msg}"
+        for key, msg in option_problems(backend, options)
+        if "not an option" in msg
+    ]
+
+
+def option_problems(backend: str, options: Mapping[str, Any]) -> list[tuple[tuple[str], str]]:
+    """(option name, problem) for every option ``backend``'s constructor does not take (with the
+    closest known name) or whose value does not fit its annotation; nothing is built."""
     import inspect
+
+    from calibdcd.options import suggestion, type_hints, type_problem
 
     _import_builtin_backends()
     factory = _BACKENDS.get(backend)
@@ -193,15 +205,23 @@ def unknown_options(backend: str, options: Mapping[str, Any]) -> list[str]:
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return []
     known = [n for n, p in params.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL]
-    out = []
-    for name in options:
+    hints = type_hints(factory)
+    out: list[tuple[tuple[str], str]] = []
+    for name, value in options.items():
         if name not in known:
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            close = suggestion(name, known)
+            hint = close if close.startswith(" (did") else ""
             out.append(
-                f"{name!r} is not an option of backend {backend!r}{hint}; "
-                f"known: {', '.join(sorted(known))}"
+                (
+                    (name,),
+                    f"is not an option of backend {backend!r}{hint}; "
+                    f"known: {', '.join(sorted(known))}",
+                )
             )
+            continue
+        problem = type_problem(hints.get(name), value)
+        if problem is not None:
+            out.append(((name,), f"{problem} (option of backend {backend!r})"))
     return out
 
 

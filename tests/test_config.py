@@ -1,0 +1,266 @@
+"""The experiment config (pydantic schema): every problem of a file at once with its key path and
+line, unknown keys with a suggestion, component options checked, the file format round trip,
+lab references resolved at load without building; the dry run's problem kinds together."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from calibdcd.experiment import ConfigError, load_config, parse_config
+from calibdcd.experiment.config import read_config
+from calibdcd.integrity import safetensors_problem
+
+REPO = Path(__file__).resolve().parents[1]
+
+FOUR = """\
+name: four
+benchmarks:
+  - {name: x, path: data.jsonl}
+targets:
+  - name: m
+    backend: hf
+    model: ./m
+    options: {device: cpu, batchsize: 8}
+detectors:
+  - overlap
+  - {name: veilprobe, preset: cpu, options: {sampling: {prompt_fractoin: 0.5}}}
+evaluation: {fpr: 2}
+analysis: {blind: false}
+"""
+
+
+def test_four_mistakes_report_four_with_paths_and_lines(tmp_path):
+    p = tmp_path / "four.yaml"
+    p.write_text(FOUR)
+    with pytest.raises(ConfigError) as exc:
+        load_config(p)
+    got = [(q.path, q.line) for q in exc.value.problems]
+    assert got == [
+        ("targets[0].options.batchsize", 8),
+        ("detectors[1].options.sampling.prompt_fractoin", 11),
+        ("evaluation.fpr", 12),
+        ("analysis", 13),
+    ]
+    text = str(exc.value)
+    assert text.startswith(f"{p}: 4 problems:")
+    assert f"{p}:13: analysis: unknown key (did you mean 'analyses'?)" in text
+    assert "(did you mean 'batch_size'?)" in text
+    assert "(did you mean 'prompt_fraction'?)" in text
+    assert "must lie in [1e-06, 1.0], got 2.0" in text
+
+
+def test_wrong_option_types_and_structure_are_collected(tmp_path):
+    data = {
+        "benchmarks": [{"name": "x", "path": "d.jsonl", "dedupe": "yes"}],
+        "targets": [
+            {"name": "r", "backend": "openai", "model": "m",
+             "options": {"base_url": "http://127.0.0.1:9/v1", "timeout": "soon"}},
+            {"name": "r", "backend": "hf", "model": "x"},
+        ],
+        "detectors": [{"name": "overlap", "options": {"max_new_tokens": "many"}}],
+        "seeds": [0, True],
+    }  # fmt: skip
+    with pytest.raises(ConfigError) as exc:
+        parse_config(data, source="exp.yaml")
+    problems = {q.path: q.problem for q in exc.value.problems}
+    assert set(problems) == {
+        "benchmarks[0].dedupe",
+        "targets[0].options.timeout",
+        "targets[1].name",
+        "detectors[0].options.max_new_tokens",
+        "seeds[1]",
+    }, problems
+    assert "must be float, got 'soon'" in problems["targets[0].options.timeout"]
+    assert "already used by targets[0]" in problems["targets[1].name"]
+    assert "got 'many'" in problems["detectors[0].options.max_new_tokens"]
+
+
+@pytest.mark.parametrize("name", ["lab-micro", "lab-small", "paper", "paper-vllm"])
+def test_shipped_configs_round_trip_through_the_schema(name, tmp_path):
+    import yaml
+
+    from calibdcd.experiment.runner import portable_config
+    from calibdcd.experiment.setting import setting_hash
+
+    cfg = load_config(REPO / "configs" / f"{name}.yaml")
+    d = portable_config(cfg, tmp_path)
+    again_path = tmp_path / "config.yaml"
+    again_path.write_text(yaml.safe_dump(d, sort_keys=False))
+    again = load_config(again_path)
+    assert portable_config(again, tmp_path) == d
+    assert [setting_hash(s, again) for s in _grid(again)] == [
+        setting_hash(s, cfg) for s in _grid(cfg)
+    ]
+
+
+def _grid(cfg):
+    from calibdcd.experiment.runner import grid
+
+    return grid(cfg)
+
+
+def test_setting_hashes_of_lab_micro_are_unchanged():
+    """The hashes the hand-written reader gave (a stored run stays complete)."""
+    from calibdcd.experiment.setting import setting_hash
+
+    cfg = load_config(REPO / "configs" / "lab-micro.yaml")
+    hashes = {s.id: setting_hash(s, cfg) for s in _grid(cfg)}
+    assert hashes["lab__chat-qwen__VeilProbe__s0"] == "7b8b2ff9a33f761b"
+    assert hashes["lab__chat-qwen__VeilProbe__s1"] == "8c88b1c3886defc2"
+
+
+def test_hashing_a_lab_config_builds_no_lab(tmp_path, monkeypatch):
+    from calibdcd.experiment import RunContext
+    from calibdcd.experiment.setting import inputs_hash, setting_hash
+
+    monkeypatch.setenv("CALIBDCD_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("CALIBDCD_LAB_ROOT", raising=False)
+    text = (REPO / "configs" / "lab-micro.yaml").read_text()
+    p = tmp_path / "lab.yaml"
+    p.write_text(text.replace("cache_dir: ../.calibdcd-cache", f"cache_dir: {tmp_path / 'c'}"))
+    cfg = load_config(p)
+    ref = cfg.labs["micro"]
+    assert ref.key.startswith("micro-s0-") and not ref.built and "/" not in ref.key
+    ctx = RunContext(cfg, progress=False)
+    for s in _grid(cfg)[:4]:
+        setting_hash(s, cfg)
+        assert inputs_hash(s, cfg, ctx) == f"lab-not-built:{ref.key}"
+    assert not (tmp_path / "cache" / "lab").exists()
+
+
+def test_safetensors_integrity_from_the_header(tmp_path):
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    f = tmp_path / "model.safetensors"
+    save_file({"w": np.zeros((4, 8), dtype=np.float32), "b": np.ones(3, dtype=np.float32)}, f)
+    assert safetensors_problem(f) is None
+    os.truncate(f, f.stat().st_size - 5)
+    assert "truncated safetensors file" in safetensors_problem(f)
+    (tmp_path / "x.safetensors").write_bytes(b"\x10\x00")
+    assert "no header" in safetensors_problem(tmp_path / "x.safetensors")
+
+
+def test_dry_run_reports_config_options_split_and_damaged_weights_together(tmp_path):
+    """Several kinds at once: a config error with its line, an unknown target option, a split
+    too small for the protocol, and a truncated local model.safetensors."""
+    from experiment_support import lab_micro
+
+    lab = lab_micro()
+    ckpt = tmp_path / "base"
+    ckpt.mkdir()
+    for f in (lab / "base").iterdir():
+        (ckpt / f.name).write_bytes(f.read_bytes())
+    w = ckpt / "model.safetensors"
+    os.truncate(w, w.stat().st_size - 100)
+    rows = (lab / "ground_truth.jsonl").read_text().splitlines()
+    members = [r for r in rows if json.loads(r)["label"] == 1][:52]
+    non_members = [r for r in rows if json.loads(r)["label"] == 0][:52]
+    (tmp_path / "small.jsonl").write_text("\n".join(members + non_members) + "\n")
+    p = tmp_path / "c.yaml"
+    p.write_text(
+        "benchmarks: [{name: lab, path: small.jsonl}]\n"
+        "targets:\n"
+        "  - {name: m, backend: hf, model: ./base, options: {device: cpu}}\n"
+        "  - {name: r, backend: openai, model: m, family: qwen2.5,\n"
+        "     options: {base_url: 'http://127.0.0.1:9/v1', concurrancy: 4}}\n"
+        "detectors: [overlap]\n"
+        f"cache_dir: {tmp_path / 'cache'}\n"
+    )
+    cfg, problems = read_config(p)
+    assert cfg is not None  # an option problem does not stop the other checks
+    assert [(q.path, q.line) for q in problems] == [("targets[1].options.concurrancy", 5)]
+
+    # through the CLI: every kind in one report
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run(
+        [sys.executable, "-m", "calibdcd", "run", str(p), "--dry-run"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 1, out.stderr
+    err = out.stderr
+    assert f"{p}:5: targets[1].options.concurrancy" in err and "did you mean 'concurrency'" in err
+    assert "calibration non-member(s); CalibDCD needs at least 2" in err
+    assert "targets[0] (m).model:" in err and "truncated safetensors file" in err
+    assert "dry run: 3 problem(s)" in err
+
+
+def _result(**over):
+    est = {"estimate": 0.6, "low": 0.5, "high": 0.7, "level": 0.95, "n_boot": 50}
+    r = {
+        "id": "b__t__d__s0", "setting_hash": "h", "inputs_hash": "i", "benchmark": "b",
+        "target": "t", "detector": "d", "seed": 0,
+        "sizes": {"supervised": [100, 50], "calibration": [50, 0], "evaluation": [200, 100]},
+        "before": {"auc": est, "tpr": est}, "after": {"auc": est, "tpr": est},
+        "calibration": {"rank": 3}, "future_field": [1, 2],
+    }  # fmt: skip
+    r.update(over)
+    return r
+
+
+def test_result_json_is_typed_versioned_and_reads_version_0(tmp_path):
+    from calibdcd.experiment.result_schema import (
+        RESULT_SCHEMA_VERSION,
+        ResultError,
+        parse_result,
+        read_result,
+        write_result,
+    )
+
+    p = tmp_path / "result.json"
+    write_result(p, parse_result(_result(schema_version=RESULT_SCHEMA_VERSION)))
+    stored = json.loads(p.read_text())
+    assert stored["schema_version"] == RESULT_SCHEMA_VERSION and stored["future_field"] == [1, 2]
+    r = read_result(p)
+    assert r.before.auc.estimate == 0.6 and r.sizes.evaluation == [200, 100] and not r.skipped
+    assert r["after"]["tpr"]["low"] == 0.5  # still reads like the dict it replaces
+    p.write_text(json.dumps(_result()))  # written before the version existed
+    assert read_result(p).schema_version == 0
+    p.write_text(json.dumps(_result(schema_version=RESULT_SCHEMA_VERSION + 1)))
+    with pytest.raises(ResultError, match=rf"{p}: result schema version"):
+        read_result(p)
+    p.write_text(json.dumps(_result(before={"auc": {"estimate": "high"}})))
+    with pytest.raises(ResultError, match=rf"{p}: not a valid result \(before.auc"):
+        read_result(p)
+
+
+def test_dry_run_names_a_truncated_lab_checkpoint(tmp_path, monkeypatch):
+    """A prebuilt lab whose base model.safetensors lost its tail: the dry run names the file
+    (the run would fail only when loading it, after the other targets' work)."""
+    from calibdcd.experiment import dry_run
+    from experiment_support import lab_micro
+
+    lab = lab_micro()
+    copy = tmp_path / "lab-micro"
+    for f in lab.rglob("*"):
+        if f.is_file():
+            dst = copy / f.relative_to(lab)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            if f.relative_to(lab) == Path("base/model.safetensors"):
+                dst.write_bytes(f.read_bytes()[:-64])
+            else:
+                dst.symlink_to(f)
+    monkeypatch.setenv("CALIBDCD_LAB_ROOT", str(tmp_path))
+    cfg = parse_config(
+        {
+            "benchmarks": [{"name": "lab", "lab": "micro", "path": "ground_truth.jsonl"}],
+            "targets": [
+                {"name": "chat", "backend": "hf", "lab": "micro", "model": "chat-qwen"},
+                {"name": "base", "backend": "hf", "lab": "micro", "model": "base"},
+            ],
+            "detectors": ["overlap"],
+            "cache_dir": str(tmp_path / "cache"),
+        }
+    )
+    assert cfg.labs["micro"].key.startswith("micro-prebuilt-")
+    _, problems = dry_run(cfg)
+    assert len(problems) == 1, problems
+    assert problems[0].startswith("targets[1] (base).model: ")
+    assert "base/model.safetensors: truncated safetensors file" in problems[0]
