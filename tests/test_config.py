@@ -104,13 +104,14 @@ def _grid(cfg):
 
 
 def test_setting_hashes_of_lab_micro_are_unchanged():
-    """The hashes the hand-written reader gave (a stored run stays complete)."""
+    """The hashes the hand-written reader gave for this config (runs/lab-micro/grid.json of the
+    run written before the pydantic schema): a stored run stays complete."""
     from calibdcd.experiment.setting import setting_hash
 
     cfg = load_config(REPO / "configs" / "lab-micro.yaml")
     hashes = {s.id: setting_hash(s, cfg) for s in _grid(cfg)}
-    assert hashes["lab__chat-qwen__VeilProbe__s0"] == "7b8b2ff9a33f761b"
-    assert hashes["lab__chat-qwen__VeilProbe__s1"] == "8c88b1c3886defc2"
+    assert hashes["lab__chat-qwen__VeilProbe__s0"] == "eaf634e9f6b7e826"
+    assert hashes["lab__chat-qwen__VeilProbe__s1"] == "3a2c8f4097361ced"
 
 
 def test_hashing_a_lab_config_builds_no_lab(tmp_path, monkeypatch):
