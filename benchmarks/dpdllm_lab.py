@@ -41,8 +41,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from calibdcd.detectors.dpdllm import DPDLLM, DPDLLMConfig, ReferenceLMConfig
 from calibdcd.detectors.dpdllm.lab_reference import CleanReferenceConfig, ensure_clean_reference
-from calibdcd.detectors.dpdllm.reference import default_cache_dir
 from calibdcd.metrics import auc, tpr_at_fpr
+from calibdcd.paths import cache_root
 from calibdcd.targets.cache import CachedTarget
 from calibdcd.targets.hf import HFTarget
 
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         args.lab = resolve_lab("small")
     lab = args.lab
     if args.cache is None:
-        args.cache = default_cache_dir() / "dpdllm-bench"
+        args.cache = cache_root() / "dpdllm-bench"
     rows = [json.loads(x) for x in (lab / "ground_truth.jsonl").read_text().splitlines() if x]
     train, pool = split_lab(rows, args.n_per_class, args.seed)
     tr_texts, ytr = [r["text"] for r in train], np.array([int(r["label"]) for r in train])

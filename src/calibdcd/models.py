@@ -32,6 +32,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from calibdcd.paths import cache_root
+
 if TYPE_CHECKING:
     from calibdcd.experiment.config import ExperimentConfig
 
@@ -374,7 +376,7 @@ def models_in_config(cfg: ExperimentConfig) -> list[ModelUse]:
         seen: set[tuple[str, str]] = set()
         for bn in bench_names:
             try:
-                det = spec.build(d, bn, cfg.cache_dir)  # lab references stay unresolved
+                det = spec.build(d, bn, str(cache_root(cfg.cache_dir)))  # lab refs unresolved
             except Exception as exc:
                 raise ValueError(f"detectors[{i}] ({d.label}): {exc}") from None
             for field, need in spec.model_fields:

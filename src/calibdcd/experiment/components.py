@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from calibdcd.experiment.config import BenchmarkEntry, DetectorEntry, TargetEntry
+from calibdcd.paths import cache_root
 
 __all__ = [
     "DETECTORS",
@@ -74,9 +75,10 @@ class DetectorSpec:
     model_fields: tuple[tuple[str, str], ...] = ()
 
 
-def resolve_lab_refs(value: Any, *, build: bool = True) -> Any:
+def resolve_lab_refs(value: Any, *, build: bool = True, root: str | Path | None = None) -> Any:
     """Resolve lab references anywhere in nested detector options (left as they are when
-    ``build`` is False):
+    ``build`` is False); labs and references live under the cache root ``root``
+    (:func:`calibdcd.paths.cache_root`):
 
     * ``"lab:<preset>/<path>"``: that path inside the lab's directory;
     * ``"lab-clean-reference:<preset>"``: DPDLLM's clean reference LM for that lab (the lab's
@@ -90,16 +92,16 @@ def resolve_lab_refs(value: Any, *, build: bool = True) -> Any:
             return value
         from calibdcd.detectors.dpdllm.lab_reference import ensure_clean_reference
 
-        lab = resolve_lab(value.split(":", 1)[1], build=True)
-        return str(ensure_clean_reference(lab, progress=False))
+        lab = resolve_lab(value.split(":", 1)[1], build=True, root=root)
+        return str(ensure_clean_reference(lab, cache_dir=cache_root(root), progress=False))
     if isinstance(value, str) and value.startswith("lab:"):
         preset, _, rel = value[4:].partition("/")
-        lab = resolve_lab(preset, build=build)
+        lab = resolve_lab(preset, build=build, root=root)
         return value if lab is None else str(lab / rel)
     if isinstance(value, Mapping):
-        return {k: resolve_lab_refs(v, build=build) for k, v in value.items()}
+        return {k: resolve_lab_refs(v, build=build, root=root) for k, v in value.items()}
     if isinstance(value, list):
-        return [resolve_lab_refs(v, build=build) for v in value]
+        return [resolve_lab_refs(v, build=build, root=root) for v in value]
     return value
 
 
@@ -125,6 +127,10 @@ def _dpdllm(entry: DetectorEntry, benchmark: str, cache_dir: str) -> Any:
     cfg = DPDLLMConfig.for_benchmark(benchmark)
     opts = dict(entry.options)
     opts.setdefault("progress", False)
+    # the fine-tuned reference LMs live under the run's cache root
+    reference = dict(opts.get("reference") or {})
+    reference.setdefault("cache_dir", str(cache_root(cache_dir)))
+    opts["reference"] = reference
     return DPDLLM(replace_nested(cfg, opts))
 
 
@@ -176,11 +182,13 @@ def detector_available(name: str) -> bool:
 
 
 def build_detector(
-    entry: DetectorEntry, benchmark: str, cache_dir: str, *, build_labs: bool = True
+    entry: DetectorEntry, benchmark: str, cache_dir: str | None, *, build_labs: bool = True
 ) -> Any:
-    """The detector of ``entry`` configured for ``benchmark`` (e.g. DPDLLM's L)."""
+    """The detector of ``entry`` configured for ``benchmark`` (e.g. DPDLLM's L); everything it
+    builds (labs it refers to included) lives under the cache root of ``cache_dir``."""
+    cache_dir = str(cache_root(cache_dir))
     entry = dataclasses.replace(
-        entry, options=resolve_lab_refs(dict(entry.options), build=build_labs)
+        entry, options=resolve_lab_refs(dict(entry.options), build=build_labs, root=cache_dir)
     )
     try:
         spec = DETECTORS[entry.name]
@@ -233,16 +241,17 @@ def detector_fingerprint(detector: Any) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def resolve_lab(preset: str, *, build: bool = True) -> Path | None:
+def resolve_lab(preset: str, *, build: bool = True, root: str | Path | None = None) -> Path | None:
     """The directory of the lab ``preset``; built on first use when ``build``.
 
     When ``$CALIBDCD_LAB_ROOT`` is set, a prebuilt copy ``$CALIBDCD_LAB_ROOT/lab-<preset>``
     (e.g. from ``calibdcd lab build <preset> --out ...``) is used as it is; otherwise the lab
-    cache of :func:`calibdcd.lab.ensure_lab`. With ``build=False`` returns None when no built
-    lab is found.
+    cache of :func:`calibdcd.lab.ensure_lab` under the cache root ``root`` (the run config's
+    ``cache_dir``; :func:`calibdcd.paths.cache_root`). With ``build=False`` returns None when
+    no built lab is found.
     """
-    root = os.environ.get("CALIBDCD_LAB_ROOT")
-    prebuilt = Path(root) / f"lab-{preset}" if root else None
+    labs = os.environ.get("CALIBDCD_LAB_ROOT")
+    prebuilt = Path(labs) / f"lab-{preset}" if labs else None
     if prebuilt is not None and (prebuilt / "ground_truth.jsonl").is_file():
         return prebuilt
     try:
@@ -255,13 +264,13 @@ def resolve_lab(preset: str, *, build: bool = True) -> Path | None:
         try:
             from calibdcd.lab.build import is_complete_lab, lab_cache_dir  # type: ignore
 
-            d = lab_cache_dir(preset)
+            d = lab_cache_dir(preset, root=cache_root(root))
             return d if is_complete_lab(d) else None
         except Exception:
             return None
     # experiments measure the lab themselves: skip the build's own ``lab check`` (~2 min on
     # small; it does not change the lab or its cache key)
-    return Path(ensure_lab(preset, check=False))
+    return Path(ensure_lab(preset, root=cache_root(root), check=False))
 
 
 def target_identity(entry: TargetEntry, model_path: str | None = None) -> str:
@@ -294,22 +303,28 @@ def target_identity(entry: TargetEntry, model_path: str | None = None) -> str:
     return hashlib.sha256(body.encode()).hexdigest()[:20]
 
 
-def model_path(entry: TargetEntry, *, build_lab: bool = True) -> str:
+def model_path(
+    entry: TargetEntry, *, build_lab: bool = True, root: str | Path | None = None
+) -> str:
+    """The target's model: a path inside its lab (under the cache root ``root``) or as given."""
     if entry.lab is None:
         return entry.model
-    lab = resolve_lab(entry.lab, build=build_lab)
+    lab = resolve_lab(entry.lab, build=build_lab, root=root)
     if lab is None:
         return entry.model
     return str(lab / entry.model)
 
 
-def build_target(entry: TargetEntry, cache_path: Path) -> Any:
-    """The target of ``entry`` wrapped in the SQLite generation cache at ``cache_path``."""
+def build_target(entry: TargetEntry, cache_path: Path, root: str | Path | None = None) -> Any:
+    """The target of ``entry`` wrapped in the SQLite generation cache at ``cache_path``; its lab
+    and a local backend's conversions live under the cache root ``root``."""
     from calibdcd.targets.base import create_target
     from calibdcd.targets.cache import CachedTarget
 
     kwargs = dict(entry.options)
-    kwargs["model"] = model_path(entry)
+    kwargs["model"] = model_path(entry, root=root)
+    if entry.backend == "hf":  # GGUF conversions and checkpoint digests
+        kwargs.setdefault("cache_dir", str(cache_root(root)))
     if entry.family is not None:
         kwargs["family"] = entry.family
     target = create_target(entry.backend, **kwargs)
@@ -323,12 +338,14 @@ def view_bank_for(family: str | None, tokenizer: Any, system: str) -> list[Any]:
     return view_bank(family, tokenizer, system=system)  # type: ignore[arg-type]
 
 
-def load_benchmark_entry(entry: BenchmarkEntry, *, build_lab: bool = True) -> Any:
+def load_benchmark_entry(
+    entry: BenchmarkEntry, *, build_lab: bool = True, root: str | Path | None = None
+) -> Any:
     from calibdcd.data import load_benchmark
 
     path = entry.path
     if entry.lab is not None:
-        lab = resolve_lab(entry.lab, build=build_lab)
+        lab = resolve_lab(entry.lab, build=build_lab, root=root)
         if lab is None:
             raise FileNotFoundError(f"lab {entry.lab!r} is not built yet")
         path = str(lab / (entry.path or "ground_truth.jsonl"))

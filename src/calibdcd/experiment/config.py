@@ -179,7 +179,9 @@ class ExperimentConfig:
     view_system: Literal["official", "none"] = "official"
     #: "auto": calibrate in the classifier's normalised space when it exposes one, else "raw"
     calibration_space: Literal["auto", "raw", "normalized"] = "auto"
-    cache_dir: str = ".calibdcd-cache"
+    #: the run's cache root (labs included); None = ``$CALIBDCD_CACHE``, else the user cache
+    #: (:func:`calibdcd.paths.cache_root`)
+    cache_dir: str | None = None
     output: str | None = None
     source: str | None = None  #: the YAML file it came from
 
@@ -593,7 +595,7 @@ def parse_config(
         view_system=r.str("view_system", "official", choices=("official", "none")),
         calibration_space=r.str("calibration_space", "auto", choices=("auto", "raw", "normalized")),
         detector_seed=r.str("detector_seed", "offset", choices=("offset", "fixed")),
-        cache_dir=_resolve_path(r.str("cache_dir", ".calibdcd-cache"), base) or ".calibdcd-cache",
+        cache_dir=_resolve_path(r.str("cache_dir", None), base),
         output=_resolve_path(r.str("output", None), base),
         source=source,
     )

@@ -47,6 +47,7 @@ from calibdcd.experiment.rundir import lock_run_dir, set_aside_stale
 from calibdcd.experiment.setting import RunContext, Setting, run_setting, setting_hash
 from calibdcd.experiment.store import atomic_write_text, write_csv, write_json
 from calibdcd.models import MissingModelsError, ModelUse, ResolvedModel, check_models, models_record
+from calibdcd.paths import cache_root
 from calibdcd.redact import redact_tree
 
 __all__ = [
@@ -305,6 +306,7 @@ def dry_run(cfg: ExperimentConfig) -> tuple[list[str], list[str]]:
 
     lines: list[str] = [f"config {cfg.name}" + (f" ({cfg.source})" if cfg.source else "")]
     problems: list[str] = []
+    root = cache_root(cfg.cache_dir)  # the run's labs live under its cache root
     lines.append(
         f"protocol {cfg.protocol}; supervised {cfg.n_supervised_per_class} + "
         f"{cfg.n_supervised_per_class};"
@@ -313,7 +315,7 @@ def dry_run(cfg: ExperimentConfig) -> tuple[list[str], list[str]]:
     # benchmarks
     for i, b in enumerate(cfg.benchmarks):
         key = f"benchmarks[{i}] ({b.label})"
-        if b.lab is not None and resolve_lab(b.lab, build=False) is None:
+        if b.lab is not None and resolve_lab(b.lab, build=False, root=root) is None:
             ok = _lab_preset_known(b.lab)
             if ok is not True:
                 problems.append(f"{key}.lab: {ok}")
@@ -323,7 +325,7 @@ def dry_run(cfg: ExperimentConfig) -> tuple[list[str], list[str]]:
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                bench = load_benchmark_entry(b, build_lab=False)
+                bench = load_benchmark_entry(b, build_lab=False, root=root)
                 split = split_benchmark(
                     bench,
                     SplitConfig(
@@ -369,7 +371,7 @@ def dry_run(cfg: ExperimentConfig) -> tuple[list[str], list[str]]:
             if ok is not True:
                 problems.append(f"{key}.lab: {ok}")
                 continue
-            lab = resolve_lab(t.lab, build=False)
+            lab = resolve_lab(t.lab, build=False, root=root)
             if lab is not None and not (lab / t.model).exists():
                 problems.append(f"{key}.model: no checkpoint {t.model!r} in lab {lab}")
                 continue
@@ -377,7 +379,7 @@ def dry_run(cfg: ExperimentConfig) -> tuple[list[str], list[str]]:
                 "" if lab is not None else " (lab built on first run)"
             )
         elif t.backend == "hf":
-            p = Path(model_path(t, build_lab=False))
+            p = Path(model_path(t, build_lab=False, root=root))
             looks_local = t.model.startswith(("/", ".", "~")) or p.suffix == ".gguf"
             if looks_local and not p.exists():
                 problems.append(f"{key}.model: no such local checkpoint {t.model!r}")
@@ -390,7 +392,7 @@ def dry_run(cfg: ExperimentConfig) -> tuple[list[str], list[str]]:
             where = f"{t.options['base_url']} model {t.model}"
         fam = t.family or "from the checkpoint"
         try:
-            codes = _dry_view_bank(t, cfg.view_system)
+            codes = _dry_view_bank(t, cfg.view_system, root)
         except ImportError:
             codes = None
         except Exception as exc:  # the run would fail here after all its generations
@@ -432,7 +434,7 @@ def dry_run(cfg: ExperimentConfig) -> tuple[list[str], list[str]]:
         f"grid: {len(cfg.benchmarks)} benchmarks x {len(cfg.targets)} targets x "
         f"{len(cfg.detectors)} detectors x {len(cfg.seeds)} seeds = {cfg.grid_size} settings"
     )
-    lines.append(f"cache: {cfg.cache_dir}; output: {_default_out(cfg)}")
+    lines.append(f"cache: {root}; output: {_default_out(cfg)}")
     return lines, problems
 
 
@@ -461,14 +463,14 @@ def split_size_problems(sizes: dict[str, tuple[int, int, int]], seed: int) -> li
     return out
 
 
-def _dry_view_bank(t: Any, system: str) -> list[str] | None:
+def _dry_view_bank(t: Any, system: str, root: Path) -> list[str] | None:
     """The view codes the run will use for target ``t``, built as the run builds them (a local
     checkpoint's tokenizer and chat template; never its weights); None when that needs a model
     that is not here yet (a lab to build, a hub id)."""
     from calibdcd.experiment.components import model_path
     from calibdcd.views import view_bank
 
-    local = Path(model_path(t, build_lab=False))
+    local = Path(model_path(t, build_lab=False, root=root))
     if t.lab is not None and not local.exists():
         return None
     if local.exists():

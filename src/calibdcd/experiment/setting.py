@@ -70,6 +70,7 @@ from calibdcd.experiment.config import (
 )
 from calibdcd.experiment.store import ArrayCache, digest, read_json, write_csv, write_json
 from calibdcd.metrics import Interval, auc, bootstrap_ci, tpr_at_fpr
+from calibdcd.paths import cache_root
 from calibdcd.provenance import build_environment, library_versions
 
 __all__ = [
@@ -141,7 +142,9 @@ def inputs_hash(setting: Setting, cfg: ExperimentConfig, ctx: RunContext) -> str
     return digest(
         setting_hash(setting, cfg),
         detector_fingerprint(det),
-        target_identity(setting.target, model_path(setting.target, build_lab=False)),
+        target_identity(
+            setting.target, model_path(setting.target, build_lab=False, root=ctx.cache_root)
+        ),
         ctx.benchmark_digest(setting.benchmark),
     )[:16]
 
@@ -177,7 +180,7 @@ class RunContext:
 
     def __init__(self, cfg: ExperimentConfig, *, progress: bool = True):
         self.cfg = cfg
-        self.cache_root = Path(cfg.cache_dir)
+        self.cache_root = cache_root(cfg.cache_dir)  # labs and everything built live here
         self.arrays = ArrayCache(self.cache_root)
         self.progress = progress
         self._benchmarks: dict[str, Any] = {}
@@ -189,7 +192,7 @@ class RunContext:
 
     def benchmark(self, entry: BenchmarkEntry) -> Any:
         if entry.label not in self._benchmarks:
-            self._benchmarks[entry.label] = load_benchmark_entry(entry)
+            self._benchmarks[entry.label] = load_benchmark_entry(entry, root=self.cache_root)
         return self._benchmarks[entry.label]
 
     def benchmark_digest(self, entry: BenchmarkEntry) -> str:
@@ -228,7 +231,7 @@ class RunContext:
         if self._target is not None and self._target[0] == entry.name:
             return self._target[1]
         self.release_target()
-        t = build_target(entry, self.cache_root / "generations.sqlite")
+        t = build_target(entry, self.cache_root / "generations.sqlite", self.cache_root)
         self.target_loads += 1
         self._target = (entry.name, t)
         return t
@@ -254,7 +257,7 @@ class RunContext:
         if entry.name not in self._views:
             family = entry.family
             tokenizer: Any = None
-            local = Path(model_path(entry))
+            local = Path(model_path(entry, root=self.cache_root))
             if local.exists():  # a family without built-in views uses the chat template
                 tokenizer = str(local)
             elif family is None:
@@ -286,7 +289,7 @@ class _Extractor:
         self.pool = pool
         self.det_key = detector_fingerprint(detector)
         self.target_key = target_identity(
-            setting.target, model_path(setting.target, build_lab=False)
+            setting.target, model_path(setting.target, build_lab=False, root=ctx.cache_root)
         )
         self.takes_reference = "reference_texts" in inspect.signature(detector.extract).parameters
         self.has_prepare = callable(getattr(detector, "prepare", None))

@@ -12,7 +12,6 @@ import contextlib
 import copy
 import dataclasses
 import json
-import os
 import platform
 import random
 import shutil
@@ -33,15 +32,10 @@ from calibdcd.lab.pool import (
     pool_fingerprint,
     split_pool,
 )
+from calibdcd.paths import cache_root
 from calibdcd.provenance import build_environment, portable_arg
 
-__all__ = ["build_lab", "default_cache_root", "ensure_lab", "is_complete_lab", "prepare_split"]
-
-
-def default_cache_root() -> Path:
-    """``$CALIBDCD_CACHE`` or ``~/.cache/calibdcd``."""
-    env = os.environ.get("CALIBDCD_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "calibdcd"
+__all__ = ["build_lab", "ensure_lab", "is_complete_lab", "prepare_split"]
 
 
 def is_complete_lab(path: str | Path) -> bool:
@@ -332,12 +326,19 @@ def build_lab(
 
 
 @contextlib.contextmanager
-def _file_lock(path: Path):
+def _file_lock(path: Path, waiting: str | None = None):
+    """An exclusive ``flock`` on ``path``; ``waiting`` is printed to stderr when another
+    process holds it (so a second run says why it is idle)."""
     import fcntl
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if waiting:
+                print(waiting, file=sys.stderr, flush=True)
+            fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
         finally:
@@ -355,7 +356,7 @@ def lab_cache_dir(
     """Where :func:`ensure_lab` keeps this lab: ``<root>/lab/<preset>-s<seed>-<hash>``."""
     cfg = resolve_config(preset, **overrides)
     _, spec = _load_texts(pool, cfg)
-    base = Path(root) if root is not None else default_cache_root()
+    base = cache_root(root)
     return base / "lab" / f"{preset}-s{seed}-{config_hash(cfg, seed, spec['sha'])}"
 
 
@@ -368,11 +369,18 @@ def ensure_lab(
     progress: bool = True,
     **overrides: Any,
 ) -> Path:
-    """The cached lab for ``(preset, seed, config)``; built once if missing (process-safe)."""
+    """The cached lab for ``(preset, seed, config)`` under the cache root ``root``
+    (:func:`calibdcd.paths.cache_root`); built once if missing. Process-safe: every run using the
+    same root shares the lab, and a process that finds another one building it waits (and says
+    so) instead of building it again."""
     target = lab_cache_dir(preset, seed=seed, root=root, pool=pool, **overrides)
     if is_complete_lab(target):
         return target
-    with _file_lock(target.parent / f".{target.name}.lock"):
+    waiting = (
+        f"lab {preset}: another process is building {target}; waiting for it to finish "
+        "(the lab is shared, not built twice)"
+    )
+    with _file_lock(target.parent / f".{target.name}.lock", waiting):
         if is_complete_lab(target):
             return target
         if target.exists():  # an incomplete leftover (should not happen: builds are atomic)

@@ -55,13 +55,13 @@ from pathlib import Path
 from typing import Any
 
 from calibdcd.models import resolve_model
+from calibdcd.paths import cache_root
 from calibdcd.targets.base import (
     GenerationParams,
     register_backend,
     resolve_params,
     validate_prompts,
 )
-from calibdcd.targets.tiny import default_cache_dir
 
 __all__ = [
     "HFTarget",
@@ -145,7 +145,7 @@ def _file_sha256(path: Path, memo_dir: Path) -> str:
 def fingerprint_checkpoint(path: str | Path, cache_dir: str | Path | None = None) -> str:
     """Content hash of a checkpoint: its weights, config and tokenizer files (or one file)."""
     p = Path(path)
-    memo_dir = Path(cache_dir or default_cache_dir()) / "fingerprints"
+    memo_dir = cache_root(cache_dir) / "fingerprints"
     files = [p] if p.is_file() else sorted(f for f in p.iterdir() if f.is_file())
     files = [f for f in files if p.is_file() or _FINGERPRINTED.search(f.name)]
     if not files:
@@ -167,7 +167,7 @@ def convert_gguf(gguf_path: str | Path, cache_dir: str | Path | None = None) -> 
 
     src = Path(gguf_path).resolve()
     fp = fingerprint_checkpoint(src, cache_dir)[:16]
-    root = Path(cache_dir or default_cache_dir()) / "gguf"
+    root = cache_root(cache_dir) / "gguf"
     final = root / f"{src.stem}-{fp}"
     if (final / "config.json").exists():
         return final
@@ -322,7 +322,7 @@ class HFTarget:
             raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
         if not isinstance(model, (str, os.PathLike)) or not str(model):
             raise ValueError(f"model must be a path (str or PathLike), got {model!r}")
-        self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
+        self.cache_dir = cache_root(cache_dir)
         resolved = resolve_model(str(model))  # a MissingModelError (ValueError) names the model
         self.hub_model = resolved if resolved.is_hub else None
         source = resolved.path

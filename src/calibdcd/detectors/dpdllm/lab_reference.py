@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from calibdcd.detectors.dpdllm.reference import default_cache_dir
+from calibdcd.paths import cache_root
 from calibdcd.provenance import build_environment
 
 __all__ = ["CleanReferenceConfig", "ensure_clean_reference"]
@@ -117,7 +117,7 @@ def ensure_clean_reference(
         sort_keys=True,
     )
     key = hashlib.sha256(key_src.encode()).hexdigest()[:20]
-    root = Path(cache_dir) if cache_dir else default_cache_dir()
+    root = cache_root(cache_dir)
     out = root / "dpdllm-lab-reference" / key
     if (out / "reference.json").exists():
         return out

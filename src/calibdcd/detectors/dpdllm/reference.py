@@ -36,24 +36,18 @@ from typing import Any, Literal
 
 import numpy as np
 
+from calibdcd.paths import cache_root
 from calibdcd.provenance import build_environment
 
 __all__ = [
     "PackedBatch",
     "ReferenceLM",
     "ReferenceLMConfig",
-    "default_cache_dir",
     "model_fingerprint",
     "pack_texts",
     "reference_key",
     "resolve_device",
 ]
-
-
-def default_cache_dir() -> Path:
-    """``$CALIBDCD_CACHE`` or ``~/.cache/calibdcd``."""
-    env = os.environ.get("CALIBDCD_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "calibdcd"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -303,7 +297,7 @@ class ReferenceLM:
             if not isinstance(t, str) or not t.strip():
                 raise ValueError(f"reference texts[{i}] is empty or not a str")
         key = reference_key(config, window, texts)
-        root = Path(config.cache_dir) if config.cache_dir else default_cache_dir()
+        root = cache_root(config.cache_dir)
         out = root / "dpdllm-reference" / key
         device = resolve_device(config.device)
         if force and out.exists():
