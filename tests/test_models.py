@@ -20,12 +20,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from calibdcd.experiment.model_uses import check_models, models_in_config  # noqa: E402
 from calibdcd.models import (  # noqa: E402
     MissingModelError,
     MissingModelsError,
     ModelUse,
-    check_models,
-    models_in_config,
     resolve_model,
     select_files,
 )

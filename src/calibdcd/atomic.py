@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-__all__ = ["atomic_savez", "atomic_write_bytes", "atomic_write_text"]
+__all__ = ["atomic_savez", "atomic_write_bytes", "atomic_write_text", "json_default", "write_json"]
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
@@ -45,3 +47,20 @@ def atomic_savez(path: str | Path, arrays: Mapping[str, np.ndarray]) -> None:
     buf = io.BytesIO()
     np.savez(buf, **{k: np.asarray(v) for k, v in arrays.items()})
     atomic_write_bytes(path, buf.getvalue())
+
+
+def json_default(x: Any) -> Any:
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, Path):
+        return str(x)
+    if isinstance(x, (set, frozenset)):
+        return sorted(x)
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    """``obj`` as indented JSON (numpy scalars and arrays, paths and sets converted), atomically."""
+    atomic_write_text(path, json.dumps(obj, indent=2, default=json_default, allow_nan=True) + "\n")

@@ -71,7 +71,7 @@ class DetectorSpec:
     build: Callable[[DetectorEntry, str, str], Any]  # (entry, benchmark name, cache dir) -> det
     description: str
     #: (dotted field of the detector's config, "model" | "tokenizer") naming models
-    #: (:func:`calibdcd.models.models_in_config` lists them, defaults included)
+    #: (:func:`calibdcd.experiment.model_uses.models_in_config` lists them, defaults included)
     model_fields: tuple[tuple[str, str], ...] = ()
 
 

@@ -43,10 +43,11 @@ from calibdcd.experiment.components import (
     resolve_lab,
 )
 from calibdcd.experiment.config import ExperimentConfig
+from calibdcd.experiment.model_uses import check_models
 from calibdcd.experiment.rundir import lock_run_dir, set_aside_stale
 from calibdcd.experiment.setting import RunContext, Setting, run_setting, setting_hash
 from calibdcd.experiment.store import atomic_write_text, write_csv, write_json
-from calibdcd.models import MissingModelsError, ModelUse, ResolvedModel, check_models, models_record
+from calibdcd.models import MissingModelsError, ModelUse, ResolvedModel, models_record
 from calibdcd.paths import cache_root
 from calibdcd.redact import redact_tree
 

@@ -17,7 +17,13 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
-from calibdcd.atomic import atomic_savez, atomic_write_bytes, atomic_write_text
+from calibdcd.atomic import (
+    atomic_savez,
+    atomic_write_bytes,
+    atomic_write_text,
+    json_default,
+    write_json,
+)
 
 __all__ = [
     "MODEL_FORMAT",
@@ -45,22 +51,6 @@ def digest(*parts: Any) -> str:
             h.update(json.dumps(p, sort_keys=True, default=str).encode())
         h.update(b"\x00")
     return h.hexdigest()
-
-
-def _json_default(x: Any) -> Any:
-    if isinstance(x, np.generic):
-        return x.item()
-    if isinstance(x, np.ndarray):
-        return x.tolist()
-    if isinstance(x, Path):
-        return str(x)
-    if isinstance(x, (set, frozenset)):
-        return sorted(x)
-    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
-
-
-def write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, default=_json_default, allow_nan=True) + "\n")
 
 
 def read_json(path: Path) -> Any:
@@ -116,7 +106,7 @@ def pack_state(obj: Persistable) -> bytes:
     if "__header__" in arrays:
         raise ValueError("'__header__' is reserved")
     header = {"format": MODEL_FORMAT, "class": class_name(type(obj)), "meta": meta}
-    raw = json.dumps(header, sort_keys=True, default=_json_default).encode("utf-8")
+    raw = json.dumps(header, sort_keys=True, default=json_default).encode("utf-8")
     buf = io.BytesIO()
     np.savez(
         buf,
