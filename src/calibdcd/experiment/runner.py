@@ -99,7 +99,7 @@ def portable_config(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
 
 def _target_runtime(cfg: ExperimentConfig) -> dict[str, Any]:
     """Each target's device and dtype as its options resolve here (``auto`` made explicit)."""
-    from calibdcd.provenance import default_device_type
+    from calibdcd.device import default_device_type
 
     out: dict[str, Any] = {}
     for t in cfg.targets:

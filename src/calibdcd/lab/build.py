@@ -16,11 +16,11 @@ import platform
 import random
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from calibdcd.atomic import atomic_directory
 from calibdcd.lab.chat import ENDOFTEXT, PAD, SPECIAL_TOKENS, get_style
 from calibdcd.lab.config import LabConfig, config_hash, resolve_config
 from calibdcd.lab.pool import (
@@ -135,12 +135,12 @@ def _build_into(
 ) -> dict[str, Any]:
     import torch
 
+    from calibdcd.device import torch_device
     from calibdcd.lab.sftdata import make_conversations, tokenize_conversations
     from calibdcd.lab.tokenizer import train_tokenizer
     from calibdcd.lab.train import (
         build_model,
         init_new_token_embeddings,
-        pick_device,
         pretrain,
         sft,
     )
@@ -149,7 +149,7 @@ def _build_into(
     t_all = time.perf_counter()
     if cfg.num_threads > 0:
         torch.set_num_threads(cfg.num_threads)
-    device = pick_device(cfg.device)
+    device = torch_device(cfg.device)
     pt = cfg.pretrain
 
     t = time.perf_counter()
@@ -274,8 +274,8 @@ def build_lab(
     cfg, split, pool_spec = prepare_split(preset, seed=seed, pool=pool, **overrides)
     key = config_hash(cfg, seed, pool_spec["sha"])
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    try:
+    # built in a temporary sibling, renamed into place only when complete
+    with atomic_directory(out_dir, replace=True) as tmp:
         t0 = time.perf_counter()
         info = _build_into(tmp, cfg, split, pool_spec, seed, progress)
         meta: dict[str, Any] = {
@@ -310,18 +310,6 @@ def build_lab(
         meta["sizes"]["total"] = _dir_size(tmp)
         meta["complete"] = True
         (tmp / "lab.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
-        tmp.chmod(0o755)
-        if out_dir.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
-            old.rmdir()
-            out_dir.rename(old)
-            tmp.rename(out_dir)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out_dir
 
 

@@ -48,12 +48,12 @@ import json
 import logging
 import os
 import re
-import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from calibdcd.atomic import atomic_directory, atomic_write_text
+from calibdcd.device import resolve_device, resolve_dtype
 from calibdcd.models import resolve_model
 from calibdcd.paths import cache_root
 from calibdcd.targets.base import (
@@ -70,8 +70,6 @@ __all__ = [
     "convert_gguf",
     "detect_family",
     "fingerprint_checkpoint",
-    "resolve_device",
-    "resolve_dtype",
     "row_uniform",
 ]
 
@@ -81,44 +79,6 @@ _FINGERPRINTED = re.compile(
     r"(\.safetensors|\.bin|\.pt|\.gguf|\.model|\.jinja|\.tiktoken|merges\.txt|vocab\.(json|txt)"
     r"|config\.json|tokenizer\.json|tokenizer_config\.json|special_tokens_map\.json)$"
 )
-
-
-# --- device, dtype -------------------------------------------------------------------------------
-
-
-def resolve_device(device: str = "auto") -> str:
-    """``"auto"`` → ``cuda`` if available, else ``mps``, else ``cpu``; other values are checked."""
-    import torch
-
-    if device == "auto":
-        if torch.cuda.is_available():
-            return "cuda"
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            return "mps"
-        return "cpu"
-    kind = device.split(":")[0]
-    if kind not in ("cpu", "cuda", "mps"):
-        raise ValueError(f"device must be 'auto', 'cpu', 'cuda[:i]' or 'mps', got {device!r}")
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={device!r} but CUDA is not available")
-    return device
-
-
-def resolve_dtype(dtype: Any, device: str) -> Any:
-    """``"auto"`` → bfloat16 on CUDA (when supported), float32 on CPU and MPS."""
-    import torch
-
-    if dtype == "auto":
-        if device.startswith("cuda") and torch.cuda.is_bf16_supported():
-            return torch.bfloat16
-        return torch.float32
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    names = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
-             "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}  # fmt: skip
-    if dtype not in names:
-        raise ValueError(f"dtype must be 'auto' or one of {sorted(names)}, got {dtype!r}")
-    return names[dtype]
 
 
 # --- identity ------------------------------------------------------------------------------------
@@ -135,10 +95,7 @@ def _file_sha256(path: Path, memo_dir: Path) -> str:
         for block in iter(lambda: f.read(1 << 22), b""):
             h.update(block)
     digest = h.hexdigest()
-    memo_dir.mkdir(parents=True, exist_ok=True)
-    tmp = memo.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(digest)
-    os.replace(tmp, memo)
+    atomic_write_text(memo, digest)
     return digest
 
 
@@ -171,9 +128,7 @@ def convert_gguf(gguf_path: str | Path, cache_dir: str | Path | None = None) -> 
     final = root / f"{src.stem}-{fp}"
     if (final / "config.json").exists():
         return final
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=root))
-    try:
+    with atomic_directory(final) as tmp:  # converted concurrently by another process: theirs
         tok = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
         loaded = AutoModelForCausalLM.from_pretrained(
             str(src.parent), gguf_file=src.name, dtype=torch.float32
@@ -192,12 +147,6 @@ def convert_gguf(gguf_path: str | Path, cache_dir: str | Path | None = None) -> 
         plain.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         (tmp / "calibdcd-source.json").write_text(json.dumps({"gguf": str(src)}))
-        try:
-            tmp.rename(final)
-        except OSError:  # converted concurrently by another process
-            pass
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return final
 
 

@@ -13,10 +13,9 @@ import dataclasses
 import hashlib
 import json
 import random
-import shutil
-import tempfile
 from pathlib import Path
 
+from calibdcd.atomic import atomic_directory
 from calibdcd.paths import cache_root
 
 __all__ = [
@@ -165,14 +164,6 @@ def cached_tiny_lm(config: TinyLMConfig | None = None, cache_dir: str | Path | N
     final = root / f"tiny-{key[:16]}"
     if (final / "tiny_lm.json").exists():
         return final
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
-    try:
+    with atomic_directory(final) as tmp:  # built concurrently by another process: keep theirs
         build_tiny_lm(tmp, cfg)
-        try:
-            tmp.rename(final)
-        except OSError:  # built concurrently by another process: keep theirs
-            pass
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return final

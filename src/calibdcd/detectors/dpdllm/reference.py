@@ -22,12 +22,10 @@ a fingerprint of its weight files), the texts and every hyperparameter, so one s
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
 import math
-import os
 import shutil
 import time
 from collections.abc import Sequence
@@ -36,6 +34,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from calibdcd.atomic import atomic_directory
+from calibdcd.device import autocast, resolve_device
 from calibdcd.paths import cache_root
 from calibdcd.provenance import build_environment
 
@@ -46,7 +46,6 @@ __all__ = [
     "model_fingerprint",
     "pack_texts",
     "reference_key",
-    "resolve_device",
 ]
 
 
@@ -124,18 +123,6 @@ class ReferenceLMConfig:
         if self.bf16:
             key["bf16"] = True
         return key
-
-
-def resolve_device(device: str = "auto") -> str:
-    import torch
-
-    if device != "auto":
-        return device
-    if torch.cuda.is_available():
-        return "cuda"
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        return "mps"
-    return "cpu"
 
 
 _FP_CACHE: dict[tuple[str, int, int], str] = {}
@@ -344,24 +331,12 @@ class ReferenceLM:
                     self.device
                 )
                 y = torch.from_numpy(packed.targets[s : s + bs]).to(self.device)
-                with _bf16_autocast(use_bf16, self.device):
+                with autocast(self.device, use_bf16, cpu=True):
                     logits = self.model(input_ids=x, attention_mask=am).logits
                 logp = torch.log_softmax(logits.float(), dim=-1)
                 cond[s : s + bs] = logp.gather(-1, y.unsqueeze(-1)).squeeze(-1).exp().cpu().numpy()
                 mx[s : s + bs] = logp.max(dim=-1).values.exp().cpu().numpy()
         return {"cond_prob": cond, "max_prob": mx, "target_mask": packed.target_mask}
-
-
-def _bf16_autocast(enabled: bool, device: str) -> Any:
-    """bfloat16 autocast on ``device`` (cuda or cpu) when enabled, else a no-op context."""
-    if not enabled:
-        return contextlib.nullcontext()
-    import torch
-
-    kind = device.split(":")[0]
-    if kind not in ("cuda", "cpu"):
-        raise ValueError(f"reference.bf16 needs a cuda or cpu device, got {device!r}")
-    return torch.autocast(kind, dtype=torch.bfloat16)
 
 
 def _train_and_save(
@@ -407,7 +382,7 @@ def _train_and_save(
                 idx = torch.from_numpy(perm[b * config.batch_size : (b + 1) * config.batch_size])
                 x, y = inputs[idx].to(device), targets[idx].to(device)
                 am, w = in_mask[idx].to(device), tgt_mask[idx].to(device)
-                with _bf16_autocast(use_bf16, device):
+                with autocast(device, use_bf16, cpu=True):
                     logits = model(input_ids=x, attention_mask=am).logits
                 nll = torch.nn.functional.cross_entropy(
                     logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="none"
@@ -433,27 +408,20 @@ def _train_and_save(
         bar.close()
     assert best_state is not None
     model.load_state_dict(best_state)
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    meta = {
-        "base_model": config.model_path,
-        "base_fingerprint": model_fingerprint(config.model_path),
-        "window": window,
-        "n_texts": n,
-        "hyperparameters": config.training_key(),
-        "train_ppl_per_epoch": history,
-        "best_epoch": best_epoch + 1,
-        "best_train_ppl": best_ppl,
-        "device": device,
-        "seconds": time.perf_counter() - t0,
-    }
-    (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
-    if out.exists():  # another process finished the same setting first
-        shutil.rmtree(tmp)
-        return
-    out.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(tmp, out)
+    # another process that finished the same setting first keeps its copy
+    with atomic_directory(out) as tmp:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        meta = {
+            "base_model": config.model_path,
+            "base_fingerprint": model_fingerprint(config.model_path),
+            "window": window,
+            "n_texts": n,
+            "hyperparameters": config.training_key(),
+            "train_ppl_per_epoch": history,
+            "best_epoch": best_epoch + 1,
+            "best_train_ppl": best_ppl,
+            "device": device,
+            "seconds": time.perf_counter() - t0,
+        }
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
