@@ -24,17 +24,22 @@ Which models an experiment config uses (:class:`ModelUse`) is the experiment's b
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from calibdcd.atomic import atomic_write_text
+from calibdcd.paths import cache_root
+
 __all__ = [
     "MissingModelError",
     "MissingModelsError",
     "ModelUse",
     "ResolvedModel",
+    "checkpoint_identity",
     "fetch_models",
     "hub_cache_dir",
     "is_hub_id",
@@ -228,6 +233,58 @@ def resolve_model(ref: str | Path, *, need: Need = "model") -> ResolvedModel:
     if why is not None:
         raise MissingModelError(text, f"incomplete in the local hub cache ({why})")
     return ResolvedModel(ref=text, path=snap_path, repo_id=repo_id, revision=snap_path.name)
+
+
+# --------------------------------------------------------------------------------------------
+# Identity
+# --------------------------------------------------------------------------------------------
+
+#: the files of a checkpoint that make it what it is: weights, config, tokenizer, chat template
+_CHECKPOINT_FILES = re.compile(
+    r"(\.safetensors|\.bin|\.pt|\.gguf|\.model|\.jinja|\.tiktoken|merges\.txt|vocab\.(json|txt)"
+    r"|config\.json|tokenizer\.json|tokenizer_config\.json|special_tokens_map\.json)$"
+)
+_DIGESTS: dict[str, str] = {}
+
+
+def _file_sha256(path: Path, memo_dir: Path) -> str:
+    """sha256 of a file's bytes, remembered per (resolved path, size, mtime) in this process
+    and in ``memo_dir`` (so a large checkpoint is read once per machine, not once per run)."""
+    st = path.stat()
+    where = f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}"
+    if where in _DIGESTS:
+        return _DIGESTS[where]
+    memo = memo_dir / hashlib.sha256(where.encode()).hexdigest()[:32]
+    digest = memo.read_text().strip() if memo.exists() else ""
+    if len(digest) != 64:
+        h = hashlib.sha256()
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                h.update(block)
+        digest = h.hexdigest()
+        atomic_write_text(memo, digest)
+    _DIGESTS[where] = digest
+    return digest
+
+
+def checkpoint_identity(path: str | Path, cache_dir: str | Path | None = None) -> str:
+    """The identity of a local checkpoint (a directory, or one file such as a ``.gguf``): a
+    sha256 over the names and contents of its weights, config and tokenizer files. Never its
+    location or mtimes, so a moved checkout, lab or cache keeps its identity; a hub id's snapshot
+    and a local copy of the same files share one. Digests are memoised under
+    ``<cache root>/fingerprints`` (:func:`calibdcd.paths.cache_root` of ``cache_dir``).
+    Targets, the experiment's cache keys, DPDLLM's reference LM and VeilProbe's perturbation
+    models all identify checkpoints with this one function."""
+    p = Path(path)
+    memo_dir = cache_root(cache_dir) / "fingerprints"
+    files = [p] if p.is_file() else sorted(f for f in p.iterdir() if f.is_file())
+    files = [f for f in files if p.is_file() or _CHECKPOINT_FILES.search(f.name)]
+    if not files:
+        raise ValueError(f"model: no checkpoint files found in {str(p)!r}")
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f"{f.name}\0{_file_sha256(f, memo_dir)}\0".encode())
+    return h.hexdigest()
 
 
 # --------------------------------------------------------------------------------------------

@@ -199,34 +199,38 @@ def build_detector(
     return spec.build(entry, benchmark, cache_dir)
 
 
-def _without_locations(value: Any) -> Any:
+def _without_locations(value: Any, root: str | Path | None = None) -> Any:
     """A detector config without where things live: ``progress``/``cache_dir`` keys dropped at
     every level, a local model path replaced by its name and content hash (e.g. a lab's clean
-    reference LM in the user cache), any other absolute path by its name."""
+    reference LM in the cache; digests memoised under the cache root ``root``), any other
+    absolute path by its name."""
     if isinstance(value, Mapping):
         return {
-            k: _without_locations(v) for k, v in value.items() if k not in ("progress", "cache_dir")
+            k: _without_locations(v, root)
+            for k, v in value.items()
+            if k not in ("progress", "cache_dir")
         }
     if isinstance(value, (list, tuple)):
-        return [_without_locations(v) for v in value]
+        return [_without_locations(v, root) for v in value]
     if isinstance(value, str) and os.path.isabs(value):
         p = Path(value)
         if p.is_dir():
-            from calibdcd.targets.hf import fingerprint_checkpoint
+            from calibdcd.models import checkpoint_identity
 
             try:
-                return {"name": p.name, "content": fingerprint_checkpoint(p)}
+                return {"name": p.name, "content": checkpoint_identity(p, root)}
             except ValueError:  # no checkpoint files in it
                 pass
         return p.name
     return value
 
 
-def detector_fingerprint(detector: Any) -> str:
-    """A stable description of a detector's configuration, for cache keys."""
+def detector_fingerprint(detector: Any, root: str | Path | None = None) -> str:
+    """A stable description of a detector's configuration, for cache keys (``root``: the run's
+    cache root, where checkpoint digests are memoised)."""
     cfg = getattr(detector, "config", None)
     if cfg is not None and dataclasses.is_dataclass(cfg):
-        d = _without_locations(dataclasses.asdict(cfg))
+        d = _without_locations(dataclasses.asdict(cfg), root)
         body = json.dumps(d, sort_keys=True, default=str)
     else:
         body = repr(cfg)
@@ -273,7 +277,9 @@ def resolve_lab(preset: str, *, build: bool = True, root: str | Path | None = No
     return Path(ensure_lab(preset, root=cache_root(root), check=False))
 
 
-def target_identity(entry: TargetEntry, model_path: str | None = None) -> str:
+def target_identity(
+    entry: TargetEntry, model_path: str | None = None, root: str | Path | None = None
+) -> str:
     """A stable identity of a target spec for feature cache keys, computed without loading it:
     backend, model and options, plus a content hash of a local checkpoint's files (a hub id: the
     commit of its snapshot in the local hub cache). A local checkpoint enters by its name and
@@ -295,10 +301,10 @@ def target_identity(entry: TargetEntry, model_path: str | None = None) -> str:
             except MissingModelError:
                 pass
     if p.exists():
-        from calibdcd.targets.hf import fingerprint_checkpoint
+        from calibdcd.models import checkpoint_identity
 
         parts["model"] = p.name
-        parts["content"] = fingerprint_checkpoint(p)
+        parts["content"] = checkpoint_identity(p, root)
     body = json.dumps(parts, sort_keys=True, default=str)
     return hashlib.sha256(body.encode()).hexdigest()[:20]
 

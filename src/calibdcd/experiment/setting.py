@@ -141,9 +141,11 @@ def inputs_hash(setting: Setting, cfg: ExperimentConfig, ctx: RunContext) -> str
     det = ctx.detector(setting.detector, bench.name, setting.seed)
     return digest(
         setting_hash(setting, cfg),
-        detector_fingerprint(det),
+        detector_fingerprint(det, ctx.cache_root),
         target_identity(
-            setting.target, model_path(setting.target, build_lab=False, root=ctx.cache_root)
+            setting.target,
+            model_path(setting.target, build_lab=False, root=ctx.cache_root),
+            ctx.cache_root,
         ),
         ctx.benchmark_digest(setting.benchmark),
     )[:16]
@@ -287,9 +289,11 @@ class _Extractor:
         self.setting = setting
         self.detector = detector
         self.pool = pool
-        self.det_key = detector_fingerprint(detector)
+        self.det_key = detector_fingerprint(detector, ctx.cache_root)
         self.target_key = target_identity(
-            setting.target, model_path(setting.target, build_lab=False, root=ctx.cache_root)
+            setting.target,
+            model_path(setting.target, build_lab=False, root=ctx.cache_root),
+            ctx.cache_root,
         )
         self.takes_reference = "reference_texts" in inspect.signature(detector.extract).parameters
         self.has_prepare = callable(getattr(detector, "prepare", None))

@@ -52,9 +52,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from calibdcd.atomic import atomic_directory, atomic_write_text
+from calibdcd.atomic import atomic_directory
 from calibdcd.device import resolve_device, resolve_dtype
-from calibdcd.models import resolve_model
+from calibdcd.models import checkpoint_identity, resolve_model
 from calibdcd.paths import cache_root
 from calibdcd.targets.base import (
     GenerationParams,
@@ -69,49 +69,10 @@ __all__ = [
     "checkpoint_decoding",
     "convert_gguf",
     "detect_family",
-    "fingerprint_checkpoint",
     "row_uniform",
 ]
 
 log = logging.getLogger(__name__)
-
-_FINGERPRINTED = re.compile(
-    r"(\.safetensors|\.bin|\.pt|\.gguf|\.model|\.jinja|\.tiktoken|merges\.txt|vocab\.(json|txt)"
-    r"|config\.json|tokenizer\.json|tokenizer_config\.json|special_tokens_map\.json)$"
-)
-
-
-# --- identity ------------------------------------------------------------------------------------
-
-
-def _file_sha256(path: Path, memo_dir: Path) -> str:
-    st = path.stat()
-    memo_key = hashlib.sha256(f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}".encode())
-    memo = memo_dir / memo_key.hexdigest()[:32]
-    if memo.exists():
-        return memo.read_text().strip()
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    digest = h.hexdigest()
-    atomic_write_text(memo, digest)
-    return digest
-
-
-def fingerprint_checkpoint(path: str | Path, cache_dir: str | Path | None = None) -> str:
-    """Content hash of a checkpoint: its weights, config and tokenizer files (or one file)."""
-    p = Path(path)
-    memo_dir = cache_root(cache_dir) / "fingerprints"
-    files = [p] if p.is_file() else sorted(f for f in p.iterdir() if f.is_file())
-    files = [f for f in files if p.is_file() or _FINGERPRINTED.search(f.name)]
-    if not files:
-        raise ValueError(f"model: no checkpoint files found in {str(p)!r}")
-    h = hashlib.sha256()
-    for f in files:
-        h.update(f"{f.name}\0{_file_sha256(f, memo_dir)}\0".encode())
-    return h.hexdigest()
-
 
 # --- GGUF ----------------------------------------------------------------------------------------
 
@@ -123,7 +84,7 @@ def convert_gguf(gguf_path: str | Path, cache_dir: str | Path | None = None) -> 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     src = Path(gguf_path).resolve()
-    fp = fingerprint_checkpoint(src, cache_dir)[:16]
+    fp = checkpoint_identity(src, cache_dir)[:16]
     root = cache_root(cache_dir) / "gguf"
     final = root / f"{src.stem}-{fp}"
     if (final / "config.json").exists():
@@ -300,7 +261,7 @@ class HFTarget:
             label = self.hub_model.repo_id
         else:
             label = source.name if source.is_file() else source.resolve().name
-        fp = fingerprint_checkpoint(source, self.cache_dir)[:16]
+        fp = checkpoint_identity(source, self.cache_dir)[:16]
         dname = str(self.dtype).replace("torch.", "")
         self.name = f"hf:{label}@{fp}/{dname}" + ("" if skip_special_tokens else "/raw-special")
         fam_dir = source if source.is_dir() else load_dir

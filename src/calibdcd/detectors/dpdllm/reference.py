@@ -36,6 +36,7 @@ import numpy as np
 
 from calibdcd.atomic import atomic_directory
 from calibdcd.device import autocast, resolve_device
+from calibdcd.models import checkpoint_identity
 from calibdcd.paths import cache_root
 from calibdcd.provenance import build_environment
 
@@ -43,7 +44,6 @@ __all__ = [
     "PackedBatch",
     "ReferenceLM",
     "ReferenceLMConfig",
-    "model_fingerprint",
     "pack_texts",
     "reference_key",
 ]
@@ -125,21 +125,6 @@ class ReferenceLMConfig:
         return key
 
 
-_FP_CACHE: dict[tuple[str, int, int], str] = {}
-
-
-def _file_digest(path: Path) -> str:
-    st = path.stat()
-    key = (str(path), st.st_size, st.st_mtime_ns)
-    if key not in _FP_CACHE:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-        _FP_CACHE[key] = h.hexdigest()
-    return _FP_CACHE[key]
-
-
 def _base_dir(model_path: str) -> Path:
     """The base model's directory: a local path, or a hub id's snapshot in the local hub cache
     (:class:`calibdcd.models.MissingModelError` when it is not there)."""
@@ -148,28 +133,10 @@ def _base_dir(model_path: str) -> Path:
     return resolve_model(model_path).path
 
 
-def model_fingerprint(model_path: str) -> str:
-    """Identity of a base model: a hash of its config, tokenizer and weight files' contents
-    (a hub id: those of its snapshot in the local hub cache, so the id and a local copy of the
-    same files share one identity)."""
-    p = _base_dir(model_path)
-    if not p.is_dir():
-        return f"id:{model_path}"
-    h = hashlib.sha256()
-    for f in sorted(p.iterdir()):
-        if f.is_file() and (
-            f.suffix in (".safetensors", ".bin", ".json", ".model", ".txt")
-            or f.name == "merges.txt"
-        ):
-            h.update(f.name.encode())
-            h.update(_file_digest(f).encode())
-    return "dir:" + h.hexdigest()
-
-
 def reference_key(config: ReferenceLMConfig, window: int, texts: Sequence[str]) -> str:
     """Cache key of a fine-tuned reference LM: base model identity, texts (ordered), settings."""
     h = hashlib.sha256()
-    h.update(model_fingerprint(config.model_path).encode())
+    h.update(checkpoint_identity(_base_dir(config.model_path), config.cache_dir).encode())
     h.update(json.dumps({**config.training_key(), "window": window}, sort_keys=True).encode())
     # what changes the fine-tuned bytes besides the settings: library versions, device type,
     # CPU threads and, on CUDA, the bf16 autocast
@@ -414,7 +381,7 @@ def _train_and_save(
         tok.save_pretrained(tmp)
         meta = {
             "base_model": config.model_path,
-            "base_fingerprint": model_fingerprint(config.model_path),
+            "base_fingerprint": checkpoint_identity(_base_dir(config.model_path), config.cache_dir),
             "window": window,
             "n_texts": n,
             "hyperparameters": config.training_key(),
