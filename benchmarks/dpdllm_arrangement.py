@@ -113,12 +113,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from calibdcd.detectors.dpdllm.reference import default_cache_dir
     from calibdcd.experiment import run_experiment
     from calibdcd.experiment.config import parse_config
+    from calibdcd.paths import cache_root
 
     torch.set_num_threads(args.threads)
-    args.cache = args.cache or default_cache_dir() / "bench"
+    args.cache = args.cache or cache_root() / "bench"
     out = args.out or args.cache / "runs" / f"dpdllm-arrangement-{args.lab}"
     cfg = parse_config(build_config(args), base_dir=Path.cwd())
     t0 = time.perf_counter()

@@ -15,7 +15,9 @@ its log-odds.
 Prints a markdown table and writes a JSON with every number to ``--out``.
 
 Measured on 2 shared CPU cores (L=64, reference lr 1e-3, clean reference, seed 0), AUC / TPR@5%FPR
-on the evaluation pool (gaps = empty continuations, dropped):
+on the evaluation pool (gaps = empty continuations, dropped), with this script's earlier
+hand-written split (a seeded shuffle per class; it now uses the experiments' ``make_split``, so a
+re-run draws other supervised texts for the same seed):
 
 * lab small (250 m + 250 nm, eval 400): base .671/.056, chat-llama .551/.026,
   chat-qwen .549/.048, chat-reasoning .444/.032. Reference LMs 25 s (100 texts) and 88 s (400),
@@ -41,8 +43,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from calibdcd.detectors.dpdllm import DPDLLM, DPDLLMConfig, ReferenceLMConfig
 from calibdcd.detectors.dpdllm.lab_reference import CleanReferenceConfig, ensure_clean_reference
-from calibdcd.detectors.dpdllm.reference import default_cache_dir
 from calibdcd.metrics import auc, tpr_at_fpr
+from calibdcd.paths import cache_root
 from calibdcd.targets.cache import CachedTarget
 from calibdcd.targets.hf import HFTarget
 
@@ -54,14 +56,13 @@ def make_target(path: Path, cache_dir: Path) -> CachedTarget:
 
 
 def split_lab(rows: list[dict], n_per_class: int, seed: int):
-    rng = np.random.default_rng(seed)
-    mem = [r for r in rows if int(r["label"]) == 1]
-    non = [r for r in rows if int(r["label"]) == 0]
-    rng.shuffle(mem)
-    rng.shuffle(non)
-    train = mem[:n_per_class] + non[:n_per_class]
-    pool = mem[n_per_class:] + non[n_per_class:]
-    return train, pool
+    """The experiments' own split (``calibdcd.data.make_split``, paper protocol, no subsample):
+    ``n_per_class`` members + as many non-members supervised, every other text in the pool."""
+    from calibdcd.data import SplitConfig, make_split
+
+    labels = np.array([int(r["label"]) for r in rows])
+    sp = make_split(labels, SplitConfig(n_supervised_per_class=n_per_class), seed=seed)
+    return [rows[i] for i in sp.supervised], [rows[i] for i in sp.evaluation]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         args.lab = resolve_lab("small")
     lab = args.lab
     if args.cache is None:
-        args.cache = default_cache_dir() / "dpdllm-bench"
+        args.cache = cache_root() / "dpdllm-bench"
     rows = [json.loads(x) for x in (lab / "ground_truth.jsonl").read_text().splitlines() if x]
     train, pool = split_lab(rows, args.n_per_class, args.seed)
     tr_texts, ytr = [r["text"] for r in train], np.array([int(r["label"]) for r in train])

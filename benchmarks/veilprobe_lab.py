@@ -4,6 +4,9 @@ For each lab model (the base model and each post-trained variant) the detector i
 whole ground-truth pool: suffixes of every text and of its key-token-perturbed copy, one mapping
 model trained on the pool (no labels), features, then the ProtoNet-IB classifier trained on a
 seeded supervised split (``--per-class`` members + as many non-members) and evaluated on the rest.
+The split is the experiments' (``calibdcd.data.make_split``); the numbers in docs/veilprobe.md
+were measured with this script's earlier hand-written split (a seeded permutation per class), so
+a re-run draws other supervised texts for the same seed.
 
 Run with nothing else on the CPU, e.g.::
 
@@ -42,17 +45,12 @@ def load_ground_truth(lab: Path) -> tuple[list[str], np.ndarray]:
 
 
 def supervised_split(labels: np.ndarray, per_class: int, seed: int):
-    rng = np.random.default_rng(seed)
-    train = []
-    for c in (1, 0):
-        idx = rng.permutation(np.flatnonzero(labels == c))
-        if idx.size <= per_class:
-            raise ValueError(
-                f"label {c} has only {idx.size} texts; --per-class {per_class} too big"
-            )
-        train.append(idx[:per_class])
-    train = np.sort(np.concatenate(train))
-    return train, np.setdiff1d(np.arange(labels.size), train)
+    """The experiments' own split (``calibdcd.data.make_split``, paper protocol, no subsample):
+    ``per_class`` members + as many non-members supervised, every other text evaluated."""
+    from calibdcd.data import SplitConfig, make_split
+
+    sp = make_split(labels, SplitConfig(n_supervised_per_class=per_class), seed=seed)
+    return sp.supervised, sp.evaluation
 
 
 def build_config(args):

@@ -207,7 +207,7 @@ def _result(**over):
 
 
 def test_result_json_is_typed_versioned_and_reads_version_0(tmp_path):
-    from calibdcd.experiment.result_schema import (
+    from calibdcd.results import (
         RESULT_SCHEMA_VERSION,
         ResultError,
         parse_result,

@@ -529,7 +529,10 @@ def test_demo_config_is_configs_lab_small():
 def test_demo_on_the_lab_micro_strict_protocol(tmp_path, monkeypatch):
     """The demo path on the micro lab (4 targets, overlap detector), then the same grid under
     protocol strict: no calibration text is ever in the reporting pool."""
-    lab_micro()
+    labs = tmp_path / "labs"  # the run's cache root would hold its own lab: share the built one
+    labs.mkdir()
+    (labs / "lab-micro").symlink_to(lab_micro(), target_is_directory=True)
+    monkeypatch.setenv("CALIBDCD_LAB_ROOT", str(labs))
     from calibdcd.experiment.demo import demo_config, run_demo
 
     monkeypatch.chdir(tmp_path)

@@ -20,12 +20,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from calibdcd.experiment.model_uses import check_models, models_in_config  # noqa: E402
 from calibdcd.models import (  # noqa: E402
     MissingModelError,
     MissingModelsError,
     ModelUse,
-    check_models,
-    models_in_config,
     resolve_model,
     select_files,
 )
@@ -197,15 +196,17 @@ def test_dpdllm_reference_loads_by_hub_id(hub):
     from calibdcd.detectors.dpdllm.reference import (
         ReferenceLM,
         ReferenceLMConfig,
-        model_fingerprint,
+        reference_key,
     )
 
     ref = ReferenceLM.load_base(ReferenceLMConfig(model_path="org/tiny", device="cpu"), 12)
     stats = ref.position_stats(synthetic_sentences(3, seed=5))
     assert stats["cond_prob"].shape == (3, 12) and (stats["cond_prob"] > 0).all()
     snap = str(resolve_model("org/tiny").path)
-    assert model_fingerprint("org/tiny") == model_fingerprint(snap)
-    assert model_fingerprint("org/tiny").startswith("dir:")
+    # the id and its snapshot directory are one base model (one reference LM cache entry)
+    texts = synthetic_sentences(3, seed=5)
+    by_id = reference_key(ReferenceLMConfig(model_path="org/tiny"), 12, texts)
+    assert by_id == reference_key(ReferenceLMConfig(model_path=snap), 12, texts)
     with pytest.raises(MissingModelError):
         ReferenceLM.load_base(ReferenceLMConfig(model_path="gpt2", device="cpu"), 12)
 

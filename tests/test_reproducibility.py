@@ -64,11 +64,16 @@ def _files_state(d: Path) -> dict[str, tuple[int, int]]:
 
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory):
-    lab_micro()  # the shared micro lab (built once per lab cache)
     base = tmp_path_factory.mktemp("repro")
-    # relative cache_dir/output resolve against each config file's directory
-    a = _run_in_process(base / "a", batch=64)
-    b = _run_in_process(base / "b", batch=5)
+    # each run's cache root would hold its own lab: share the built micro lab instead
+    labs = base / "labs"
+    labs.mkdir()
+    (labs / "lab-micro").symlink_to(lab_micro(), target_is_directory=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CALIBDCD_LAB_ROOT", str(labs))
+        # relative cache_dir/output resolve against each config file's directory
+        a = _run_in_process(base / "a", batch=64)
+        b = _run_in_process(base / "b", batch=5)
     return base, a, b
 
 

@@ -2,21 +2,33 @@
 
 A write goes to a temporary file in the same directory, is flushed and fsynced, and then
 replaces the target with ``os.replace``: a reader (or a run resumed after ``kill -9`` or a full
-disk) sees the old file or the new one, never half of one.
+disk) sees the old file or the new one, never half of one. A directory artefact (a checkpoint,
+a lab) is built in a temporary sibling and renamed into place by :func:`atomic_directory`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
+import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-__all__ = ["atomic_savez", "atomic_write_bytes", "atomic_write_text"]
+__all__ = [
+    "atomic_directory",
+    "atomic_savez",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "json_default",
+    "read_json",
+    "write_json",
+]
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
@@ -45,3 +57,56 @@ def atomic_savez(path: str | Path, arrays: Mapping[str, np.ndarray]) -> None:
     buf = io.BytesIO()
     np.savez(buf, **{k: np.asarray(v) for k, v in arrays.items()})
     atomic_write_bytes(path, buf.getvalue())
+
+
+def json_default(x: Any) -> Any:
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, Path):
+        return str(x)
+    if isinstance(x, (set, frozenset)):
+        return sorted(x)
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    """``obj`` as indented JSON (numpy scalars and arrays, paths and sets converted), atomically."""
+    atomic_write_text(path, json.dumps(obj, indent=2, default=json_default, allow_nan=True) + "\n")
+
+
+@contextlib.contextmanager
+def atomic_directory(final: str | Path, *, replace: bool = False) -> Iterator[Path]:
+    """A temporary sibling directory of ``final`` to fill; when the block ends without an error
+    it is renamed to ``final`` (mode 0755), so ``final`` is complete or absent, never partial.
+    On an error it is removed. When ``final`` exists by then (built concurrently by another
+    process) the new copy is dropped, unless ``replace``: then the old one is swapped out."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    try:
+        yield tmp
+        tmp.chmod(0o755)
+        if final.exists() and replace:
+            old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=final.parent))
+            old.rmdir()
+            final.rename(old)
+            tmp.rename(final)
+            shutil.rmtree(old, ignore_errors=True)
+        elif not final.exists():
+            try:
+                tmp.rename(final)
+            except OSError:  # published concurrently by another process: keep theirs
+                pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def read_json(path: str | Path) -> Any:
+    """Parse a JSON file; a file that is not valid JSON (or UTF-8) raises ValueError naming it."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None

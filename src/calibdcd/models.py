@@ -16,35 +16,33 @@ generation config and tokenizer files, and the weights as safetensors (``*.bin``
 without safetensors); files in sub-folders (ONNX, ``original/`` consolidated checkpoints, ...)
 are skipped.
 
-:func:`models_in_config` lists every model an experiment config uses (:class:`ModelUse`, with
-where it is used), including detector defaults the config does not spell out; lab models
-(``lab:`` targets, ``lab:...`` and ``lab-clean-reference:...`` options) and remotely served
-targets (``backend: openai``) are not hub models and are left out. :func:`check_models`
-resolves them all and raises one :class:`MissingModelsError` naming every missing one.
+Which models an experiment config uses (:class:`ModelUse`) is the experiment's business:
+:mod:`calibdcd.experiment.model_uses` lists and checks them, raising one
+:class:`MissingModelsError` naming every missing one.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-if TYPE_CHECKING:
-    from calibdcd.experiment.config import ExperimentConfig
+from calibdcd.atomic import atomic_write_text
+from calibdcd.paths import cache_root
 
 __all__ = [
     "MissingModelError",
     "MissingModelsError",
     "ModelUse",
     "ResolvedModel",
-    "check_models",
+    "checkpoint_identity",
     "fetch_models",
     "hub_cache_dir",
     "is_hub_id",
-    "models_in_config",
     "resolve_model",
     "select_files",
 ]
@@ -52,7 +50,8 @@ __all__ = [
 Need = Literal["model", "tokenizer"]
 
 _HUB_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*(?:@[\w./-]+)?$")
-_LAB_PREFIXES = ("lab:", "lab-clean-reference:")
+#: references to a contamination lab's files (resolved by the experiment, never hub ids)
+LAB_PREFIXES = ("lab:", "lab-clean-reference:")
 
 # files transformers reads besides the weights (top level of the repo only)
 _CONFIG_FILES = frozenset({"config.json", "generation_config.json"})
@@ -151,7 +150,7 @@ def is_hub_id(ref: str) -> bool:
     ``name``, optionally ``@revision``)."""
     if not ref or Path(ref).expanduser().exists() or ref.startswith((".", "/", "~")):
         return False
-    if ref.lower().endswith(".gguf") or ref.startswith(_LAB_PREFIXES):
+    if ref.lower().endswith(".gguf") or ref.startswith(LAB_PREFIXES):
         return False
     return bool(_HUB_ID.match(ref))
 
@@ -234,6 +233,58 @@ def resolve_model(ref: str | Path, *, need: Need = "model") -> ResolvedModel:
     if why is not None:
         raise MissingModelError(text, f"incomplete in the local hub cache ({why})")
     return ResolvedModel(ref=text, path=snap_path, repo_id=repo_id, revision=snap_path.name)
+
+
+# --------------------------------------------------------------------------------------------
+# Identity
+# --------------------------------------------------------------------------------------------
+
+#: the files of a checkpoint that make it what it is: weights, config, tokenizer, chat template
+_CHECKPOINT_FILES = re.compile(
+    r"(\.safetensors|\.bin|\.pt|\.gguf|\.model|\.jinja|\.tiktoken|merges\.txt|vocab\.(json|txt)"
+    r"|config\.json|tokenizer\.json|tokenizer_config\.json|special_tokens_map\.json)$"
+)
+_DIGESTS: dict[str, str] = {}
+
+
+def _file_sha256(path: Path, memo_dir: Path) -> str:
+    """sha256 of a file's bytes, remembered per (resolved path, size, mtime) in this process
+    and in ``memo_dir`` (so a large checkpoint is read once per machine, not once per run)."""
+    st = path.stat()
+    where = f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}"
+    if where in _DIGESTS:
+        return _DIGESTS[where]
+    memo = memo_dir / hashlib.sha256(where.encode()).hexdigest()[:32]
+    digest = memo.read_text().strip() if memo.exists() else ""
+    if len(digest) != 64:
+        h = hashlib.sha256()
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                h.update(block)
+        digest = h.hexdigest()
+        atomic_write_text(memo, digest)
+    _DIGESTS[where] = digest
+    return digest
+
+
+def checkpoint_identity(path: str | Path, cache_dir: str | Path | None = None) -> str:
+    """The identity of a local checkpoint (a directory, or one file such as a ``.gguf``): a
+    sha256 over the names and contents of its weights, config and tokenizer files. Never its
+    location or mtimes, so a moved checkout, lab or cache keeps its identity; a hub id's snapshot
+    and a local copy of the same files share one. Digests are memoised under
+    ``<cache root>/fingerprints`` (:func:`calibdcd.paths.cache_root` of ``cache_dir``).
+    Targets, the experiment's cache keys, DPDLLM's reference LM and VeilProbe's perturbation
+    models all identify checkpoints with this one function."""
+    p = Path(path)
+    memo_dir = cache_root(cache_dir) / "fingerprints"
+    files = [p] if p.is_file() else sorted(f for f in p.iterdir() if f.is_file())
+    files = [f for f in files if p.is_file() or _CHECKPOINT_FILES.search(f.name)]
+    if not files:
+        raise ValueError(f"model: no checkpoint files found in {str(p)!r}")
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f"{f.name}\0{_file_sha256(f, memo_dir)}\0".encode())
+    return h.hexdigest()
 
 
 # --------------------------------------------------------------------------------------------
@@ -334,67 +385,6 @@ def _fetch_error(e: Exception) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# The models a config uses
-# --------------------------------------------------------------------------------------------
-
-
-def _get_path(obj: Any, dotted: str) -> tuple[bool, Any]:
-    for part in dotted.split("."):
-        if isinstance(obj, dict):
-            if part not in obj:
-                return False, None
-            obj = obj[part]
-        elif dataclasses.is_dataclass(obj) and hasattr(obj, part):
-            obj = getattr(obj, part)
-        else:
-            return False, None
-    return True, obj
-
-
-def _skip(ref: str) -> bool:
-    return not ref or ref.startswith(_LAB_PREFIXES)
-
-
-def models_in_config(cfg: ExperimentConfig) -> list[ModelUse]:
-    """Every model ``cfg`` uses, with where: ``hf`` targets (not lab ones), and the model fields
-    of every detector's effective config (its preset and defaults with the config's options),
-    built without loading any model or building any lab. Lab references and remote
-    (``backend: openai``) targets are left out."""
-    from calibdcd.experiment.components import DETECTORS
-
-    uses: list[ModelUse] = []
-    for i, t in enumerate(cfg.targets):
-        if t.backend == "hf" and t.lab is None and not _skip(t.model):
-            uses.append(ModelUse(f"targets[{i}] ({t.name}).model", t.model))
-    bench_names = sorted({b.name for b in cfg.benchmarks}) or [""]
-    for i, d in enumerate(cfg.detectors):
-        spec = DETECTORS.get(d.name)
-        if spec is None or not spec.model_fields:
-            continue
-        seen: set[tuple[str, str]] = set()
-        for bn in bench_names:
-            try:
-                det = spec.build(d, bn, cfg.cache_dir)  # lab references stay unresolved
-            except Exception as exc:
-                raise ValueError(f"detectors[{i}] ({d.label}): {exc}") from None
-            for field, need in spec.model_fields:
-                found, value = _get_path(getattr(det, "config", None), field)
-                if not found or value is None:
-                    continue
-                spelled, _ = _get_path(dict(d.options), field)
-                values = [value] if isinstance(value, str) else list(value)
-                for k, ref in enumerate(values):
-                    ref = str(ref)
-                    where = f"detectors[{i}] ({d.label}).options.{field}"
-                    if not isinstance(value, str):
-                        where += f"[{k}]"
-                    if _skip(ref) or (where, ref) in seen:
-                        continue
-                    seen.add((where, ref))
-                    uses.append(ModelUse(where, ref, need, default=not spelled))
-    return uses
-
-
 class MissingModelsError(ValueError):
     """Every model of a config that cannot be used here, in one message."""
 
@@ -417,24 +407,6 @@ class MissingModelsError(ValueError):
                 hint += " (with network access and HF_HUB_OFFLINE unset)"
             lines.append(hint)
         super().__init__("\n".join(lines))
-
-
-def check_models(
-    cfg: ExperimentConfig, uses: Sequence[ModelUse] | None = None
-) -> list[tuple[ModelUse, ResolvedModel]]:
-    """Resolve every model of ``cfg`` (no download, no weights loaded); raise one
-    :class:`MissingModelsError` that names every missing model and where it is used."""
-    uses = models_in_config(cfg) if uses is None else uses
-    ok: list[tuple[ModelUse, ResolvedModel]] = []
-    missing: list[tuple[ModelUse, MissingModelError]] = []
-    for use in uses:
-        try:
-            ok.append((use, resolve_model(use.ref, need=use.need)))
-        except MissingModelError as e:
-            missing.append((use, e))
-    if missing:
-        raise MissingModelsError(missing, cfg.source or "CONFIG")
-    return ok
 
 
 def models_record(resolved: Sequence[tuple[ModelUse, ResolvedModel]]) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ ConfigArg = Annotated[Path, typer.Argument(help="experiment config (YAML)")]
 
 def _uses(config: Path):
     from calibdcd.experiment.config import ConfigError, load_config
-    from calibdcd.models import models_in_config
+    from calibdcd.experiment.model_uses import models_in_config
 
     try:
         cfg = load_config(config)

@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from calibdcd.device import default_device_type
+
 __all__ = ["build_environment", "git_commit", "library_versions", "run_environment"]
 
 #: the packages whose versions a run records
@@ -47,21 +49,6 @@ def library_versions(packages: tuple[str, ...] = RECORDED_PACKAGES) -> dict[str,
         except importlib.metadata.PackageNotFoundError:
             out[pkg] = None
     return out
-
-
-def default_device_type() -> str:
-    """What ``device: auto`` resolves to here: cuda, then mps, else cpu (torch not imported when
-    it is not installed)."""
-    try:
-        import torch
-    except ImportError:
-        return "cpu"
-    if torch.cuda.is_available():
-        return "cuda"
-    mps = getattr(torch.backends, "mps", None)
-    if mps is not None and mps.is_available():
-        return "mps"
-    return "cpu"
 
 
 def build_environment(device: str | None = "auto", threads: int | None = None) -> dict[str, Any]:

@@ -57,6 +57,7 @@ __all__ = [
     "make_split",
     "resolve_subsample_size",
     "split_benchmark",
+    "stratified_draw",
     "subsample",
 ]
 
@@ -213,6 +214,22 @@ def _choose(rng: np.random.Generator, pool: np.ndarray, k: int) -> np.ndarray:
     return np.sort(rng.choice(pool, size=k, replace=False)) if k < len(pool) else np.sort(pool)
 
 
+def stratified_draw(
+    rng: np.random.Generator, pools: Sequence[np.ndarray], counts: Sequence[int]
+) -> np.ndarray:
+    """The project's one splitting primitive: sorted indices of ``counts[c]`` items drawn
+    without replacement from each ``pools[c]`` (e.g. members then non-members), in that order
+    from the one generator ``rng`` (a pool no larger than its count is taken whole and uses no
+    randomness). The subsample, the supervised split and the calibration split of the protocol
+    are draws of this; benchmarks/ scripts split through :func:`make_split`."""
+    if len(pools) != len(counts):
+        raise ValueError(f"{len(pools)} pools but {len(counts)} counts")
+    parts = [_choose(rng, np.asarray(p), int(k)) for p, k in zip(pools, counts, strict=True)]
+    if not parts:
+        return np.zeros(0, dtype=np.int64)
+    return np.sort(np.concatenate(parts))
+
+
 def subsample(
     labels: np.ndarray,
     size: int | None,
@@ -250,9 +267,8 @@ def subsample(
                 f"{len(pool)} (members {len(members)}, non-members {len(non_members)}); "
                 "use a smaller subsample or balance='stratified'"
             )
-    rng = _rng(seed, _SUBSAMPLE)
-    picked = np.concatenate([_choose(rng, members, k1), _choose(rng, non_members, k0)])
-    return np.sort(picked).astype(np.int64)
+    picked = stratified_draw(_rng(seed, _SUBSAMPLE), (members, non_members), (k1, k0))
+    return picked.astype(np.int64)
 
 
 def _check_labels(labels: np.ndarray, name: str) -> np.ndarray:
@@ -296,7 +312,7 @@ def _grouped_supervised(
             f"{len(order)} {cls[:-1]} group(s) of the subsample; none is left for the "
             "evaluation pool"
         )
-    return _choose(rng, used, k), used
+    return stratified_draw(rng, (used,), (k,)), used
 
 
 def make_split(
@@ -330,7 +346,7 @@ def make_split(
     rng = _rng(seed, _SUPERVISED)
     excluded = np.zeros(0, dtype=np.int64)
     if groups is None:
-        sup = np.sort(np.concatenate([_choose(rng, members, k), _choose(rng, non_members, k)]))
+        sup = stratified_draw(rng, (members, non_members), (k, k))
     else:
         if len(groups) != len(labels):
             raise ValueError(f"{name}: {len(groups)} group ids for {len(labels)} texts")
@@ -359,7 +375,7 @@ def make_split(
                 f"{name}: calibration_fraction={config.calibration_fraction} of the "
                 f"{len(remaining_nm)} remaining non-members leaves no calibration non-member"
             )
-    cal = _choose(_rng(seed, _CALIBRATION), remaining_nm, n_cal)
+    cal = stratified_draw(_rng(seed, _CALIBRATION), (remaining_nm,), (n_cal,))
     evaluation = np.setdiff1d(np.setdiff1d(sub, sup), excluded)
     if config.protocol == "strict":
         evaluation = np.setdiff1d(evaluation, cal)

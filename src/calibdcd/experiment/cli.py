@@ -153,9 +153,10 @@ def demo_command(
             help="veilprobe / dpdllm / overlap (repeat; default veilprobe and dpdllm)",
         ),
     ] = None,
-    cache_dir: Annotated[Path, typer.Option(help="feature / generation cache")] = Path(
-        ".calibdcd-cache"
-    ),
+    cache_dir: Annotated[
+        Path | None,
+        typer.Option(help="cache root: lab, generations, features (default: the user cache)"),
+    ] = None,
     progress: Annotated[bool, typer.Option(help="progress bars")] = True,
 ) -> None:
     """Build the lab, run every detector with and without CalibDCD on its post-trained and base

@@ -26,6 +26,7 @@ from calibdcd.experiment.config import (
     TargetEntry,
     register_entry_check,
 )
+from calibdcd.paths import cache_root
 
 __all__ = [
     "DETECTORS",
@@ -111,13 +112,14 @@ class DetectorSpec:
     build: Callable[[DetectorEntry, str, str], Any]  # (entry, benchmark name, cache dir) -> det
     description: str
     #: (dotted field of the detector's config, "model" | "tokenizer") naming models
-    #: (:func:`calibdcd.models.models_in_config` lists them, defaults included)
+    #: (:func:`calibdcd.experiment.model_uses.models_in_config` lists them, defaults included)
     model_fields: tuple[tuple[str, str], ...] = ()
 
 
-def resolve_lab_refs(value: Any, *, build: bool = True) -> Any:
+def resolve_lab_refs(value: Any, *, build: bool = True, root: str | Path | None = None) -> Any:
     """Resolve lab references anywhere in nested detector options (left as they are when
-    ``build`` is False):
+    ``build`` is False); labs and references live under the cache root ``root``
+    (:func:`calibdcd.paths.cache_root`):
 
     * ``"lab:<preset>/<path>"``: that path inside the lab's directory;
     * ``"lab-clean-reference:<preset>"``: DPDLLM's clean reference LM for that lab (the lab's
@@ -131,16 +133,16 @@ def resolve_lab_refs(value: Any, *, build: bool = True) -> Any:
             return value
         from calibdcd.detectors.dpdllm.lab_reference import ensure_clean_reference
 
-        lab = resolve_lab(value.split(":", 1)[1], build=True)
-        return str(ensure_clean_reference(lab, progress=False))
+        lab = resolve_lab(value.split(":", 1)[1], build=True, root=root)
+        return str(ensure_clean_reference(lab, cache_dir=cache_root(root), progress=False))
     if isinstance(value, str) and value.startswith("lab:"):
         preset, _, rel = value[4:].partition("/")
-        lab = resolve_lab(preset, build=build)
+        lab = resolve_lab(preset, build=build, root=root)
         return value if lab is None else str(lab / rel)
     if isinstance(value, Mapping):
-        return {k: resolve_lab_refs(v, build=build) for k, v in value.items()}
+        return {k: resolve_lab_refs(v, build=build, root=root) for k, v in value.items()}
     if isinstance(value, list):
-        return [resolve_lab_refs(v, build=build) for v in value]
+        return [resolve_lab_refs(v, build=build, root=root) for v in value]
     return value
 
 
@@ -166,6 +168,10 @@ def _dpdllm(entry: DetectorEntry, benchmark: str, cache_dir: str) -> Any:
     cfg = DPDLLMConfig.for_benchmark(benchmark)
     opts = dict(entry.options)
     opts.setdefault("progress", False)
+    # the fine-tuned reference LMs live under the run's cache root
+    reference = dict(opts.get("reference") or {})
+    reference.setdefault("cache_dir", str(cache_root(cache_dir)))
+    opts["reference"] = reference
     return DPDLLM(replace_nested(cfg, opts))
 
 
@@ -217,11 +223,13 @@ def detector_available(name: str) -> bool:
 
 
 def build_detector(
-    entry: DetectorEntry, benchmark: str, cache_dir: str, *, build_labs: bool = True
+    entry: DetectorEntry, benchmark: str, cache_dir: str | None, *, build_labs: bool = True
 ) -> Any:
-    """The detector of ``entry`` configured for ``benchmark`` (e.g. DPDLLM's L)."""
+    """The detector of ``entry`` configured for ``benchmark`` (e.g. DPDLLM's L); everything it
+    builds (labs it refers to included) lives under the cache root of ``cache_dir``."""
+    cache_dir = str(cache_root(cache_dir))
     entry = dataclasses.replace(
-        entry, options=resolve_lab_refs(dict(entry.options), build=build_labs)
+        entry, options=resolve_lab_refs(dict(entry.options), build=build_labs, root=cache_dir)
     )
     try:
         spec = DETECTORS[entry.name]
@@ -232,34 +240,38 @@ def build_detector(
     return spec.build(entry, benchmark, cache_dir)
 
 
-def _without_locations(value: Any) -> Any:
+def _without_locations(value: Any, root: str | Path | None = None) -> Any:
     """A detector config without where things live: ``progress``/``cache_dir`` keys dropped at
     every level, a local model path replaced by its name and content hash (e.g. a lab's clean
-    reference LM in the user cache), any other absolute path by its name."""
+    reference LM in the cache; digests memoised under the cache root ``root``), any other
+    absolute path by its name."""
     if isinstance(value, Mapping):
         return {
-            k: _without_locations(v) for k, v in value.items() if k not in ("progress", "cache_dir")
+            k: _without_locations(v, root)
+            for k, v in value.items()
+            if k not in ("progress", "cache_dir")
         }
     if isinstance(value, (list, tuple)):
-        return [_without_locations(v) for v in value]
+        return [_without_locations(v, root) for v in value]
     if isinstance(value, str) and os.path.isabs(value):
         p = Path(value)
         if p.is_dir():
-            from calibdcd.targets.hf import fingerprint_checkpoint
+            from calibdcd.models import checkpoint_identity
 
             try:
-                return {"name": p.name, "content": fingerprint_checkpoint(p)}
+                return {"name": p.name, "content": checkpoint_identity(p, root)}
             except ValueError:  # no checkpoint files in it
                 pass
         return p.name
     return value
 
 
-def detector_fingerprint(detector: Any) -> str:
-    """A stable description of a detector's configuration, for cache keys."""
+def detector_fingerprint(detector: Any, root: str | Path | None = None) -> str:
+    """A stable description of a detector's configuration, for cache keys (``root``: the run's
+    cache root, where checkpoint digests are memoised)."""
     cfg = getattr(detector, "config", None)
     if cfg is not None and dataclasses.is_dataclass(cfg):
-        d = _without_locations(dataclasses.asdict(cfg))
+        d = _without_locations(dataclasses.asdict(cfg), root)
         body = json.dumps(d, sort_keys=True, default=str)
     else:
         body = repr(cfg)
@@ -274,16 +286,17 @@ def detector_fingerprint(detector: Any) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def resolve_lab(preset: str, *, build: bool = True) -> Path | None:
+def resolve_lab(preset: str, *, build: bool = True, root: str | Path | None = None) -> Path | None:
     """The directory of the lab ``preset``; built on first use when ``build``.
 
     When ``$CALIBDCD_LAB_ROOT`` is set, a prebuilt copy ``$CALIBDCD_LAB_ROOT/lab-<preset>``
     (e.g. from ``calibdcd lab build <preset> --out ...``) is used as it is; otherwise the lab
-    cache of :func:`calibdcd.lab.ensure_lab`. With ``build=False`` returns None when no built
-    lab is found.
+    cache of :func:`calibdcd.lab.ensure_lab` under the cache root ``root`` (the run config's
+    ``cache_dir``; :func:`calibdcd.paths.cache_root`). With ``build=False`` returns None when
+    no built lab is found.
     """
-    root = os.environ.get("CALIBDCD_LAB_ROOT")
-    prebuilt = Path(root) / f"lab-{preset}" if root else None
+    labs = os.environ.get("CALIBDCD_LAB_ROOT")
+    prebuilt = Path(labs) / f"lab-{preset}" if labs else None
     if prebuilt is not None and (prebuilt / "ground_truth.jsonl").is_file():
         return prebuilt
     try:
@@ -296,16 +309,18 @@ def resolve_lab(preset: str, *, build: bool = True) -> Path | None:
         try:
             from calibdcd.lab.build import is_complete_lab, lab_cache_dir  # type: ignore
 
-            d = lab_cache_dir(preset)
+            d = lab_cache_dir(preset, root=cache_root(root))
             return d if is_complete_lab(d) else None
         except Exception:
             return None
     # experiments measure the lab themselves: skip the build's own ``lab check`` (~2 min on
     # small; it does not change the lab or its cache key)
-    return Path(ensure_lab(preset, check=False))
+    return Path(ensure_lab(preset, root=cache_root(root), check=False))
 
 
-def target_identity(entry: TargetEntry, model_path: str | None = None) -> str:
+def target_identity(
+    entry: TargetEntry, model_path: str | None = None, root: str | Path | None = None
+) -> str:
     """A stable identity of a target spec for feature cache keys, computed without loading it:
     backend, model and options, plus a content hash of a local checkpoint's files (a hub id: the
     commit of its snapshot in the local hub cache). A local checkpoint enters by its name and
@@ -327,30 +342,36 @@ def target_identity(entry: TargetEntry, model_path: str | None = None) -> str:
             except MissingModelError:
                 pass
     if p.exists():
-        from calibdcd.targets.hf import fingerprint_checkpoint
+        from calibdcd.models import checkpoint_identity
 
         parts["model"] = p.name
-        parts["content"] = fingerprint_checkpoint(p)
+        parts["content"] = checkpoint_identity(p, root)
     body = json.dumps(parts, sort_keys=True, default=str)
     return hashlib.sha256(body.encode()).hexdigest()[:20]
 
 
-def model_path(entry: TargetEntry, *, build_lab: bool = True) -> str:
+def model_path(
+    entry: TargetEntry, *, build_lab: bool = True, root: str | Path | None = None
+) -> str:
+    """The target's model: a path inside its lab (under the cache root ``root``) or as given."""
     if entry.lab is None:
         return entry.model
-    lab = resolve_lab(entry.lab, build=build_lab)
+    lab = resolve_lab(entry.lab, build=build_lab, root=root)
     if lab is None:
         return entry.model
     return str(lab / entry.model)
 
 
-def build_target(entry: TargetEntry, cache_path: Path) -> Any:
-    """The target of ``entry`` wrapped in the SQLite generation cache at ``cache_path``."""
+def build_target(entry: TargetEntry, cache_path: Path, root: str | Path | None = None) -> Any:
+    """The target of ``entry`` wrapped in the SQLite generation cache at ``cache_path``; its lab
+    and a local backend's conversions live under the cache root ``root``."""
     from calibdcd.targets.base import create_target
     from calibdcd.targets.cache import CachedTarget
 
     kwargs = dict(entry.options)
-    kwargs["model"] = model_path(entry)
+    kwargs["model"] = model_path(entry, root=root)
+    if entry.backend == "hf":  # GGUF conversions and checkpoint digests
+        kwargs.setdefault("cache_dir", str(cache_root(root)))
     if entry.family is not None:
         kwargs["family"] = entry.family
     target = create_target(entry.backend, **kwargs)
@@ -364,12 +385,14 @@ def view_bank_for(family: str | None, tokenizer: Any, system: str) -> list[Any]:
     return view_bank(family, tokenizer, system=system)  # type: ignore[arg-type]
 
 
-def load_benchmark_entry(entry: BenchmarkEntry, *, build_lab: bool = True) -> Any:
+def load_benchmark_entry(
+    entry: BenchmarkEntry, *, build_lab: bool = True, root: str | Path | None = None
+) -> Any:
     from calibdcd.data import load_benchmark
 
     path = entry.path
     if entry.lab is not None:
-        lab = resolve_lab(entry.lab, build=build_lab)
+        lab = resolve_lab(entry.lab, build=build_lab, root=root)
         if lab is None:
             raise FileNotFoundError(f"lab {entry.lab!r} is not built yet")
         path = str(lab / (entry.path or "ground_truth.jsonl"))

@@ -440,7 +440,7 @@ class ConfigFile(BaseModel):
     view_system: Literal["official", "none"] = "official"
     calibration_space: Literal["auto", "raw", "normalized"] = "auto"
     detector_seed: Literal["offset", "fixed"] = "offset"
-    cache_dir: Text = ".calibdcd-cache"
+    cache_dir: Text | None = None
     output: Text | None = None
     #: environment variables whose values are secret whatever their names (read first)
     secrets: Annotated[list[str], BeforeValidator(_secret_names)] | None = None
@@ -477,7 +477,9 @@ class ExperimentConfig:
     view_system: Literal["official", "none"] = "official"
     #: "auto": calibrate in the classifier's normalised space when it exposes one, else "raw"
     calibration_space: Literal["auto", "raw", "normalized"] = "auto"
-    cache_dir: str = ".calibdcd-cache"
+    #: the run's cache root (labs included); None = ``$CALIBDCD_CACHE``, else the user cache
+    #: (:func:`calibdcd.paths.cache_root`)
+    cache_dir: str | None = None
     output: str | None = None
     source: str | None = None  #: the YAML file it came from
     #: every lab the config names (benchmarks, targets, ``lab-clean-reference:``/``lab:``
@@ -857,18 +859,21 @@ def labs_of(cfg: ExperimentConfig, *entries: Any) -> list[LabRef]:
     resolved now, without building, for a config built in code)."""
     out = []
     for preset in entry_labs(*entries):
-        ref = cfg.labs.get(preset) or resolve_lab_ref(preset)
+        ref = cfg.labs.get(preset) or resolve_lab_ref(preset, cache_dir=cfg.cache_dir)
         if isinstance(ref, LabRef):
             out.append(ref)
     return out
 
 
-def resolve_lab_ref(preset: str, seed: int = 0) -> LabRef | str:
-    """The :class:`LabRef` of a lab preset (nothing is built), or why it cannot be resolved.
-    A prebuilt ``$CALIBDCD_LAB_ROOT/lab-<preset>`` is identified by its ``lab.json``. Computed
-    once per process and environment (the lab's key hashes its text pool)."""
+def resolve_lab_ref(preset: str, seed: int = 0, cache_dir: str | None = None) -> LabRef | str:
+    """The :class:`LabRef` of a lab preset under the run's cache root (``cache_dir``, else
+    :func:`calibdcd.paths.cache_root`'s default; nothing is built), or why it cannot be
+    resolved. A prebuilt ``$CALIBDCD_LAB_ROOT/lab-<preset>`` is identified by its ``lab.json``.
+    Computed once per process and environment (the lab's key hashes its text pool)."""
+    from calibdcd.paths import cache_root
+
     env = os.environ.get
-    return _lab_ref(preset, seed, env("CALIBDCD_LAB_ROOT"), env("CALIBDCD_CACHE"))
+    return _lab_ref(preset, seed, env("CALIBDCD_LAB_ROOT"), str(cache_root(cache_dir)))
 
 
 @functools.lru_cache(maxsize=32)
@@ -889,7 +894,7 @@ def _lab_ref(preset: str, seed: int, root: str | None, cache: str | None) -> Lab
         return LabRef(preset, seed, f"{preset}-s{seed}")
     if preset not in PRESETS:
         return f"unknown lab preset {preset!r}; known: {sorted(PRESETS)}"
-    d = lab_cache_dir(preset, seed=seed)
+    d = lab_cache_dir(preset, seed=seed, root=cache)
     return LabRef(preset, seed, d.name, str(d))
 
 
@@ -922,8 +927,9 @@ def _build(
         found += [(loc, m, False) for loc, m in _option_checks(data)]
     labs: dict[str, LabRef] = {}
     if parsed is not None:
+        root = _resolve_path(parsed.cache_dir, base) if parsed.cache_dir else None
         for preset in lab_presets(parsed):
-            ref = resolve_lab_ref(preset)
+            ref = resolve_lab_ref(preset, cache_dir=root)
             if isinstance(ref, str):
                 where = next(
                     (
@@ -992,7 +998,7 @@ def _resolve(
         view_system=f.view_system,
         calibration_space=f.calibration_space,
         detector_seed=f.detector_seed,
-        cache_dir=_resolve_path(f.cache_dir, base) or ".calibdcd-cache",
+        cache_dir=_resolve_path(f.cache_dir, base),
         output=_resolve_path(f.output, base),
         source=source,
         labs=labs,

@@ -38,7 +38,7 @@ def demo_config(
     preset: str = "small",
     *,
     detectors: Sequence[str] = DEMO_DETECTORS,
-    cache_dir: str | Path = ".calibdcd-cache",
+    cache_dir: str | Path | None = None,
     output: str | Path | None = None,
     n_boot: int = 1000,
     subsample: int | str = DEMO_SUBSAMPLE,
@@ -102,8 +102,9 @@ def demo_config(
         "targets": targets,
         "detectors": [known[d] for d in detectors],
         "evaluation": {"fpr": 0.05, "n_boot": n_boot, "level": 0.95},
-        "cache_dir": str(cache_dir),
     }
+    if cache_dir is not None:  # else the user cache, where `calibdcd lab build` puts labs too
+        data["cache_dir"] = str(cache_dir)
     if output is not None:
         data["output"] = str(output)
     return parse_config(data, base_dir=Path.cwd())
@@ -114,7 +115,7 @@ def run_demo(
     *,
     preset: str = "small",
     detectors: Sequence[str] = DEMO_DETECTORS,
-    cache_dir: str | Path = ".calibdcd-cache",
+    cache_dir: str | Path | None = None,
     progress: bool = True,
     log: Callable[[str], None] | None = None,
 ) -> tuple[Path, str]:
@@ -130,7 +131,7 @@ def run_demo(
 
     say = log or (lambda s: None)
     out = Path(out_dir) if out_dir is not None else Path("runs") / f"lab-{preset}"
-    say(f"lab {preset}: {resolve_lab(preset)}")
+    say(f"lab {preset}: {resolve_lab(preset, root=cache_dir)}")
     cfg = demo_config(preset, detectors=detectors, cache_dir=cache_dir, output=out)
     run_dir = run_experiment(cfg, out, progress=progress, log=say)
     html = write_report(run_dir)

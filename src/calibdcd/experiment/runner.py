@@ -44,13 +44,15 @@ from calibdcd.experiment.components import (
     resolve_lab,
 )
 from calibdcd.experiment.config import ExperimentConfig
-from calibdcd.experiment.result_schema import SettingResult
+from calibdcd.experiment.model_uses import check_models
 from calibdcd.experiment.rundir import lock_run_dir, set_aside_stale
 from calibdcd.experiment.setting import RunContext, Setting, run_setting, setting_hash
 from calibdcd.experiment.store import atomic_write_text, write_csv, write_json
 from calibdcd.integrity import checkpoint_problems
-from calibdcd.models import MissingModelsError, ModelUse, ResolvedModel, check_models, models_record
+from calibdcd.models import MissingModelsError, ModelUse, ResolvedModel, models_record
+from calibdcd.paths import cache_root
 from calibdcd.redact import redact_tree
+from calibdcd.results import SettingResult
 
 __all__ = [
     "describe_grid",
@@ -100,7 +102,7 @@ def portable_config(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
 
 def _target_runtime(cfg: ExperimentConfig) -> dict[str, Any]:
     """Each target's device and dtype as its options resolve here (``auto`` made explicit)."""
-    from calibdcd.provenance import default_device_type
+    from calibdcd.device import default_device_type
 
     out: dict[str, Any] = {}
     for t in cfg.targets:
@@ -310,6 +312,7 @@ def dry_run(cfg: ExperimentConfig, *, options: bool = True) -> tuple[list[str], 
 
     lines: list[str] = [f"config {cfg.name}" + (f" ({cfg.source})" if cfg.source else "")]
     problems: list[str] = []
+    root = cache_root(cfg.cache_dir)  # the run's labs live under its cache root
     lines.append(
         f"protocol {cfg.protocol}; supervised {cfg.n_supervised_per_class} + "
         f"{cfg.n_supervised_per_class};"
@@ -318,7 +321,7 @@ def dry_run(cfg: ExperimentConfig, *, options: bool = True) -> tuple[list[str], 
     # benchmarks
     for i, b in enumerate(cfg.benchmarks):
         key = f"benchmarks[{i}] ({b.label})"
-        if b.lab is not None and resolve_lab(b.lab, build=False) is None:
+        if b.lab is not None and resolve_lab(b.lab, build=False, root=root) is None:
             ok = _lab_preset_known(b.lab)
             if ok is not True:
                 problems.append(f"{key}.lab: {ok}")
@@ -328,7 +331,7 @@ def dry_run(cfg: ExperimentConfig, *, options: bool = True) -> tuple[list[str], 
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                bench = load_benchmark_entry(b, build_lab=False)
+                bench = load_benchmark_entry(b, build_lab=False, root=root)
                 split = split_benchmark(
                     bench,
                     SplitConfig(
@@ -374,7 +377,7 @@ def dry_run(cfg: ExperimentConfig, *, options: bool = True) -> tuple[list[str], 
             if ok is not True:
                 problems.append(f"{key}.lab: {ok}")
                 continue
-            lab = resolve_lab(t.lab, build=False)
+            lab = resolve_lab(t.lab, build=False, root=root)
             if lab is not None and not (lab / t.model).exists():
                 problems.append(f"{key}.model: no checkpoint {t.model!r} in lab {lab}")
                 continue
@@ -382,7 +385,7 @@ def dry_run(cfg: ExperimentConfig, *, options: bool = True) -> tuple[list[str], 
                 "" if lab is not None else " (lab built on first run)"
             )
         elif t.backend == "hf":
-            p = Path(model_path(t, build_lab=False))
+            p = Path(model_path(t, build_lab=False, root=root))
             looks_local = t.model.startswith(("/", ".", "~")) or p.suffix == ".gguf"
             if looks_local and not p.exists():
                 problems.append(f"{key}.model: no such local checkpoint {t.model!r}")
@@ -393,13 +396,13 @@ def dry_run(cfg: ExperimentConfig, *, options: bool = True) -> tuple[list[str], 
                 problems.append(f"{key}.options.base_url: required by backend {t.backend!r}")
                 continue
             where = f"{t.options['base_url']} model {t.model}"
-        damaged = checkpoint_problems(model_path(t, build_lab=False))
+        damaged = checkpoint_problems(model_path(t, build_lab=False, root=root))
         if damaged:  # the run would fail loading it, after everything before it
             problems.extend(f"{key}.model: {m}" for m in damaged)
             continue
         fam = t.family or "from the checkpoint"
         try:
-            codes = _dry_view_bank(t, cfg.view_system)
+            codes = _dry_view_bank(t, cfg.view_system, root)
         except ImportError:
             codes = None
         except Exception as exc:  # the run would fail here after all its generations
@@ -444,7 +447,7 @@ def dry_run(cfg: ExperimentConfig, *, options: bool = True) -> tuple[list[str], 
         f"grid: {len(cfg.benchmarks)} benchmarks x {len(cfg.targets)} targets x "
         f"{len(cfg.detectors)} detectors x {len(cfg.seeds)} seeds = {cfg.grid_size} settings"
     )
-    lines.append(f"cache: {cfg.cache_dir}; output: {_default_out(cfg)}")
+    lines.append(f"cache: {root}; output: {_default_out(cfg)}")
     return lines, list(dict.fromkeys(problems))  # a target's damaged file is also a model's
 
 
@@ -473,14 +476,14 @@ def split_size_problems(sizes: dict[str, tuple[int, int, int]], seed: int) -> li
     return out
 
 
-def _dry_view_bank(t: Any, system: str) -> list[str] | None:
+def _dry_view_bank(t: Any, system: str, root: Path) -> list[str] | None:
     """The view codes the run will use for target ``t``, built as the run builds them (a local
     checkpoint's tokenizer and chat template; never its weights); None when that needs a model
     that is not here yet (a lab to build, a hub id)."""
     from calibdcd.experiment.components import model_path
     from calibdcd.views import view_bank
 
-    local = Path(model_path(t, build_lab=False))
+    local = Path(model_path(t, build_lab=False, root=root))
     if t.lab is not None and not local.exists():
         return None
     if local.exists():

@@ -69,15 +69,16 @@ from calibdcd.experiment.config import (
     TargetEntry,
     labs_of,
 )
-from calibdcd.experiment.result_schema import (
+from calibdcd.experiment.store import ArrayCache, digest, write_csv, write_json
+from calibdcd.metrics import Interval, auc, bootstrap_ci, tpr_at_fpr
+from calibdcd.paths import cache_root
+from calibdcd.provenance import build_environment, library_versions
+from calibdcd.results import (
     RESULT_SCHEMA_VERSION,
     SettingResult,
     read_result,
     write_result,
 )
-from calibdcd.experiment.store import ArrayCache, digest, write_csv, write_json
-from calibdcd.metrics import Interval, auc, bootstrap_ci, tpr_at_fpr
-from calibdcd.provenance import build_environment, library_versions
 
 __all__ = [
     "PreparedSetting",
@@ -155,8 +156,12 @@ def inputs_hash(setting: Setting, cfg: ExperimentConfig, ctx: RunContext) -> str
     det = ctx.detector(setting.detector, bench.name, setting.seed)
     return digest(
         setting_hash(setting, cfg),
-        detector_fingerprint(det),
-        target_identity(setting.target, model_path(setting.target, build_lab=False)),
+        detector_fingerprint(det, ctx.cache_root),
+        target_identity(
+            setting.target,
+            model_path(setting.target, build_lab=False, root=ctx.cache_root),
+            ctx.cache_root,
+        ),
         ctx.benchmark_digest(setting.benchmark),
     )[:16]
 
@@ -192,7 +197,7 @@ class RunContext:
 
     def __init__(self, cfg: ExperimentConfig, *, progress: bool = True):
         self.cfg = cfg
-        self.cache_root = Path(cfg.cache_dir)
+        self.cache_root = cache_root(cfg.cache_dir)  # labs and everything built live here
         self.arrays = ArrayCache(self.cache_root)
         self.progress = progress
         self._benchmarks: dict[str, Any] = {}
@@ -204,7 +209,7 @@ class RunContext:
 
     def benchmark(self, entry: BenchmarkEntry) -> Any:
         if entry.label not in self._benchmarks:
-            self._benchmarks[entry.label] = load_benchmark_entry(entry)
+            self._benchmarks[entry.label] = load_benchmark_entry(entry, root=self.cache_root)
         return self._benchmarks[entry.label]
 
     def benchmark_digest(self, entry: BenchmarkEntry) -> str:
@@ -243,7 +248,7 @@ class RunContext:
         if self._target is not None and self._target[0] == entry.name:
             return self._target[1]
         self.release_target()
-        t = build_target(entry, self.cache_root / "generations.sqlite")
+        t = build_target(entry, self.cache_root / "generations.sqlite", self.cache_root)
         self.target_loads += 1
         self._target = (entry.name, t)
         return t
@@ -269,7 +274,7 @@ class RunContext:
         if entry.name not in self._views:
             family = entry.family
             tokenizer: Any = None
-            local = Path(model_path(entry))
+            local = Path(model_path(entry, root=self.cache_root))
             if local.exists():  # a family without built-in views uses the chat template
                 tokenizer = str(local)
             elif family is None:
@@ -299,9 +304,11 @@ class _Extractor:
         self.setting = setting
         self.detector = detector
         self.pool = pool
-        self.det_key = detector_fingerprint(detector)
+        self.det_key = detector_fingerprint(detector, ctx.cache_root)
         self.target_key = target_identity(
-            setting.target, model_path(setting.target, build_lab=False)
+            setting.target,
+            model_path(setting.target, build_lab=False, root=ctx.cache_root),
+            ctx.cache_root,
         )
         self.takes_reference = "reference_texts" in inspect.signature(detector.extract).parameters
         self.has_prepare = callable(getattr(detector, "prepare", None))

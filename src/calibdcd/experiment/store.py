@@ -17,7 +17,14 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
-from calibdcd.atomic import atomic_savez, atomic_write_bytes, atomic_write_text
+from calibdcd.atomic import (
+    atomic_savez,
+    atomic_write_bytes,
+    atomic_write_text,
+    json_default,
+    read_json,
+    write_json,
+)
 
 __all__ = [
     "MODEL_FORMAT",
@@ -45,31 +52,6 @@ def digest(*parts: Any) -> str:
             h.update(json.dumps(p, sort_keys=True, default=str).encode())
         h.update(b"\x00")
     return h.hexdigest()
-
-
-def _json_default(x: Any) -> Any:
-    if isinstance(x, np.generic):
-        return x.item()
-    if isinstance(x, np.ndarray):
-        return x.tolist()
-    if isinstance(x, Path):
-        return str(x)
-    if isinstance(x, (set, frozenset)):
-        return sorted(x)
-    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
-
-
-def write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, default=_json_default, allow_nan=True) + "\n")
-
-
-def read_json(path: Path) -> Any:
-    """Parse a JSON file; a file that is not valid JSON (or UTF-8) raises ValueError naming it."""
-    path = Path(path)
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from None
 
 
 def write_csv(path: Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
@@ -116,7 +98,7 @@ def pack_state(obj: Persistable) -> bytes:
     if "__header__" in arrays:
         raise ValueError("'__header__' is reserved")
     header = {"format": MODEL_FORMAT, "class": class_name(type(obj)), "meta": meta}
-    raw = json.dumps(header, sort_keys=True, default=_json_default).encode("utf-8")
+    raw = json.dumps(header, sort_keys=True, default=json_default).encode("utf-8")
     buf = io.BytesIO()
     np.savez(
         buf,

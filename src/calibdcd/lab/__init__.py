@@ -8,7 +8,7 @@ Importing this package does not import torch.
 
 from __future__ import annotations
 
-from calibdcd.lab.build import build_lab, default_cache_root, ensure_lab, is_complete_lab
+from calibdcd.lab.build import build_lab, ensure_lab, is_complete_lab
 from calibdcd.lab.chat import CHAT_STYLES, render_chat, split_reasoning
 from calibdcd.lab.config import PRESETS, LabConfig, resolve_config
 from calibdcd.lab.evaluate import check_lab, format_check, load_ground_truth
@@ -19,7 +19,6 @@ __all__ = [
     "LabConfig",
     "build_lab",
     "check_lab",
-    "default_cache_root",
     "ensure_lab",
     "format_check",
     "is_complete_lab",

@@ -12,16 +12,15 @@ import contextlib
 import copy
 import dataclasses
 import json
-import os
 import platform
 import random
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from calibdcd.atomic import atomic_directory
 from calibdcd.lab.chat import ENDOFTEXT, PAD, SPECIAL_TOKENS, get_style
 from calibdcd.lab.config import LabConfig, config_hash, resolve_config
 from calibdcd.lab.pool import (
@@ -33,15 +32,10 @@ from calibdcd.lab.pool import (
     pool_fingerprint,
     split_pool,
 )
+from calibdcd.paths import cache_root
 from calibdcd.provenance import build_environment, portable_arg
 
-__all__ = ["build_lab", "default_cache_root", "ensure_lab", "is_complete_lab", "prepare_split"]
-
-
-def default_cache_root() -> Path:
-    """``$CALIBDCD_CACHE`` or ``~/.cache/calibdcd``."""
-    env = os.environ.get("CALIBDCD_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "calibdcd"
+__all__ = ["build_lab", "ensure_lab", "is_complete_lab", "prepare_split"]
 
 
 def is_complete_lab(path: str | Path) -> bool:
@@ -141,12 +135,12 @@ def _build_into(
 ) -> dict[str, Any]:
     import torch
 
+    from calibdcd.device import torch_device
     from calibdcd.lab.sftdata import make_conversations, tokenize_conversations
     from calibdcd.lab.tokenizer import train_tokenizer
     from calibdcd.lab.train import (
         build_model,
         init_new_token_embeddings,
-        pick_device,
         pretrain,
         sft,
     )
@@ -155,7 +149,7 @@ def _build_into(
     t_all = time.perf_counter()
     if cfg.num_threads > 0:
         torch.set_num_threads(cfg.num_threads)
-    device = pick_device(cfg.device)
+    device = torch_device(cfg.device)
     pt = cfg.pretrain
 
     t = time.perf_counter()
@@ -280,8 +274,8 @@ def build_lab(
     cfg, split, pool_spec = prepare_split(preset, seed=seed, pool=pool, **overrides)
     key = config_hash(cfg, seed, pool_spec["sha"])
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    try:
+    # built in a temporary sibling, renamed into place only when complete
+    with atomic_directory(out_dir, replace=True) as tmp:
         t0 = time.perf_counter()
         info = _build_into(tmp, cfg, split, pool_spec, seed, progress)
         meta: dict[str, Any] = {
@@ -316,28 +310,23 @@ def build_lab(
         meta["sizes"]["total"] = _dir_size(tmp)
         meta["complete"] = True
         (tmp / "lab.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
-        tmp.chmod(0o755)
-        if out_dir.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
-            old.rmdir()
-            out_dir.rename(old)
-            tmp.rename(out_dir)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out_dir
 
 
 @contextlib.contextmanager
-def _file_lock(path: Path):
+def _file_lock(path: Path, waiting: str | None = None):
+    """An exclusive ``flock`` on ``path``; ``waiting`` is printed to stderr when another
+    process holds it (so a second run says why it is idle)."""
     import fcntl
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if waiting:
+                print(waiting, file=sys.stderr, flush=True)
+            fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
         finally:
@@ -355,7 +344,7 @@ def lab_cache_dir(
     """Where :func:`ensure_lab` keeps this lab: ``<root>/lab/<preset>-s<seed>-<hash>``."""
     cfg = resolve_config(preset, **overrides)
     _, spec = _load_texts(pool, cfg)
-    base = Path(root) if root is not None else default_cache_root()
+    base = cache_root(root)
     return base / "lab" / f"{preset}-s{seed}-{config_hash(cfg, seed, spec['sha'])}"
 
 
@@ -368,11 +357,18 @@ def ensure_lab(
     progress: bool = True,
     **overrides: Any,
 ) -> Path:
-    """The cached lab for ``(preset, seed, config)``; built once if missing (process-safe)."""
+    """The cached lab for ``(preset, seed, config)`` under the cache root ``root``
+    (:func:`calibdcd.paths.cache_root`); built once if missing. Process-safe: every run using the
+    same root shares the lab, and a process that finds another one building it waits (and says
+    so) instead of building it again."""
     target = lab_cache_dir(preset, seed=seed, root=root, pool=pool, **overrides)
     if is_complete_lab(target):
         return target
-    with _file_lock(target.parent / f".{target.name}.lock"):
+    waiting = (
+        f"lab {preset}: another process is building {target}; waiting for it to finish "
+        "(the lab is shared, not built twice)"
+    )
+    with _file_lock(target.parent / f".{target.name}.lock", waiting):
         if is_complete_lab(target):
             return target
         if target.exists():  # an incomplete leftover (should not happen: builds are atomic)

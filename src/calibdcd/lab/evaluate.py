@@ -161,12 +161,12 @@ def check_model(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from calibdcd.lab.train import pick_device
+    from calibdcd.device import torch_device
 
     model_dir = Path(model_dir)
     info = _model_info(model_dir)
     style = get_style(info.get("chat_style") or "qwen2.5")
-    dev = pick_device(device)
+    dev = torch_device(device)
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(dev).eval()
     return evaluate_model(

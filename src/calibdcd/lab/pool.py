@@ -252,7 +252,12 @@ def pool_fingerprint(texts: Sequence[PoolText]) -> str:
 
 
 def split_pool(texts: Sequence[PoolText], n_members: int, seed: int) -> Split:
-    """Draw ``2 * n_members`` candidates at random; half members, half non-members (i.i.d.)."""
+    """Draw ``2 * n_members`` candidates at random; half members, half non-members (i.i.d.).
+
+    An unlabelled draw with Python's seeded shuffle, not the protocol's
+    :func:`calibdcd.data.protocol.stratified_draw`: a built lab's cache key covers its config
+    and pool but not this draw, so another draw would silently disagree with every built lab
+    (changing it needs a lab format bump, i.e. rebuilding every lab)."""
     if n_members < 1:
         raise ValueError(f"n_members must be >= 1, got {n_members}")
     if len(texts) < 2 * n_members + 1:

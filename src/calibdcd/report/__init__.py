@@ -23,7 +23,7 @@ __all__ = ["write_report"]
 
 def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path:
     """Write the report of ``run_dir`` (default into ``run_dir/report``); returns index.html."""
-    from calibdcd.experiment.store import atomic_write_text, write_json
+    from calibdcd.atomic import atomic_write_text, write_json
     from calibdcd.redact import redact
     from calibdcd.report import aggregate as agg
     from calibdcd.report.figures import make_figures

@@ -1,7 +1,7 @@
 """Cross-setting aggregation of a run's results: the numbers behind the paper's tables/figures.
 
 All functions take the list of per-setting results (``settings/<id>/result.json``, typed by
-:mod:`calibdcd.experiment.result_schema`) and
+:mod:`calibdcd.results`) and
 return plain Python structures. Metrics are fractions in [0, 1]; tables print percentages.
 Several seeds of one (benchmark, target, detector) cell are averaged where a table has one cell
 per setting.
@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from calibdcd.experiment.result_schema import SettingResult, read_result
+from calibdcd.results import SettingResult, read_result
 
 __all__ = [
     "ABLATIONS",
@@ -101,7 +101,7 @@ def _method_value(r: dict[str, Any], method: str, metric: str) -> float | None:
 def load_results(run_dir: str | Path) -> list[SettingResult]:
     """The completed settings of a run directory's grid (``grid.json``), in grid order; each with
     its pool's per-text scores as ``pool`` (from ``scores.csv``; None if absent). Each is a typed
-    :class:`~calibdcd.experiment.result_schema.SettingResult` (results without a schema version
+    :class:`~calibdcd.results.SettingResult` (results without a schema version
     are read as version 0, the same content).
 
     Settings in ``settings/`` that are not in the grid (left by an earlier config) are not read:

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from calibdcd.experiment.result_schema import SettingResult
 from calibdcd.metrics import roc_curve
 from calibdcd.report import aggregate as agg
+from calibdcd.results import SettingResult
 
 __all__ = ["make_figures"]
 

@@ -135,7 +135,7 @@ def write_readme(
 ) -> str:
     """Rewrite the block ``name`` (default: the run's config name) of ``readme`` with the run's
     tables; returns the name used. Raises :class:`BlockError` when the block is missing."""
-    from calibdcd.experiment.store import atomic_write_text
+    from calibdcd.atomic import atomic_write_text
 
     run = Path(run_dir)
     if name is None:

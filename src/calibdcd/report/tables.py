@@ -18,8 +18,8 @@ import io
 import math
 from typing import Any
 
-from calibdcd.experiment.result_schema import Estimate, SettingResult
 from calibdcd.report import aggregate as agg
+from calibdcd.results import Estimate, SettingResult
 
 __all__ = ["Table", "build_tables"]
 

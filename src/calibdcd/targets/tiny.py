@@ -12,17 +12,16 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import random
-import shutil
-import tempfile
 from pathlib import Path
+
+from calibdcd.atomic import atomic_directory
+from calibdcd.paths import cache_root
 
 __all__ = [
     "TinyLMConfig",
     "build_tiny_lm",
     "cached_tiny_lm",
-    "default_cache_dir",
     "synthetic_sentences",
 ]
 
@@ -157,27 +156,14 @@ def build_tiny_lm(out_dir: str | Path, config: TinyLMConfig | None = None) -> Pa
     return out
 
 
-def default_cache_dir() -> Path:
-    """calibdcd's cache root: ``$CALIBDCD_CACHE``, else ``~/.cache/calibdcd``."""
-    return Path(os.environ.get("CALIBDCD_CACHE") or Path.home() / ".cache" / "calibdcd")
-
-
 def cached_tiny_lm(config: TinyLMConfig | None = None, cache_dir: str | Path | None = None) -> Path:
     """:func:`build_tiny_lm`, built once per configuration under the cache dir (atomic rename)."""
     cfg = config or TinyLMConfig()
     key = hashlib.sha256(json.dumps(dataclasses.asdict(cfg), sort_keys=True).encode()).hexdigest()
-    root = Path(cache_dir) if cache_dir else default_cache_dir() / "tiny-lm"
+    root = Path(cache_dir) if cache_dir else cache_root() / "tiny-lm"
     final = root / f"tiny-{key[:16]}"
     if (final / "tiny_lm.json").exists():
         return final
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
-    try:
+    with atomic_directory(final) as tmp:  # built concurrently by another process: keep theirs
         build_tiny_lm(tmp, cfg)
-        try:
-            tmp.rename(final)
-        except OSError:  # built concurrently by another process: keep theirs
-            pass
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return final

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from calibdcd.detectors.dpdllm.reference import default_cache_dir
+from calibdcd.paths import cache_root
 from calibdcd.provenance import build_environment
 
 __all__ = ["CleanReferenceConfig", "ensure_clean_reference"]
@@ -117,7 +117,7 @@ def ensure_clean_reference(
         sort_keys=True,
     )
     key = hashlib.sha256(key_src.encode()).hexdigest()[:20]
-    root = Path(cache_dir) if cache_dir else default_cache_dir()
+    root = cache_root(cache_dir)
     out = root / "dpdllm-lab-reference" / key
     if (out / "reference.json").exists():
         return out
@@ -125,7 +125,8 @@ def ensure_clean_reference(
     import torch
     from transformers import AutoTokenizer
 
-    from calibdcd.lab.train import build_model, pick_device, pretrain
+    from calibdcd.device import torch_device
+    from calibdcd.lab.train import build_model, pretrain
 
     t0 = time.perf_counter()
     model_cfg, _, pt_cfg = _lab_configs(meta)
@@ -144,7 +145,7 @@ def ensure_clean_reference(
     vocab = ((len(tok) + 63) // 64) * 64
     model = build_model(model_cfg, vocab, special, cfg.seed)
     pt = dataclasses.replace(pt_cfg, epochs=cfg.epochs)
-    device = pick_device(cfg.device)
+    device = torch_device(cfg.device)
     stats = pretrain(
         model, docs, special["eos"], pt, seed=cfg.seed, device=device, progress=progress,
         desc="DPDLLM clean reference",

@@ -22,12 +22,10 @@ a fingerprint of its weight files), the texts and every hyperparameter, so one s
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
 import math
-import os
 import shutil
 import time
 from collections.abc import Sequence
@@ -36,24 +34,19 @@ from typing import Any, Literal
 
 import numpy as np
 
+from calibdcd.atomic import atomic_directory
+from calibdcd.device import autocast, resolve_device
+from calibdcd.models import checkpoint_identity
+from calibdcd.paths import cache_root
 from calibdcd.provenance import build_environment
 
 __all__ = [
     "PackedBatch",
     "ReferenceLM",
     "ReferenceLMConfig",
-    "default_cache_dir",
-    "model_fingerprint",
     "pack_texts",
     "reference_key",
-    "resolve_device",
 ]
-
-
-def default_cache_dir() -> Path:
-    """``$CALIBDCD_CACHE`` or ``~/.cache/calibdcd``."""
-    env = os.environ.get("CALIBDCD_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "calibdcd"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,33 +125,6 @@ class ReferenceLMConfig:
         return key
 
 
-def resolve_device(device: str = "auto") -> str:
-    import torch
-
-    if device != "auto":
-        return device
-    if torch.cuda.is_available():
-        return "cuda"
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        return "mps"
-    return "cpu"
-
-
-_FP_CACHE: dict[tuple[str, int, int], str] = {}
-
-
-def _file_digest(path: Path) -> str:
-    st = path.stat()
-    key = (str(path), st.st_size, st.st_mtime_ns)
-    if key not in _FP_CACHE:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-        _FP_CACHE[key] = h.hexdigest()
-    return _FP_CACHE[key]
-
-
 def _base_dir(model_path: str) -> Path:
     """The base model's directory: a local path, or a hub id's snapshot in the local hub cache
     (:class:`calibdcd.models.MissingModelError` when it is not there)."""
@@ -167,28 +133,10 @@ def _base_dir(model_path: str) -> Path:
     return resolve_model(model_path).path
 
 
-def model_fingerprint(model_path: str) -> str:
-    """Identity of a base model: a hash of its config, tokenizer and weight files' contents
-    (a hub id: those of its snapshot in the local hub cache, so the id and a local copy of the
-    same files share one identity)."""
-    p = _base_dir(model_path)
-    if not p.is_dir():
-        return f"id:{model_path}"
-    h = hashlib.sha256()
-    for f in sorted(p.iterdir()):
-        if f.is_file() and (
-            f.suffix in (".safetensors", ".bin", ".json", ".model", ".txt")
-            or f.name == "merges.txt"
-        ):
-            h.update(f.name.encode())
-            h.update(_file_digest(f).encode())
-    return "dir:" + h.hexdigest()
-
-
 def reference_key(config: ReferenceLMConfig, window: int, texts: Sequence[str]) -> str:
     """Cache key of a fine-tuned reference LM: base model identity, texts (ordered), settings."""
     h = hashlib.sha256()
-    h.update(model_fingerprint(config.model_path).encode())
+    h.update(checkpoint_identity(_base_dir(config.model_path), config.cache_dir).encode())
     h.update(json.dumps({**config.training_key(), "window": window}, sort_keys=True).encode())
     # what changes the fine-tuned bytes besides the settings: library versions, device type,
     # CPU threads and, on CUDA, the bf16 autocast
@@ -303,7 +251,7 @@ class ReferenceLM:
             if not isinstance(t, str) or not t.strip():
                 raise ValueError(f"reference texts[{i}] is empty or not a str")
         key = reference_key(config, window, texts)
-        root = Path(config.cache_dir) if config.cache_dir else default_cache_dir()
+        root = cache_root(config.cache_dir)
         out = root / "dpdllm-reference" / key
         device = resolve_device(config.device)
         if force and out.exists():
@@ -350,24 +298,12 @@ class ReferenceLM:
                     self.device
                 )
                 y = torch.from_numpy(packed.targets[s : s + bs]).to(self.device)
-                with _bf16_autocast(use_bf16, self.device):
+                with autocast(self.device, use_bf16, cpu=True):
                     logits = self.model(input_ids=x, attention_mask=am).logits
                 logp = torch.log_softmax(logits.float(), dim=-1)
                 cond[s : s + bs] = logp.gather(-1, y.unsqueeze(-1)).squeeze(-1).exp().cpu().numpy()
                 mx[s : s + bs] = logp.max(dim=-1).values.exp().cpu().numpy()
         return {"cond_prob": cond, "max_prob": mx, "target_mask": packed.target_mask}
-
-
-def _bf16_autocast(enabled: bool, device: str) -> Any:
-    """bfloat16 autocast on ``device`` (cuda or cpu) when enabled, else a no-op context."""
-    if not enabled:
-        return contextlib.nullcontext()
-    import torch
-
-    kind = device.split(":")[0]
-    if kind not in ("cuda", "cpu"):
-        raise ValueError(f"reference.bf16 needs a cuda or cpu device, got {device!r}")
-    return torch.autocast(kind, dtype=torch.bfloat16)
 
 
 def _train_and_save(
@@ -413,7 +349,7 @@ def _train_and_save(
                 idx = torch.from_numpy(perm[b * config.batch_size : (b + 1) * config.batch_size])
                 x, y = inputs[idx].to(device), targets[idx].to(device)
                 am, w = in_mask[idx].to(device), tgt_mask[idx].to(device)
-                with _bf16_autocast(use_bf16, device):
+                with autocast(device, use_bf16, cpu=True):
                     logits = model(input_ids=x, attention_mask=am).logits
                 nll = torch.nn.functional.cross_entropy(
                     logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="none"
@@ -439,27 +375,20 @@ def _train_and_save(
         bar.close()
     assert best_state is not None
     model.load_state_dict(best_state)
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    meta = {
-        "base_model": config.model_path,
-        "base_fingerprint": model_fingerprint(config.model_path),
-        "window": window,
-        "n_texts": n,
-        "hyperparameters": config.training_key(),
-        "train_ppl_per_epoch": history,
-        "best_epoch": best_epoch + 1,
-        "best_train_ppl": best_ppl,
-        "device": device,
-        "seconds": time.perf_counter() - t0,
-    }
-    (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
-    if out.exists():  # another process finished the same setting first
-        shutil.rmtree(tmp)
-        return
-    out.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(tmp, out)
+    # another process that finished the same setting first keeps its copy
+    with atomic_directory(out) as tmp:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        meta = {
+            "base_model": config.model_path,
+            "base_fingerprint": checkpoint_identity(_base_dir(config.model_path), config.cache_dir),
+            "window": window,
+            "n_texts": n,
+            "hyperparameters": config.training_key(),
+            "train_ppl_per_epoch": history,
+            "best_epoch": best_epoch + 1,
+            "best_train_ppl": best_ppl,
+            "device": device,
+            "seconds": time.perf_counter() - t0,
+        }
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2))

@@ -53,9 +53,8 @@ def load_proxy(path: str | Path, device=None) -> Proxy:
     attribution proxy (eval mode)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from calibdcd.device import torch_device
     from calibdcd.models import resolve_model
-
-    from .torchutil import pick_device
 
     p = resolve_model(path).path
     if not p.is_dir():
@@ -63,7 +62,7 @@ def load_proxy(path: str | Path, device=None) -> Proxy:
     tok = AutoTokenizer.from_pretrained(str(p))
     if not getattr(tok, "is_fast", False):
         raise ValueError(f"proxy tokenizer at {str(p)!r} is not a fast tokenizer (offsets needed)")
-    dev = pick_device(device)
+    dev = torch_device(device)
     model = AutoModelForCausalLM.from_pretrained(str(p)).to(dev).eval()
     emb = model.get_input_embeddings().weight.detach().float().cpu().numpy()
     cfg = model.config

@@ -44,12 +44,12 @@ def train_local_models(
     seed: Annotated[int, typer.Option(help="training seed")] = 0,
 ) -> None:
     """Train (or reuse) the tiny fill-mask model and causal proxy LM VeilProbe uses offline."""
-    from .config import MaskedLMConfig, default_cache_dir
+    from .config import MaskedLMConfig, default_veilprobe_cache
     from .mlm import train_causal_proxy, train_masked_lm
 
     texts = read_pool(pool, field)
     cfg = MaskedLMConfig(epochs=epochs, seed=seed)
-    root = cache_dir or default_cache_dir()
+    root = cache_dir or default_veilprobe_cache()
     mlm = train_masked_lm(texts, root, cfg)
     proxy = train_causal_proxy(texts, root, cfg)
     typer.echo(json.dumps({"masked_lm": str(mlm), "proxy": str(proxy), "texts": len(texts)}))

@@ -20,9 +20,10 @@ Appendix table is a named field here, so a run records exactly what it did
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 from typing import Any, Literal
+
+from calibdcd.paths import cache_root
 
 __all__ = [
     "PRESETS",
@@ -34,7 +35,6 @@ __all__ = [
     "ProtoNetConfig",
     "SamplingConfig",
     "VeilProbeConfig",
-    "default_cache_dir",
 ]
 
 
@@ -52,11 +52,10 @@ def _choice(name: str, value: Any, allowed: tuple[Any, ...]) -> None:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
 
 
-def default_cache_dir() -> Path:
-    """``$CALIBDCD_CACHE/veilprobe`` or ``~/.cache/calibdcd/veilprobe``."""
-    root = os.environ.get("CALIBDCD_CACHE")
-    base = Path(root) if root else Path.home() / ".cache" / "calibdcd"
-    return base / "veilprobe"
+def default_veilprobe_cache() -> Path:
+    """VeilProbe's artefacts when its config names no ``cache_dir``: ``<cache root>/veilprobe``
+    (:func:`calibdcd.paths.cache_root`)."""
+    return cache_root() / "veilprobe"
 
 
 def _positive(name: str, value: Any) -> None:
@@ -351,7 +350,7 @@ class VeilProbeConfig:
 
     @property
     def cache_path(self) -> Path:
-        return Path(self.cache_dir) if self.cache_dir else default_cache_dir()
+        return Path(self.cache_dir) if self.cache_dir else default_veilprobe_cache()
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> VeilProbeConfig:

@@ -26,12 +26,13 @@ from pathlib import Path
 
 import numpy as np
 
+from calibdcd.device import autocast, torch_device
 from calibdcd.provenance import build_environment, library_versions
 
 from .cache import atomic_write_text, content_key
 from .config import FeatureConfig, MappingConfig
 from .tokenization import train_wordpiece
-from .torchutil import autocast, pick_device, seed_everything
+from .torchutil import seed_everything
 
 __all__ = [
     "MappingModel",
@@ -235,7 +236,7 @@ def train_mapping_model(
     pairs = _pairs(texts, suffixes)
     if not pairs:
         raise ValueError("no (text, suffix) pairs to train the mapping model on")
-    device = pick_device(cfg.device)
+    device = torch_device(cfg.device)
     cfg_key = dataclasses.asdict(cfg)
     cfg_key.pop("device")
     # library versions, device type and CPU threads change the trained bytes

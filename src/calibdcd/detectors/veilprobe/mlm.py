@@ -19,12 +19,13 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+from calibdcd.device import torch_device
 from calibdcd.provenance import build_environment, library_versions
 
 from .cache import atomic_write_text, content_key
 from .config import MaskedLMConfig
 from .tokenization import train_wordpiece
-from .torchutil import pick_device, seed_everything
+from .torchutil import seed_everything
 
 __all__ = ["fill_mask", "load_masked_lm", "train_causal_proxy", "train_masked_lm"]
 
@@ -63,7 +64,7 @@ def _train_loop(model, chunks, cfg: MaskedLMConfig, make_batch, desc: str, progr
     import torch
     from tqdm.auto import tqdm
 
-    device = pick_device(None)
+    device = torch_device(None)
     model.to(device).train()
     gen = torch.Generator().manual_seed(cfg.seed)
     steps_per_epoch = math.ceil(len(chunks) / cfg.batch_size)

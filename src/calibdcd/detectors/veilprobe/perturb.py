@@ -23,7 +23,6 @@ no candidate stay unchanged.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 import random
@@ -45,7 +44,6 @@ __all__ = [
     "KeyTokenPerturber",
     "aggregate_key_tokens",
     "key_token_count",
-    "model_fingerprint",
 ]
 
 _ALLOWED = re.compile(r"^[A-Za-z0-9-]+$")
@@ -59,19 +57,12 @@ class KeyToken:
     score: float
 
 
-def model_fingerprint(path: str | Path) -> dict:
-    """Identity of a local model directory for cache keys: its name and the contents of its
-    weight files (never its location or mtimes, so a moved cache keeps its perturbations)."""
-    p = Path(path)
-    files = []
-    for f in sorted(p.iterdir()):
-        if f.suffix in (".safetensors", ".bin", ".gguf", ".pt"):
-            h = hashlib.sha256()
-            with f.open("rb") as fh:
-                for block in iter(lambda fh=fh: fh.read(1 << 22), b""):
-                    h.update(block)
-            files.append((f.name, h.hexdigest()))
-    return {"name": p.name, "weights": files}
+def _model_identity(path: str | Path, cache_dir: Path) -> dict:
+    """A proxy or masked LM in cache keys: its name and :func:`calibdcd.models.checkpoint_identity`
+    (never its location, so a moved cache keeps its perturbations)."""
+    from calibdcd.models import checkpoint_identity
+
+    return {"name": Path(path).name, "content": checkpoint_identity(path, cache_dir)}
 
 
 def key_token_count(config: PerturbConfig, n_tokens: int) -> int:
@@ -178,8 +169,8 @@ class KeyTokenPerturber:
             cfg.pop("n_key")
         return content_key(
             cfg,
-            [model_fingerprint(p) for p in self._proxy_paths],
-            model_fingerprint(self._mlm_path),
+            [_model_identity(p, self.cache_dir) for p in self._proxy_paths],
+            _model_identity(self._mlm_path, self.cache_dir),
         )
 
     def _load(self):

@@ -1,34 +1,12 @@
-"""Device selection, autocast and seeding shared by VeilProbe's torch modules."""
+"""Seeding and CPU threads shared by VeilProbe's torch modules (devices and bf16:
+:mod:`calibdcd.device`)."""
 
 from __future__ import annotations
 
 import contextlib
 import random
 
-__all__ = ["autocast", "cpu_threads", "pick_device", "seed_everything"]
-
-
-def pick_device(device: str | None = None):
-    """``device`` if given, else cuda, then mps, then cpu."""
-    import torch
-
-    if device:
-        return torch.device(device)
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
-
-
-def autocast(device, enabled: bool = True):
-    """bf16 autocast on CUDA (when ``enabled``); a no-op elsewhere (CPU bf16 is slow for these
-    tiny widths and changes numerics of the tests)."""
-    import torch
-
-    if enabled and device.type == "cuda" and torch.cuda.is_bf16_supported():
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+__all__ = ["cpu_threads", "seed_everything"]
 
 
 def seed_everything(seed: int) -> None:

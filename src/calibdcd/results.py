@@ -27,6 +27,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from calibdcd.atomic import read_json, write_json
+
 __all__ = [
     "RESULT_SCHEMA_VERSION",
     "Estimate",
@@ -151,8 +153,6 @@ def parse_result(data: Any, source: str = "result") -> SettingResult:
 
 def read_result(path: str | Path) -> SettingResult:
     """Read ``result.json``; :class:`ResultError` (naming the file) when it is not one."""
-    from calibdcd.experiment.store import read_json
-
     try:
         data = read_json(Path(path))
     except ValueError as exc:
@@ -162,6 +162,4 @@ def read_result(path: str | Path) -> SettingResult:
 
 def write_result(path: str | Path, result: SettingResult) -> None:
     """Write ``result.json`` atomically."""
-    from calibdcd.experiment.store import write_json
-
     write_json(Path(path), result.to_json())

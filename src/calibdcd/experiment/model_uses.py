@@ -1,0 +1,103 @@
+"""The models an experiment config uses: :func:`models_in_config` lists every one
+(:class:`~calibdcd.models.ModelUse`, with where it is used), including detector defaults the
+config does not spell out; lab models (``lab:`` targets, ``lab:...`` and
+``lab-clean-reference:...`` options) and remotely served targets (``backend: openai``) are not
+hub models and are left out. :func:`check_models` resolves them all (no download) and raises one
+:class:`~calibdcd.models.MissingModelsError` naming every missing one.
+
+It lives in the experiment layer because it reads an experiment config and builds detectors;
+:mod:`calibdcd.models` below it only resolves and fetches references.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from calibdcd.experiment.components import DETECTORS
+from calibdcd.experiment.config import ExperimentConfig
+from calibdcd.models import (
+    LAB_PREFIXES,
+    MissingModelError,
+    MissingModelsError,
+    ModelUse,
+    ResolvedModel,
+    resolve_model,
+)
+from calibdcd.paths import cache_root
+
+__all__ = ["check_models", "models_in_config"]
+
+
+def _get_path(obj: Any, dotted: str) -> tuple[bool, Any]:
+    for part in dotted.split("."):
+        if isinstance(obj, dict):
+            if part not in obj:
+                return False, None
+            obj = obj[part]
+        elif dataclasses.is_dataclass(obj) and hasattr(obj, part):
+            obj = getattr(obj, part)
+        else:
+            return False, None
+    return True, obj
+
+
+def _skip(ref: str) -> bool:
+    return not ref or ref.startswith(LAB_PREFIXES)
+
+
+def models_in_config(cfg: ExperimentConfig) -> list[ModelUse]:
+    """Every model ``cfg`` uses, with where: ``hf`` targets (not lab ones), and the model fields
+    of every detector's effective config (its preset and defaults with the config's options),
+    built without loading any model or building any lab. Lab references and remote
+    (``backend: openai``) targets are left out."""
+    uses: list[ModelUse] = []
+    for i, t in enumerate(cfg.targets):
+        if t.backend == "hf" and t.lab is None and not _skip(t.model):
+            uses.append(ModelUse(f"targets[{i}] ({t.name}).model", t.model))
+    bench_names = sorted({b.name for b in cfg.benchmarks}) or [""]
+    for i, d in enumerate(cfg.detectors):
+        spec = DETECTORS.get(d.name)
+        if spec is None or not spec.model_fields:
+            continue
+        seen: set[tuple[str, str]] = set()
+        for bn in bench_names:
+            try:
+                det = spec.build(d, bn, str(cache_root(cfg.cache_dir)))  # lab refs unresolved
+            except Exception as exc:
+                raise ValueError(f"detectors[{i}] ({d.label}): {exc}") from None
+            for field, need in spec.model_fields:
+                found, value = _get_path(getattr(det, "config", None), field)
+                if not found or value is None:
+                    continue
+                spelled, _ = _get_path(dict(d.options), field)
+                values = [value] if isinstance(value, str) else list(value)
+                for k, ref in enumerate(values):
+                    ref = str(ref)
+                    where = f"detectors[{i}] ({d.label}).options.{field}"
+                    if not isinstance(value, str):
+                        where += f"[{k}]"
+                    if _skip(ref) or (where, ref) in seen:
+                        continue
+                    seen.add((where, ref))
+                    uses.append(ModelUse(where, ref, need, default=not spelled))
+    return uses
+
+
+def check_models(
+    cfg: ExperimentConfig, uses: Sequence[ModelUse] | None = None
+) -> list[tuple[ModelUse, ResolvedModel]]:
+    """Resolve every model of ``cfg`` (no download, no weights loaded); raise one
+    :class:`MissingModelsError` that names every missing model and where it is used."""
+    uses = models_in_config(cfg) if uses is None else uses
+    ok: list[tuple[ModelUse, ResolvedModel]] = []
+    missing: list[tuple[ModelUse, MissingModelError]] = []
+    for use in uses:
+        try:
+            ok.append((use, resolve_model(use.ref, need=use.need)))
+        except MissingModelError as e:
+            missing.append((use, e))
+    if missing:
+        raise MissingModelsError(missing, cfg.source or "CONFIG")
+    return ok

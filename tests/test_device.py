@@ -1,0 +1,47 @@
+"""calibdcd.device: the one device picker and bf16 switch (targets, lab, VeilProbe, DPDLLM)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from calibdcd.device import autocast, resolve_device, resolve_dtype, torch_device  # noqa: E402
+
+
+def test_auto_picks_cuda_then_mps_then_cpu():
+    want = "cuda" if torch.cuda.is_available() else None
+    if want is None and torch.backends.mps.is_available():
+        want = "mps"
+    assert resolve_device("auto") == resolve_device(None) == (want or "cpu")
+    assert torch_device("cpu") == torch.device("cpu")
+    assert resolve_device("cpu") == "cpu"
+
+
+def test_unknown_or_unavailable_devices_are_errors():
+    with pytest.raises(ValueError, match="device must be"):
+        resolve_device("tpu")
+    with pytest.raises(ValueError, match="not a valid torch device"):
+        resolve_device("cpu:x")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            resolve_device("cuda:0")
+
+
+def test_bf16_is_opt_in_on_cpu():
+    x = torch.ones(2, 2)
+    with autocast("cpu"):  # the default: CUDA only
+        assert (x @ x).dtype == torch.float32
+    with autocast(torch.device("cpu"), True, cpu=True):
+        assert (x @ x).dtype == torch.bfloat16
+    with autocast("cpu", False, cpu=True):
+        assert (x @ x).dtype == torch.float32
+    with pytest.raises(ValueError, match="cuda or cpu"):
+        autocast("mps", True, cpu=True)
+
+
+def test_dtype_names():
+    assert resolve_dtype("bf16", "cpu") is torch.bfloat16
+    assert resolve_dtype("auto", "cpu") is torch.float32
+    with pytest.raises(ValueError, match="dtype must be"):
+        resolve_dtype("int8", "cpu")
