@@ -311,3 +311,65 @@ def test_fit_texts_keep_the_held_out_part_disjoint():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         FitTexts.split(members, nonmembers, seed=1)
+
+
+# --------------------------------------------------------------------------------------------
+# Learnt parts travel in the bundle
+# --------------------------------------------------------------------------------------------
+
+
+def _learnt_detector(name: str, cache: Path):
+    from calibdcd.experiment.components import resolve_lab_refs
+
+    if name == "veilprobe":
+        from calibdcd.detectors.veilprobe import VeilProbe
+        from veilprobe_support import fast_config
+
+        return VeilProbe(fast_config(cache / "veilprobe")), None
+    from calibdcd.detectors.base import create_detector
+
+    options = {
+        "length": 32,
+        "progress": False,
+        "reference": {"model_path": "lab-clean-reference:micro", "epochs": 1,
+                      "learning_rate": 0.001, "cache_dir": str(cache / "reference")},
+    }  # fmt: skip
+    spec = {"name": "dpdllm", "preset": None, "options": options, "benchmark": "lab"}
+    return create_detector("dpdllm", options=resolve_lab_refs(options)), spec
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["dpdllm", "veilprobe"])
+def test_inductive_bundle_scores_with_its_saved_learnt_parts(name, tmp_path):
+    """Fit (no CalibDCD: the learnt parts are the point), save, load and score new texts with a
+    detector whose own cache is empty: the scores equal the in-process ones and nothing is
+    trained again (the bundle's mapping model / reference LM is used)."""
+    from calibdcd.experiment.components import build_target
+    from calibdcd.experiment.config import TargetEntry
+    from calibdcd.fitted import FitTexts, fit_detector
+
+    lab = lab_micro()
+    gt = [json.loads(x) for x in (lab / "ground_truth.jsonl").read_text().splitlines()]
+    mem = [g["text"] for g in gt if g["label"] == 1][:40]
+    non = [g["text"] for g in gt if g["label"] == 0][:40]
+    texts = FitTexts(
+        supervised=tuple(mem[:12] + non[:12]),
+        labels=(1,) * 12 + (0,) * 12,
+        heldout=tuple(non[12:32]),
+    )
+    new = mem[30:36] + non[34:40]
+    entry = TargetEntry(name="chat-qwen", backend="hf", model=str(lab / "chat-qwen"),
+                        options={"device": "cpu", "batch_size": 64})  # fmt: skip
+    target = build_target(entry, tmp_path / "generations.sqlite")
+    det, spec = _learnt_detector(name, tmp_path / "fit-cache")
+    fitted = fit_detector(det, target, texts, mode="inductive", detector_spec=spec)
+    assert set(fitted.learnt) == ({"reference"} if name == "dpdllm" else {"mapping"})
+    direct = fitted.score(new, target, det, check_distribution=False).scores
+    fitted.save(tmp_path / "bundle")
+    loaded = FittedDetector.load(tmp_path / "bundle")
+    fresh_cache = tmp_path / "fresh-cache"
+    det2, _ = _learnt_detector(name, fresh_cache)
+    res = loaded.score(new, target, det2, check_distribution=False)
+    np.testing.assert_allclose(res.scores, direct, rtol=1e-6, atol=1e-9)
+    assert not (fresh_cache / "veilprobe" / "mapping").exists()  # no mapping model trained
+    assert not (fresh_cache / "reference").exists()  # no reference LM fine-tuned

@@ -8,7 +8,7 @@ import typer
 from calibdcd.data.cli import app as _data_app
 from calibdcd.detectors.veilprobe.cli import app as _veilprobe_app
 from calibdcd.experiment.cli import demo_command, report_command, run_command
-from calibdcd.fitted.cli import fit_command, score_command
+from calibdcd.fitted_cli import fit_command, score_command
 from calibdcd.lab.cli import app as _lab_app
 from calibdcd.models_cli import app as _models_app
 from calibdcd.views_cli import views_command

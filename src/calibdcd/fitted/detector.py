@@ -476,7 +476,7 @@ class FittedDetector:
     # -- persistence -----------------------------------------------------------------------
     def save(self, directory: str | Path) -> Path:
         """Write the bundle (see the module doc); an existing bundle there is replaced."""
-        from calibdcd.experiment.store import pack_state
+        from calibdcd.persist import pack_state
 
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
@@ -543,7 +543,7 @@ class FittedDetector:
         """Read a bundle. ``target`` (the current target's identity record) must match the
         fitted one (else :class:`TargetMismatchError` naming what differs); differing package
         versions give a warning naming them."""
-        from calibdcd.experiment.store import unpack_state
+        from calibdcd.persist import unpack_state
         from calibdcd.views import View
 
         d = Path(directory)
