@@ -108,7 +108,8 @@ def run(args: argparse.Namespace) -> None:
         t0 = time.perf_counter()
         det, spec = _detector(args, cache)
         fitted = fit_detector(
-            det, target, texts, views=views, calibration=CalibrationConfig(), fpr=args.fpr,
+            det, target, texts, views=views,
+            calibration=CalibrationConfig() if args.calibdcd else None, fpr=args.fpr,
             mode=mode, seed=args.seed, detector_spec=spec, target_record=record,
             status=lambda m, mode=mode: print(f"[{mode}] {m}", file=sys.stderr, flush=True),
         )  # fmt: skip
@@ -187,6 +188,10 @@ def main() -> None:
     r.add_argument("--held", type=int, default=40)
     r.add_argument("--fpr", type=float, default=0.05)
     r.add_argument("--cache", default=".calibdcd-cache")
+    r.add_argument(
+        "--calibdcd", action=argparse.BooleanOptionalAction, default=True,
+        help="fit CalibDCD too (its ten views on the calibration texts dominate the cost)",
+    )  # fmt: skip
     s = sub.add_parser("summary")
     s.add_argument("files", nargs="+")
     args = ap.parse_args()

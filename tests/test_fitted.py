@@ -350,14 +350,14 @@ def test_inductive_bundle_scores_with_its_saved_learnt_parts(name, tmp_path):
 
     lab = lab_micro()
     gt = [json.loads(x) for x in (lab / "ground_truth.jsonl").read_text().splitlines()]
-    mem = [g["text"] for g in gt if g["label"] == 1][:40]
-    non = [g["text"] for g in gt if g["label"] == 0][:40]
-    texts = FitTexts(
-        supervised=tuple(mem[:12] + non[:12]),
-        labels=(1,) * 12 + (0,) * 12,
-        heldout=tuple(non[12:32]),
+    mem = [g["text"] for g in gt if g["label"] == 1][:50]
+    non = [g["text"] for g in gt if g["label"] == 0][:50]
+    texts = FitTexts(  # 20 per class: VeilProbe's ProtoNet episodes need them
+        supervised=tuple(mem[:20] + non[:20]),
+        labels=(1,) * 20 + (0,) * 20,
+        heldout=tuple(non[20:40]),
     )
-    new = mem[30:36] + non[34:40]
+    new = mem[40:46] + non[44:50]
     entry = TargetEntry(name="chat-qwen", backend="hf", model=str(lab / "chat-qwen"),
                         options={"device": "cpu", "batch_size": 64})  # fmt: skip
     target = build_target(entry, tmp_path / "generations.sqlite")
@@ -373,3 +373,53 @@ def test_inductive_bundle_scores_with_its_saved_learnt_parts(name, tmp_path):
     np.testing.assert_allclose(res.scores, direct, rtol=1e-6, atol=1e-9)
     assert not (fresh_cache / "veilprobe" / "mapping").exists()  # no mapping model trained
     assert not (fresh_cache / "reference").exists()  # no reference LM fine-tuned
+
+
+def test_register_detector_makes_a_detector_buildable_by_name(request):
+    from calibdcd.detectors import base
+    from calibdcd.detectors.base import (
+        NormalizedClassifier,
+        PersistableClassifier,
+        PoolTrained,
+        ReferenceTrained,
+        Timed,
+        create_detector,
+        register_detector,
+        registered_detectors,
+    )
+    from calibdcd.detectors.overlap import ContinuationOverlap, OverlapConfig
+    from calibdcd.experiment.components import DETECTORS, build_detector, detector_available
+    from calibdcd.experiment.config import DetectorEntry
+
+    built = []
+
+    def factory(preset, options, benchmark, cache_dir):
+        built.append((preset, dict(options), benchmark))
+        return ContinuationOverlap(OverlapConfig(positions=int(options.get("positions", 4))))
+
+    register_detector("overlap-test", factory, description="a test detector", replace=True)
+    request.addfinalizer(lambda: base._FACTORIES.pop("overlap-test", None))
+    assert "overlap-test" in registered_detectors() and "overlap-test" in DETECTORS
+    assert detector_available("overlap-test")
+    det = build_detector(DetectorEntry(name="overlap-test", options={"positions": 3}), "lab", ".")
+    assert det.config.positions == 3 and built[-1] == (None, {"positions": 3}, "lab")
+    assert create_detector("overlap-test").config.positions == 4
+    with pytest.raises(ValueError, match="already registered"):
+        register_detector("overlap-test", factory)
+    with pytest.raises(ValueError, match="unknown detector 'nope'; known: dpdllm"):
+        create_detector("nope")
+    # the built-ins declare their capabilities (no signature probing)
+    vp = create_detector("veilprobe", preset="cpu", cache_dir=".")
+    dp = create_detector("dpdllm", benchmark="lab")
+    ov = create_detector("overlap")
+    assert (
+        isinstance(vp, PoolTrained)
+        and isinstance(vp, Timed)
+        and not isinstance(vp, ReferenceTrained)
+    )
+    assert isinstance(dp, ReferenceTrained) and not isinstance(dp, PoolTrained)
+    assert not isinstance(ov, (PoolTrained, ReferenceTrained, Timed))
+    for clf in (vp.new_classifier(), ov.new_classifier()):
+        assert isinstance(clf, NormalizedClassifier) and isinstance(clf, PersistableClassifier)
+    assert isinstance(dp.new_classifier(), PersistableClassifier)
+    assert not isinstance(dp.new_classifier(), NormalizedClassifier)
