@@ -42,7 +42,7 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from calibdcd.detectors.dpdllm import DPDLLM, DPDLLMConfig, ReferenceLMConfig
-from calibdcd.detectors.dpdllm.lab_reference import CleanReferenceConfig, ensure_clean_reference
+from calibdcd.lab.clean_reference import CleanReferenceConfig, ensure_clean_reference
 from calibdcd.metrics import auc, tpr_at_fpr
 from calibdcd.paths import cache_root
 from calibdcd.targets.cache import CachedTarget

@@ -24,7 +24,7 @@ from calibdcd.detectors.dpdllm import (
     join_prompt,
 )
 from calibdcd.detectors.dpdllm.features import aggregate, minsubstr, mintopk, perplexity
-from calibdcd.detectors.dpdllm.lab_reference import CleanReferenceConfig, ensure_clean_reference
+from calibdcd.lab.clean_reference import CleanReferenceConfig, ensure_clean_reference
 from calibdcd.metrics import auc
 from calibdcd.views import View
 
@@ -399,7 +399,7 @@ def test_alternative_features(detector, base_features, split):
 
 
 def test_clean_reference_never_saw_a_candidate(micro, clean_reference):
-    from calibdcd.detectors.dpdllm.lab_reference import _background_texts
+    from calibdcd.lab.clean_reference import _background_texts
 
     meta = json.loads((micro / "lab.json").read_text())
     texts = _background_texts(micro, meta)

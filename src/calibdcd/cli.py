@@ -8,6 +8,7 @@ import typer
 from calibdcd.data.cli import app as _data_app
 from calibdcd.detectors.veilprobe.cli import app as _veilprobe_app
 from calibdcd.experiment.cli import demo_command, report_command, run_command
+from calibdcd.fitted_cli import fit_command, score_command
 from calibdcd.lab.cli import app as _lab_app
 from calibdcd.models_cli import app as _models_app
 from calibdcd.views_cli import views_command
@@ -22,6 +23,8 @@ app.command("demo")(demo_command)
 app.command("run")(run_command)
 app.command("report")(report_command)
 app.command("views")(views_command)
+app.command("fit")(fit_command)
+app.command("score")(score_command)
 app.add_typer(_data_app, name="data")
 app.add_typer(_lab_app, name="lab")
 app.add_typer(_models_app, name="models")

@@ -8,9 +8,17 @@ import dataclasses
 import difflib
 import functools
 import typing
+from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["suggestion", "type_hints", "type_problem"]
+__all__ = [
+    "OptionsError",
+    "option_problems",
+    "replace_nested",
+    "suggestion",
+    "type_hints",
+    "type_problem",
+]
 
 
 def suggestion(name: str, known: list[str]) -> str:
@@ -69,3 +77,64 @@ def type_problem(hint: Any, value: Any) -> str | None:
             continue
     shown = getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
     return f"must be {shown}, got {value!r}"
+
+
+class OptionsError(ValueError):
+    """Options that do not fit a component's config: ``problems`` lists every one as (dotted
+    key path, problem)."""
+
+    def __init__(self, problems: list[tuple[str, str]]):
+        self.problems = problems
+        super().__init__("; ".join(f"{k}: {m}" for k, m in problems))
+
+
+def option_problems(
+    obj: Any, options: Mapping[str, Any], path: str = "options"
+) -> list[tuple[str, str]]:
+    """Every option that is not a field of the config dataclass ``obj`` (with the closest field)
+    or whose value does not fit the field's annotation, as (dotted key path, problem)."""
+    if not options:
+        return []
+    if not dataclasses.is_dataclass(obj):
+        return [(path, f"cannot set fields on {type(obj).__name__}")]
+    names = [f.name for f in dataclasses.fields(obj)]
+    hints = type_hints(obj)
+    out: list[tuple[str, str]] = []
+    for k, v in options.items():
+        if k not in names:
+            out.append(
+                (f"{path}.{k}", f"unknown field of {type(obj).__name__}{suggestion(k, names)}")
+            )
+            continue
+        cur = getattr(obj, k)
+        if isinstance(v, Mapping) and dataclasses.is_dataclass(cur):
+            out.extend(option_problems(cur, v, f"{path}.{k}"))
+        elif not isinstance(v, str) or not v.startswith("lab"):  # lab refs: resolved later
+            problem = type_problem(hints.get(k), v)
+            if problem is not None:
+                out.append((f"{path}.{k}", problem))
+    return out
+
+
+def replace_nested(obj: Any, options: Mapping[str, Any], path: str = "options") -> Any:
+    """``dataclasses.replace`` applied recursively: a mapping value for a field that holds a
+    dataclass updates that dataclass; lists become tuples where the field holds a tuple.
+    Raises :class:`OptionsError` listing every unknown field and mistyped value."""
+    if not options:
+        return obj
+    problems = [p for p in option_problems(obj, options, path) if "unknown field" in p[1]]
+    if not dataclasses.is_dataclass(obj) or problems:
+        raise OptionsError(problems or [(path, f"cannot set fields on {type(obj).__name__}")])
+    kw: dict[str, Any] = {}
+    for k, v in options.items():
+        cur = getattr(obj, k)
+        if isinstance(v, Mapping) and dataclasses.is_dataclass(cur):
+            kw[k] = replace_nested(cur, v, f"{path}.{k}")
+        elif isinstance(v, list) and isinstance(cur, tuple):
+            kw[k] = tuple(v)
+        else:
+            kw[k] = v
+    try:
+        return dataclasses.replace(obj, **kw)
+    except (TypeError, ValueError) as exc:
+        raise OptionsError([(path, str(exc))]) from None

@@ -13,17 +13,48 @@ and a score function, so the runner glues them as::
 
 Views (``calibdcd.views.View``) wrap the detector's e0 query; only the query changes, never the
 text that the features are computed against.
+
+Capabilities beyond :class:`Detector` are declared, not discovered: a detector class subclasses
+the protocols it implements, and the runner and :mod:`calibdcd.fitted` test ``isinstance``:
+
+* :class:`PoolTrained`: learnt parts trained without labels on the candidate texts it scores,
+  through ``prepare(pool, target)`` (VeilProbe's mapping model);
+* :class:`ReferenceTrained`: a reference model trained without labels on texts passed with every
+  ``extract`` call (``reference_texts``; DPDLLM's reference LM, ``reference_texts_for`` says which
+  texts a split gets under its ``reference.arrangement``);
+* :class:`Timed`: per-step wall seconds kept on the detector (``timings``);
+* :class:`NormalizedClassifier`: a classifier with its own normalised space (``transform``, a
+  score on transformed features ``score_transformed``, optionally ``inverse_transform``), in
+  which CalibDCD can calibrate (``calibration_space: normalized``);
+* :class:`PersistableClassifier`: ``state()`` / ``from_state()`` (arrays + JSON, no pickle).
+
+Both kinds of learnt parts also save and restore their trained state
+(``learnt_parts`` / ``restore_parts``: directories of safetensors + JSON), which is how a
+:class:`calibdcd.fitted.FittedDetector` bundle carries them to another machine.
+
+Detectors are built by name through :func:`register_detector` / :func:`create_detector`, like
+targets' ``register_backend``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Classifier", "Detector", "Features"]
+__all__ = [
+    "Classifier",
+    "Detector",
+    "Features",
+    "NormalizedClassifier",
+    "PersistableClassifier",
+    "PoolTrained",
+    "ReferenceTrained",
+    "Timed",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,3 +125,77 @@ class Detector(Protocol):
         ...
 
     def new_classifier(self, seed: int = 0) -> Classifier: ...
+
+
+@runtime_checkable
+class NormalizedClassifier(Classifier, Protocol):
+    """A classifier that normalises its input first and exposes that space:
+    ``score(z) == score_transformed(transform(z))``."""
+
+    def transform(self, z: np.ndarray) -> np.ndarray: ...
+
+    def score_transformed(self, zt: np.ndarray) -> np.ndarray: ...
+
+
+@runtime_checkable
+class PersistableClassifier(Classifier, Protocol):
+    """A classifier whose fitted state is arrays + JSON-able meta (no pickle)."""
+
+    def state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]: ...
+
+    @classmethod
+    def from_state(cls, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> Any: ...
+
+
+@runtime_checkable
+class Timed(Protocol):
+    """A detector that accumulates wall seconds per step of its own (``timings``)."""
+
+    timings: Mapping[str, float]
+
+
+@runtime_checkable
+class PoolTrained(Protocol):
+    """A detector with parts learnt, without labels, on the candidate texts it scores.
+
+    ``prepare(pool, target)`` trains them on ``pool`` (every later ``extract`` uses them);
+    ``learnt_parts(target)`` names the directories of the trained state for ``target``
+    (safetensors + JSON); ``restore_parts(parts, pool, target)`` makes the detector use those
+    directories as if ``prepare(pool, target)`` had trained them.
+    """
+
+    def prepare(self, pool: Sequence[str], target: Any) -> Any: ...
+
+    def learnt_parts(self, target: Any) -> dict[str, Path]: ...
+
+    def restore_parts(
+        self, parts: Mapping[str, Path], pool: Sequence[str], target: Any
+    ) -> None: ...
+
+
+@runtime_checkable
+class ReferenceTrained(Protocol):
+    """A detector whose features come from a reference model trained, without labels, on
+    ``reference_texts`` passed with ``extract``.
+
+    ``reference_texts_for(split_texts, all_texts)`` is the set a split gets (e.g. every
+    candidate text when shared); ``learnt_parts(reference_texts)`` the directory of the trained
+    reference (safetensors + JSON); ``restore_parts(parts, reference_texts)`` uses a saved one
+    for those texts instead of training it.
+    """
+
+    def extract(
+        self,
+        texts: Sequence[str],
+        target: Any,
+        view: Any | None = None,
+        reference_texts: Sequence[str] | None = None,
+    ) -> Features: ...
+
+    def reference_texts_for(
+        self, split_texts: Sequence[str], all_texts: Sequence[str]
+    ) -> list[str]: ...
+
+    def learnt_parts(self, reference_texts: Sequence[str]) -> dict[str, Path]: ...
+
+    def restore_parts(self, parts: Mapping[str, Path], reference_texts: Sequence[str]) -> None: ...

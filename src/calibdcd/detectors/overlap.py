@@ -32,7 +32,11 @@ from typing import Any
 
 import numpy as np
 
-from calibdcd.detectors.base import Features
+from calibdcd.detectors.base import (
+    Features,
+    NormalizedClassifier,
+    PersistableClassifier,
+)
 from calibdcd.targets.base import GenerationParams
 
 __all__ = ["ContinuationOverlap", "LogisticClassifier", "OverlapConfig", "overlap_features"]
@@ -128,7 +132,7 @@ def overlap_features(candidate: str, reference: list[str], positions: int) -> np
     return out
 
 
-class LogisticClassifier:
+class LogisticClassifier(NormalizedClassifier, PersistableClassifier):
     """Standardisation + L2 logistic regression (Newton). ``score`` = logit, higher = member."""
 
     def __init__(self, l2: float = 1.0, max_iter: int = 50):

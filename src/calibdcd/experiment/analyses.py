@@ -30,13 +30,13 @@ with changed CalibDCD settings, all from the same arrays (no new target queries)
 Choices where the paper is silent (documented settings):
 
 * **Feature space.** ``space="normalized"`` calibrates in the space the classifier consumes
-  (after its own normalisation, e.g. VeilProbe's z-score) when the classifier exposes
-  ``transform`` and a score on transformed features (``score_transformed``; VeilProbe's
-  classifier: its ProtoNet's ``score``); ``"raw"`` calibrates the extractor's output with the
-  classifier's full ``score``. Retraining fits a fresh classifier of the family on the corrected
-  features; in the normalised space, when the classifier offers ``inverse_transform`` the corrected
-  features are mapped back to raw first, otherwise the fresh classifier is fitted on the
-  corrected normalised features (its own normalisation is then refitted on top).
+  (after its own normalisation, e.g. VeilProbe's z-score) when the classifier declares one
+  (:class:`calibdcd.detectors.base.NormalizedClassifier`: ``transform`` and
+  ``score_transformed``; VeilProbe's classifier: its ProtoNet's score); ``"raw"`` calibrates the
+  extractor's output with the classifier's full ``score``. Retraining fits a fresh classifier of
+  the family on the corrected features; in the normalised space on the corrected normalised
+  features (its own normalisation is then refitted on top). The scoring path is
+  :class:`calibdcd.fitted.calibrated.CalibratedClassifier`, shared with the fitted detector.
 * **No correction.** When CalibDCD selects no correction (best J ≤ 0), the calibrated detector
   *is* the original one: no retraining, identical scores.
 * **Fixed configurations** (``fixed_full``, ``fixed``) are applied even when their J ≤ 0
@@ -47,11 +47,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from calibdcd.calibration import Calibration, CalibrationConfig, calibrate
+from calibdcd.fitted.calibrated import (
+    CalibratedClassifier,
+    Space,
+    has_normalized_space,
+    resolve_space,
+)
 from calibdcd.metrics import auc, roc_curve, tpr_at_fpr
 
 __all__ = [
@@ -62,45 +68,17 @@ __all__ = [
     "controls",
     "fixed_config",
     "fp_recovery",
+    "other_space",
+    "resolve_space",
     "threshold_at_fpr",
 ]
-
-Space = Literal["raw", "normalized"]
-
-
-def _score_in_space(clf: Any) -> Callable[[np.ndarray], np.ndarray] | None:
-    """The classifier's score on already-transformed features, when it has one."""
-    fn = getattr(clf, "score_transformed", None)
-    if callable(fn):
-        return fn
-    inner = getattr(clf, "protonet", None)  # VeilProbeClassifier: preprocessor + ProtoNet
-    if inner is not None and callable(getattr(inner, "score", None)):
-        return inner.score
-    return None
-
-
-def _has_normalized_space(clf: Any) -> bool:
-    return callable(getattr(clf, "transform", None)) and _score_in_space(clf) is not None
 
 
 def other_space(clf: Any, space: Space) -> Space | None:
     """The calibration space a setting did not use, when its classifier has both."""
-    if not _has_normalized_space(clf):
+    if not has_normalized_space(clf):
         return None
     return "raw" if space == "normalized" else "normalized"
-
-
-def resolve_space(clf: Any, requested: str) -> Space:
-    """``auto`` -> normalized when the classifier exposes its space, else raw."""
-    has = _has_normalized_space(clf)
-    if requested == "normalized" and not has:
-        raise ValueError(
-            "calibration_space: normalized needs a classifier with transform() and "
-            f"score_transformed(); {type(clf).__name__} has no such space"
-        )
-    if requested == "raw":
-        return "raw"
-    return "normalized" if has else "raw"
 
 
 @dataclasses.dataclass
@@ -152,26 +130,19 @@ class CalibrationProblem:
         self._views_t = {k: self.forward(v) for k, v in self.views.items()}
         self._cal_t = self.forward(self.z_cal)
 
-    # -- the feature space CalibDCD works in --------------------------------------------------
+    # -- the feature space CalibDCD works in (calibdcd.fitted.calibrated) ---------------------
+    def calibrated(self, cal: Calibration | None = None, clf: Any = None) -> CalibratedClassifier:
+        """The calibrated detector of ``cal`` and its retrained classifier ``clf`` (the same
+        object :class:`calibdcd.fitted.FittedDetector` scores with)."""
+        retrained = None if clf is self.original else clf
+        return CalibratedClassifier(self.original, cal, retrained, self.space)
+
     def forward(self, z: np.ndarray) -> np.ndarray:
-        if self.space == "normalized":
-            return np.asarray(self.original.transform(z), dtype=np.float64)
-        return np.asarray(z, dtype=np.float64)
+        return self.calibrated().forward(z)
 
     def score0(self, zt: np.ndarray) -> np.ndarray:
         """The fixed original score q in the calibration space."""
-        if self.space == "normalized":
-            fn = _score_in_space(self.original)
-            assert fn is not None
-            return np.asarray(fn(zt), dtype=np.float64)
-        return np.asarray(self.original.score(zt), dtype=np.float64)
-
-    def _back(self, zt: np.ndarray) -> np.ndarray:
-        """Corrected features in the space the retrained classifier is fitted on."""
-        inv = getattr(self.original, "inverse_transform", None)
-        if self.space == "normalized" and callable(inv):
-            return np.asarray(inv(zt), dtype=np.float64)
-        return zt
+        return self.calibrated().score0(zt)
 
     # -- the pipeline ------------------------------------------------------------------------
     def calibrate(self, config: CalibrationConfig) -> Calibration:
@@ -180,18 +151,14 @@ class CalibrationProblem:
         )
 
     def final_scorer(self, cal: Calibration, clf: Any) -> Callable[[np.ndarray], np.ndarray]:
-        if not cal.corrected:
-            return lambda z: np.asarray(self.original.score(z), dtype=np.float64)
-        return lambda z: np.asarray(
-            clf.score(self._back(cal.transform(self.forward(z)))), dtype=np.float64
-        )
+        return self.calibrated(cal, clf).score
 
     def retrain(self, cal: Calibration) -> Any:
         if not cal.corrected:
             return self.original
 
         def build() -> Any:
-            z = self._back(cal.transform(self.forward(self.z_sup)))
+            z = self.calibrated(cal).corrected_features(self.z_sup)
             return self.new_classifier().fit(z, self.y_sup)
 
         if self.model_cache is not None:

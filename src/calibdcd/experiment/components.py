@@ -1,9 +1,11 @@
 """Building the parts of a setting from config entries: detectors, targets, views, benchmarks.
 
-Detectors are looked up by name in :data:`DETECTORS`; each entry knows its module (checked
-without importing it in dry runs) and how to build the detector for one benchmark from a preset
-and nested option overrides (``options: {sampling: {max_new_tokens: 64}}`` replaces that field of
-the preset's nested dataclass). Targets are built with
+Detectors are built by name through the registry of
+:func:`calibdcd.detectors.registry.register_detector` (:data:`DETECTORS` is a live view of it);
+each registration knows its module (checked without importing it in dry runs) and how to build
+the detector for one benchmark from a preset and nested option overrides
+(``options: {sampling: {max_new_tokens: 64}}`` replaces that field of the preset's nested
+dataclass). Targets are built with
 :func:`calibdcd.targets.base.create_target` only when a setting actually needs a query (a cache
 miss), and always wrapped in the persistent generation cache.
 """
@@ -16,16 +18,18 @@ import importlib
 import importlib.util
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from calibdcd.detectors.registry import DetectorRegistration, detector_factory, registered_detectors
 from calibdcd.experiment.config import (
     BenchmarkEntry,
     DetectorEntry,
     TargetEntry,
     register_entry_check,
 )
+from calibdcd.options import OptionsError, option_problems, replace_nested
 from calibdcd.paths import cache_root
 
 __all__ = [
@@ -42,78 +46,24 @@ __all__ = [
 ]
 
 
-class OptionsError(ValueError):
-    """Options that do not fit a component's config: ``problems`` lists every one as (dotted
-    key path, problem)."""
-
-    def __init__(self, problems: list[tuple[str, str]]):
-        self.problems = problems
-        super().__init__("; ".join(f"{k}: {m}" for k, m in problems))
+#: a registered detector (``calibdcd.detectors.registry.register_detector``)
+DetectorSpec = DetectorRegistration
 
 
-def option_problems(
-    obj: Any, options: Mapping[str, Any], path: str = "options"
-) -> list[tuple[str, str]]:
-    """Every option that is not a field of the config dataclass ``obj`` (with the closest field)
-    or whose value does not fit the field's annotation, as (dotted key path, problem)."""
-    from calibdcd.options import suggestion, type_hints, type_problem
+class _Registered(Mapping[str, DetectorRegistration]):
+    """The registered detectors by name (a live view of the registry)."""
 
-    if not options:
-        return []
-    if not dataclasses.is_dataclass(obj):
-        return [(path, f"cannot set fields on {type(obj).__name__}")]
-    names = [f.name for f in dataclasses.fields(obj)]
-    hints = type_hints(obj)
-    out: list[tuple[str, str]] = []
-    for k, v in options.items():
-        if k not in names:
-            out.append(
-                (f"{path}.{k}", f"unknown field of {type(obj).__name__}{suggestion(k, names)}")
-            )
-            continue
-        cur = getattr(obj, k)
-        if isinstance(v, Mapping) and dataclasses.is_dataclass(cur):
-            out.extend(option_problems(cur, v, f"{path}.{k}"))
-        elif not isinstance(v, str) or not v.startswith("lab"):  # lab refs: resolved later
-            problem = type_problem(hints.get(k), v)
-            if problem is not None:
-                out.append((f"{path}.{k}", problem))
-    return out
+    def __getitem__(self, name: str) -> DetectorRegistration:
+        return registered_detectors()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(registered_detectors())
+
+    def __len__(self) -> int:
+        return len(registered_detectors())
 
 
-def replace_nested(obj: Any, options: Mapping[str, Any], path: str = "options") -> Any:
-    """``dataclasses.replace`` applied recursively: a mapping value for a field that holds a
-    dataclass updates that dataclass; lists become tuples where the field holds a tuple.
-    Raises :class:`OptionsError` listing every unknown field and mistyped value."""
-    if not options:
-        return obj
-    problems = [p for p in option_problems(obj, options, path) if "unknown field" in p[1]]
-    if not dataclasses.is_dataclass(obj) or problems:
-        raise OptionsError(problems or [(path, f"cannot set fields on {type(obj).__name__}")])
-    kw: dict[str, Any] = {}
-    for k, v in options.items():
-        cur = getattr(obj, k)
-        if isinstance(v, Mapping) and dataclasses.is_dataclass(cur):
-            kw[k] = replace_nested(cur, v, f"{path}.{k}")
-        elif isinstance(v, list) and isinstance(cur, tuple):
-            kw[k] = tuple(v)
-        else:
-            kw[k] = v
-    try:
-        return dataclasses.replace(obj, **kw)
-    except (TypeError, ValueError) as exc:
-        raise OptionsError([(path, str(exc))]) from None
-
-
-@dataclasses.dataclass(frozen=True)
-class DetectorSpec:
-    name: str
-    module: str
-    build: Callable[[DetectorEntry, str, str], Any]  # (entry, benchmark name, cache dir) -> det
-    description: str
-    #: (dotted field of the detector's config, "model" | "tokenizer") naming models
-    #: (:func:`calibdcd.experiment.model_uses.models_in_config` lists them, defaults included)
-    model_fields: tuple[tuple[str, str], ...] = ()
+DETECTORS: Mapping[str, DetectorRegistration] = _Registered()
 
 
 def resolve_lab_refs(value: Any, *, build: bool = True, root: str | Path | None = None) -> Any:
@@ -124,14 +74,14 @@ def resolve_lab_refs(value: Any, *, build: bool = True, root: str | Path | None 
     * ``"lab:<preset>/<path>"``: that path inside the lab's directory;
     * ``"lab-clean-reference:<preset>"``: DPDLLM's clean reference LM for that lab (the lab's
       architecture pre-trained on its background texts only, no candidate text;
-      ``calibdcd.detectors.dpdllm.lab_reference.ensure_clean_reference``). The lab's own base
+      ``calibdcd.lab.clean_reference.ensure_clean_reference``). The lab's own base
       model must not be the reference: it memorised the members, so a reference started from it
       detects membership without looking at the target's output.
     """
     if isinstance(value, str) and value.startswith("lab-clean-reference:"):
         if not build:
             return value
-        from calibdcd.detectors.dpdllm.lab_reference import ensure_clean_reference
+        from calibdcd.lab.clean_reference import ensure_clean_reference
 
         lab = resolve_lab(value.split(":", 1)[1], build=True, root=root)
         return str(ensure_clean_reference(lab, cache_dir=cache_root(root), progress=False))
@@ -146,78 +96,12 @@ def resolve_lab_refs(value: Any, *, build: bool = True, root: str | Path | None 
     return value
 
 
-def _veilprobe(entry: DetectorEntry, benchmark: str, cache_dir: str) -> Any:
-    from calibdcd.detectors.veilprobe import PRESETS, VeilProbe, VeilProbeConfig
-
-    preset = entry.preset or "paper"
-    if preset not in PRESETS:
-        raise ValueError(f"preset: VeilProbe presets are {', '.join(PRESETS)}; got {preset!r}")
-    cfg = VeilProbeConfig.preset(preset)
-    opts = dict(entry.options)
-    opts.setdefault("cache_dir", str(Path(cache_dir) / "veilprobe"))
-    opts.setdefault("progress", False)
-    return VeilProbe(replace_nested(cfg, opts))
-
-
-def _dpdllm(entry: DetectorEntry, benchmark: str, cache_dir: str) -> Any:
-    from calibdcd.detectors.dpdllm import DPDLLM
-    from calibdcd.detectors.dpdllm.detector import DPDLLMConfig
-
-    if entry.preset not in (None, "paper"):
-        raise ValueError(f"preset: DPDLLM has the preset 'paper' only, got {entry.preset!r}")
-    cfg = DPDLLMConfig.for_benchmark(benchmark)
-    opts = dict(entry.options)
-    opts.setdefault("progress", False)
-    # the fine-tuned reference LMs live under the run's cache root
-    reference = dict(opts.get("reference") or {})
-    reference.setdefault("cache_dir", str(cache_root(cache_dir)))
-    opts["reference"] = reference
-    return DPDLLM(replace_nested(cfg, opts))
-
-
-def _overlap(entry: DetectorEntry, benchmark: str, cache_dir: str) -> Any:
-    from calibdcd.detectors.overlap import ContinuationOverlap, OverlapConfig
-
-    if entry.preset not in (None, "default"):
-        raise ValueError(f"preset: the overlap detector has no presets, got {entry.preset!r}")
-    return ContinuationOverlap(replace_nested(OverlapConfig(), dict(entry.options)))
-
-
-DETECTORS: dict[str, DetectorSpec] = {
-    s.name: s
-    for s in (
-        DetectorSpec(
-            "veilprobe",
-            "calibdcd.detectors.veilprobe",
-            _veilprobe,
-            "VeilProbe: mapping-model features + key-token perturbation, ProtoNet-IB",
-            (
-                ("perturb.proxies", "model"),
-                ("perturb.masked_lm", "model"),
-                ("mapping.tokenizer", "tokenizer"),
-            ),
-        ),
-        DetectorSpec(
-            "dpdllm",
-            "calibdcd.detectors.dpdllm",
-            _dpdllm,
-            "DPDLLM: reference-LM probabilities of the continuation, Gaussian NB",
-            (("reference.model_path", "model"),),
-        ),
-        DetectorSpec(
-            "overlap",
-            "calibdcd.detectors.overlap",
-            _overlap,
-            "continuation overlap with the true second half, logistic regression",
-        ),
-    )
-}
-
-
 def detector_available(name: str) -> bool:
-    spec = DETECTORS[name]
+    module = DETECTORS[name].module
+    if module is None:
+        return True
     try:
-        return importlib.util.find_spec(spec.module) is not None
+        return importlib.util.find_spec(module) is not None
     except ModuleNotFoundError:
         return False
 
@@ -231,13 +115,7 @@ def build_detector(
     entry = dataclasses.replace(
         entry, options=resolve_lab_refs(dict(entry.options), build=build_labs, root=cache_dir)
     )
-    try:
-        spec = DETECTORS[entry.name]
-    except KeyError:
-        raise ValueError(
-            f"unknown detector {entry.name!r}; known: {', '.join(sorted(DETECTORS))}"
-        ) from None
-    return spec.build(entry, benchmark, cache_dir)
+    return detector_factory(entry.name)(entry.preset, entry.options, benchmark, cache_dir)
 
 
 def _without_locations(value: Any, root: str | Path | None = None) -> Any:

@@ -29,7 +29,6 @@
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 import os
 import time
@@ -41,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from calibdcd.calibration import Calibration
+from calibdcd.detectors.base import PoolTrained, ReferenceTrained, Timed
 from calibdcd.experiment.analyses import (
     CONTROLS,
     CalibrationProblem,
@@ -310,8 +310,8 @@ class _Extractor:
             model_path(setting.target, build_lab=False, root=ctx.cache_root),
             ctx.cache_root,
         )
-        self.takes_reference = "reference_texts" in inspect.signature(detector.extract).parameters
-        self.has_prepare = callable(getattr(detector, "prepare", None))
+        self.takes_reference = isinstance(detector, ReferenceTrained)
+        self.has_prepare = isinstance(detector, PoolTrained)
         self._prepared = False
         self.blocks: dict[str, slice] | None = None
         self.seconds = 0.0
@@ -338,14 +338,15 @@ class _Extractor:
             return hit["values"]
         t0 = time.perf_counter()
         target = self.ctx.target(self.setting.target)
-        before = dict(getattr(self.detector, "timings", None) or {})
+        timed = isinstance(self.detector, Timed)
+        before = dict(self.detector.timings) if timed else {}
         if self.has_prepare and not self._prepared:
             self.detector.prepare(self.pool, target)
             self._prepared = True
         kw = {"reference_texts": reference} if self.takes_reference else {}
         feats = self.detector.extract(texts, target, view=view, **kw)
         # a detector keeps per-step seconds on itself (VeilProbe) or on its features (DPDLLM)
-        after = dict(getattr(self.detector, "timings", None) or {})
+        after = dict(self.detector.timings) if timed else {}
         spent = {k: float(v) - float(before.get(k, 0.0)) for k, v in after.items()}
         for k, v in (getattr(feats, "timings", None) or {}).items():
             spent[k] = spent.get(k, 0.0) + float(v)
@@ -478,9 +479,9 @@ def prepare_setting(
     cal_texts = [texts[i] for i in cal_idx]
 
     ref_sup, ref_rest = sup_texts, rest_texts
-    per_part = getattr(detector, "reference_texts_for", None)
-    if callable(per_part):  # e.g. DPDLLM's shared reference LM: every text of the subsample
-        ref_sup, ref_rest = per_part(sup_texts, pool), per_part(rest_texts, pool)
+    if isinstance(detector, ReferenceTrained):  # e.g. DPDLLM's shared reference: the subsample
+        ref_sup = detector.reference_texts_for(sup_texts, pool)
+        ref_rest = detector.reference_texts_for(rest_texts, pool)
 
     say("features e0")
     z_sup = ext(sup_texts, None, ref_sup)

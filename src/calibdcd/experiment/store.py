@@ -13,7 +13,7 @@ import json
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -21,9 +21,15 @@ from calibdcd.atomic import (
     atomic_savez,
     atomic_write_bytes,
     atomic_write_text,
-    json_default,
     read_json,
     write_json,
+)
+from calibdcd.persist import (
+    MODEL_FORMAT,
+    Persistable,
+    class_name,
+    pack_state,
+    unpack_state,
 )
 
 __all__ = [
@@ -32,6 +38,7 @@ __all__ = [
     "Persistable",
     "atomic_write_bytes",
     "atomic_write_text",
+    "class_name",
     "digest",
     "pack_state",
     "read_json",
@@ -68,58 +75,7 @@ def write_csv(path: Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) 
     atomic_write_text(path, buf.getvalue())
 
 
-#: version of the cached-model file layout (``__header__`` JSON + arrays in one ``.npz``)
-MODEL_FORMAT = 1
-
-
-@runtime_checkable
-class Persistable(Protocol):
-    """A fitted object that can be stored without pickle: ``state()`` returns its arrays (name ->
-    ndarray) and a JSON-able meta dict; ``from_state(arrays, meta)`` rebuilds it."""
-
-    def state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]: ...
-
-    @classmethod
-    def from_state(cls, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> Any: ...
-
-
 P = TypeVar("P")
-
-
-def class_name(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def pack_state(obj: Persistable) -> bytes:
-    """``obj``'s state as the bytes of one ``.npz``: its arrays and a JSON ``__header__``."""
-    import io
-
-    arrays, meta = obj.state()
-    if "__header__" in arrays:
-        raise ValueError("'__header__' is reserved")
-    header = {"format": MODEL_FORMAT, "class": class_name(type(obj)), "meta": meta}
-    raw = json.dumps(header, sort_keys=True, default=json_default).encode("utf-8")
-    buf = io.BytesIO()
-    np.savez(
-        buf,
-        __header__=np.frombuffer(raw, dtype=np.uint8),
-        **{k: np.asarray(v) for k, v in arrays.items()},
-    )
-    return buf.getvalue()
-
-
-def unpack_state(path: Path, cls: type[P]) -> P:
-    """Rebuild a ``cls`` saved by :func:`pack_state` (no pickle; the class must match)."""
-    with np.load(path, allow_pickle=False) as f:
-        arrays = {k: f[k] for k in f.files}
-    if "__header__" not in arrays:
-        raise ValueError("no __header__ (not a calibdcd model file)")
-    header = json.loads(arrays.pop("__header__").tobytes().decode("utf-8"))
-    if header.get("format") != MODEL_FORMAT:
-        raise ValueError(f"model format {header.get('format')!r}, this code reads {MODEL_FORMAT}")
-    if header.get("class") != class_name(cls):
-        raise ValueError(f"holds a {header.get('class')!r}, expected {class_name(cls)!r}")
-    return cls.from_state(arrays, header["meta"])  # type: ignore[attr-defined]
 
 
 def cache_miss_warning(path: Path, exc: BaseException) -> None:

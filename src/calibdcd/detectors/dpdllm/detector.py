@@ -21,12 +21,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
-from calibdcd.detectors.base import Features
+from calibdcd.detectors.base import Features, ReferenceTrained
 from calibdcd.detectors.dpdllm.features import FeatureConfig, compute_features, feature_dim
 from calibdcd.detectors.dpdllm.gnb import GaussianNB
 from calibdcd.detectors.dpdllm.query import first_words, generate_continuations, join_prompt
@@ -163,7 +164,14 @@ def _check_texts(texts: Sequence[str], name: str = "texts") -> list[str]:
     return out
 
 
-class DPDLLM:
+def _texts_key(texts: Sequence[str]) -> str:
+    h = hashlib.sha256()
+    for t in texts:
+        h.update(hashlib.sha256(t.encode("utf-8")).digest())
+    return h.hexdigest()
+
+
+class DPDLLM(ReferenceTrained):
     """DPDLLM implementing :class:`calibdcd.detectors.base.Detector`.
 
     ``extract(texts, target, view=None, reference_texts=None)`` fine-tunes (or loads from the
@@ -182,6 +190,8 @@ class DPDLLM:
         base = config or DPDLLMConfig()
         self.config = dataclasses.replace(base, **overrides) if overrides else base
         self._references: dict[str, ReferenceLM] = {}
+        #: saved reference LMs by their training texts (``restore_parts``)
+        self._restored: dict[str, ReferenceLM] = {}
 
     def __repr__(self) -> str:
         return f"DPDLLM({self.config!r})"
@@ -234,12 +244,30 @@ class DPDLLM:
     def reference(self, texts: Sequence[str]) -> ReferenceLM:
         """The reference LM fine-tuned on ``texts`` (memory cache, then disk cache, then train)."""
         texts = _check_texts(texts, "reference_texts")
+        restored = self._restored.get(_texts_key(texts))
+        if restored is not None:
+            return restored
         key = reference_key(self.config.reference, self.config.window, texts)
         if key not in self._references:
             self._references[key] = ReferenceLM.fine_tuned(
                 self.config.reference, self.config.window, texts, progress=self.config.progress
             )
         return self._references[key]
+
+    def learnt_parts(self, reference_texts: Sequence[str]) -> dict[str, Path]:
+        """The directory of the reference LM fine-tuned on ``reference_texts`` (trained now
+        when it is not cached)."""
+        ref = self.reference(reference_texts)
+        if ref.path is None:
+            raise ValueError("the reference LM has no directory")
+        return {"reference": Path(ref.path)}
+
+    def restore_parts(self, parts: Mapping[str, Path], reference_texts: Sequence[str]) -> None:
+        """Use a saved reference LM (:meth:`learnt_parts`) for ``reference_texts``."""
+        texts = _check_texts(reference_texts, "reference_texts")
+        self._restored[_texts_key(texts)] = ReferenceLM.from_dir(
+            parts["reference"], self.config.reference, self.config.window
+        )
 
     # -- features ------------------------------------------------------------------------------
     def featurize(self, generated: Sequence[str | None], reference: ReferenceLM) -> np.ndarray:

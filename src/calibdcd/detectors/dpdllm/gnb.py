@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from calibdcd.detectors.base import PersistableClassifier
+
 __all__ = ["GaussianNB", "gnb_joint_log_likelihood"]
 
 
@@ -52,7 +54,7 @@ def gnb_joint_log_likelihood(
 
 
 @dataclasses.dataclass
-class GaussianNB:
+class GaussianNB(PersistableClassifier):
     """Binary Gaussian Naive Bayes (labels 1 = member, 0 = non-member).
 
     ``var_smoothing`` adds ``var_smoothing * max_j var(z[:, j])`` (variance over all training rows)

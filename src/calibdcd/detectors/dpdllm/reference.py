@@ -264,6 +264,21 @@ class ReferenceLM:
         model.to(device).eval()
         return cls(model, tok, window, device, config, out, meta)
 
+    @classmethod
+    def from_dir(cls, path: str | Path, config: ReferenceLMConfig, window: int) -> ReferenceLM:
+        """A fine-tuned reference LM saved by :meth:`fine_tuned` (its cache directory)."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        out = Path(path)
+        if not (out / "meta.json").is_file():
+            raise FileNotFoundError(f"{out}: not a fine-tuned reference LM (no meta.json)")
+        meta = json.loads((out / "meta.json").read_text())
+        device = resolve_device(config.device)
+        tok = AutoTokenizer.from_pretrained(out)
+        model = AutoModelForCausalLM.from_pretrained(out, dtype="float32")
+        model.to(device).eval()
+        return cls(model, tok, window, device, config, out, meta)
+
     # -- scoring -------------------------------------------------------------------------------
     def position_stats(
         self, texts: Sequence[str], *, progress: bool = False

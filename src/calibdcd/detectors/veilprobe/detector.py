@@ -40,11 +40,17 @@ import numpy as np
 
 from calibdcd.atomic import atomic_savez
 
-from ..base import Features
+from ..base import (
+    Features,
+    NormalizedClassifier,
+    PersistableClassifier,
+    PoolTrained,
+    Timed,
+)
 from .cache import CACHE_FORMAT, content_key
 from .config import VeilProbeConfig
 from .features import DELTA_BLOCKS, OUTPUT_BLOCKS, Preprocessor, block_slices, compose
-from .mapping import MappingModel, pooled_features, train_mapping_model
+from .mapping import MappingModel, load_mapping_model, pooled_features, train_mapping_model
 from .perturb import KeyTokenPerturber
 from .protonet import ProtoNetIB
 from .sampling import sample_suffixes
@@ -52,7 +58,7 @@ from .sampling import sample_suffixes
 __all__ = ["VeilProbe", "VeilProbeClassifier"]
 
 
-class VeilProbeClassifier:
+class VeilProbeClassifier(NormalizedClassifier, PersistableClassifier):
     """Supervised-split preprocessing (Welch pruning of dE/dD, z-score) + ProtoNet-IB.
 
     Implements the ``Classifier`` protocol on raw VeilProbe features; refit it on corrected
@@ -78,6 +84,10 @@ class VeilProbeClassifier:
 
     def transform(self, z: np.ndarray) -> np.ndarray:
         return self.preprocessor.transform(z)
+
+    def score_transformed(self, zt: np.ndarray) -> np.ndarray:
+        """The ProtoNet's score on already normalised features (``transform``'s output)."""
+        return self.protonet.score(zt)
 
     def state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """The fitted normaliser and ProtoNet as arrays (``pre.*`` / ``protonet.*``) + meta."""
@@ -111,7 +121,7 @@ class VeilProbeClassifier:
         return self.protonet.score(self.preprocessor.transform(z))
 
 
-class VeilProbe:
+class VeilProbe(PoolTrained, Timed):
     name = "veilprobe"
     calibration_blocks: tuple[str, ...] | None = OUTPUT_BLOCKS
     #: the recipe version of its cached artefacts (experiment feature caches include it)
@@ -209,6 +219,26 @@ class VeilProbe:
         self.timings["mapping"] += time.perf_counter() - t0
         self._mapping[_target_name(target)] = (mm_s, mm_r)
         return mm_s
+
+    def learnt_parts(self, target: Any) -> dict[str, Path]:
+        """The trained mapping model(s) for ``target`` (one directory, two when not shared)."""
+        try:
+            mm_s, mm_r = self._mapping[_target_name(target)]
+        except KeyError:
+            raise ValueError("the mapping model is not trained yet: call prepare first") from None
+        if mm_r is mm_s:
+            return {"mapping": mm_s.path}
+        return {"mapping": mm_s.path, "mapping_perturbed": mm_r.path}
+
+    def restore_parts(self, parts: Mapping[str, Path], pool: Sequence[str], target: Any) -> None:
+        """Use saved mapping model(s) (:meth:`learnt_parts`) as if ``prepare(pool)`` trained
+        them: nothing is trained, ``pool`` only seeds the perturbation's own pool."""
+        self._raw_pool = _check_texts(pool)
+        self._pool = [self.query(t) for t in self._raw_pool]
+        mm_s = load_mapping_model(parts["mapping"], self.config.mapping)
+        other = parts.get("mapping_perturbed")
+        mm_r = mm_s if other is None else load_mapping_model(other, self.config.mapping)
+        self._mapping[_target_name(target)] = (mm_s, mm_r)
 
     def perturbed(self, texts: Sequence[str]) -> list[str]:
         # ``texts`` here (and in ``suffixes``) are queries e0(s), i.e. ``self.query(text)``

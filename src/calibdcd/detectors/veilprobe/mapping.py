@@ -39,6 +39,7 @@ __all__ = [
     "TrainStep",
     "constant_decoder_batch",
     "decoder_batch",
+    "load_mapping_model",
     "pooled_features",
     "train_mapping_model",
     "training_inputs",
@@ -230,7 +231,6 @@ def train_mapping_model(
     ``on_step`` (tests, diagnostics) is called at every step of a training that runs."""
     import torch
     from tqdm.auto import tqdm
-    from transformers import AutoTokenizer, EncoderDecoderModel
 
     cache_dir = Path(cache_dir)
     pairs = _pairs(texts, suffixes)
@@ -243,10 +243,7 @@ def train_mapping_model(
     key = content_key("mapping", cfg_key, pairs, build_environment(device.type))
     path = cache_dir / "mapping" / key
     if (path / "done.json").exists():
-        info = json.loads((path / "done.json").read_text())
-        tok = AutoTokenizer.from_pretrained(str(path))
-        model = EncoderDecoderModel.from_pretrained(str(path)).to(device).eval()
-        return MappingModel(path, tok, model, cfg, float(info.get("train_seconds", 0.0)))
+        return load_mapping_model(path, cfg)
 
     t0 = time.perf_counter()
     seed_everything(cfg.seed)
@@ -295,6 +292,20 @@ def train_mapping_model(
         json.dumps({"config": cfg_key, "pairs": len(pairs), "train_seconds": seconds}),
     )
     return MappingModel(path, tok, model, cfg, seconds)
+
+
+def load_mapping_model(path: str | Path, cfg: MappingConfig) -> MappingModel:
+    """A trained mapping model from its directory (``save_pretrained`` files + ``done.json``)."""
+    from transformers import AutoTokenizer, EncoderDecoderModel
+
+    path = Path(path)
+    if not (path / "done.json").is_file():
+        raise FileNotFoundError(f"{path}: not a trained mapping model (no done.json)")
+    info = json.loads((path / "done.json").read_text())
+    device = torch_device(cfg.device)
+    tok = AutoTokenizer.from_pretrained(str(path))
+    model = EncoderDecoderModel.from_pretrained(str(path)).to(device).eval()
+    return MappingModel(path, tok, model, cfg, float(info.get("train_seconds", 0.0)))
 
 
 def _pool(hidden: tuple, mask, all_positions: bool) -> np.ndarray:

@@ -1,0 +1,87 @@
+"""The built-in detectors' registrations (VeilProbe, DPDLLM, continuation overlap).
+
+Importing this module is cheap: each factory imports its detector only when it builds one, so a
+dry run can list the detectors and check their modules without loading torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from calibdcd.detectors.registry import register_detector
+from calibdcd.options import replace_nested
+from calibdcd.paths import cache_root
+
+__all__ = ["replace_nested"]
+
+
+def _veilprobe(
+    preset: str | None, options: Mapping[str, Any], benchmark: str | None, cache_dir: str
+) -> Any:
+    from calibdcd.detectors.veilprobe import PRESETS, VeilProbe, VeilProbeConfig
+
+    preset = preset or "paper"
+    if preset not in PRESETS:
+        raise ValueError(f"preset: VeilProbe presets are {', '.join(PRESETS)}; got {preset!r}")
+    cfg = VeilProbeConfig.preset(preset)
+    opts = dict(options)
+    opts.setdefault("cache_dir", str(Path(cache_dir) / "veilprobe"))
+    opts.setdefault("progress", False)
+    return VeilProbe(replace_nested(cfg, opts))
+
+
+def _dpdllm(
+    preset: str | None, options: Mapping[str, Any], benchmark: str | None, cache_dir: str
+) -> Any:
+    from calibdcd.detectors.dpdllm import DPDLLM
+    from calibdcd.detectors.dpdllm.detector import DPDLLMConfig
+
+    if preset not in (None, "paper"):
+        raise ValueError(f"preset: DPDLLM has the preset 'paper' only, got {preset!r}")
+    cfg = DPDLLMConfig.for_benchmark(benchmark)
+    opts = dict(options)
+    opts.setdefault("progress", False)
+    # the fine-tuned reference LMs live under the run's cache root
+    reference = dict(opts.get("reference") or {})
+    reference.setdefault("cache_dir", str(cache_root(cache_dir)))
+    opts["reference"] = reference
+    return DPDLLM(replace_nested(cfg, opts))
+
+
+def _overlap(
+    preset: str | None, options: Mapping[str, Any], benchmark: str | None, cache_dir: str
+) -> Any:
+    from calibdcd.detectors.overlap import ContinuationOverlap, OverlapConfig
+
+    if preset not in (None, "default"):
+        raise ValueError(f"preset: the overlap detector has no presets, got {preset!r}")
+    opts = {k: v for k, v in options.items() if k != "progress"}  # no bars: nothing to wait for
+    return ContinuationOverlap(replace_nested(OverlapConfig(), opts))
+
+
+register_detector(
+    "veilprobe",
+    _veilprobe,
+    description="VeilProbe: mapping-model features + key-token perturbation, ProtoNet-IB",
+    module="calibdcd.detectors.veilprobe",
+    model_fields=(
+        ("perturb.proxies", "model"),
+        ("perturb.masked_lm", "model"),
+        ("mapping.tokenizer", "tokenizer"),
+    ),
+)
+register_detector(
+    "dpdllm",
+    _dpdllm,
+    description="DPDLLM: reference-LM probabilities of the continuation, Gaussian NB",
+    module="calibdcd.detectors.dpdllm",
+    model_fields=(("reference.model_path", "model"),),
+)
+register_detector(
+    "overlap",
+    _overlap,
+    description="continuation overlap with the true second half, logistic regression",
+    module="calibdcd.detectors.overlap",
+)

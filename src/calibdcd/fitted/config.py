@@ -1,0 +1,221 @@
+"""The typed config of ``calibdcd fit`` (pydantic: unknown keys rejected, every error at once).
+
+Example (``configs/fit-micro.yaml``)::
+
+    target: {name: chat-qwen, backend: hf, lab: micro, model: chat-qwen,
+             options: {device: cpu, dtype: float32}}
+    detector: {name: overlap, options: {max_new_tokens: 16}}
+    data: {lab: micro, max_members: 100, max_nonmembers: 100}
+    split: {heldout_fraction: 0.4, calibration_fraction: 0.3}
+    calibdcd: true
+    fpr: 0.05
+    mode: inductive
+    cache_dir: ../.calibdcd-cache
+
+``data`` is one of: ``lab`` (its ``ground_truth.jsonl``), ``path`` (a labelled jsonl/csv),
+``members`` + ``nonmembers`` (text files: one text per line, or jsonl with ``text``), or the
+explicit parts ``supervised`` (labelled) + ``calibration`` + ``heldout`` (+ ``pool``). Relative
+paths are relative to the config file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+__all__ = ["FitConfig", "load_fit_config", "read_texts"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TargetSection(_Strict):
+    name: str = "target"
+    backend: str = "hf"
+    model: str
+    lab: str | None = None
+    family: str | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class DetectorSection(_Strict):
+    name: str
+    preset: str | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+    #: the benchmark name some detectors choose settings by (DPDLLM's L: WikiMIA 64, else 128)
+    benchmark: str | None = None
+
+
+class DataSection(_Strict):
+    lab: str | None = None
+    path: str | None = None
+    text_field: str = "text"
+    label_field: str = "label"
+    members: str | None = None
+    nonmembers: str | None = None
+    supervised: str | None = None
+    calibration: str | None = None
+    heldout: str | None = None
+    pool: str | None = None
+    #: seeded subsample of the known members / non-members (None = all)
+    max_members: int | None = Field(default=None, ge=1)
+    max_nonmembers: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DataSection:
+        sources = {
+            "lab": self.lab is not None,
+            "path": self.path is not None,
+            "members/nonmembers": self.members is not None or self.nonmembers is not None,
+            "supervised/calibration/heldout": self.supervised is not None
+            or self.heldout is not None,
+        }
+        given = [k for k, v in sources.items() if v]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one data source of {', '.join(sources)}; got {given}")
+        if given[0] == "members/nonmembers" and not (self.members and self.nonmembers):
+            raise ValueError("members and nonmembers go together")
+        if given[0].startswith("supervised") and not (self.supervised and self.heldout):
+            raise ValueError(
+                "explicit parts need supervised and heldout (calibration for CalibDCD)"
+            )
+        return self
+
+
+class SplitSection(_Strict):
+    heldout_fraction: float = Field(default=0.3, gt=0, lt=1)
+    calibration_fraction: float = Field(default=0.3, ge=0, lt=1)
+    n_supervised_per_class: int | None = Field(default=None, ge=2)
+
+
+class FitConfig(_Strict):
+    name: str = "fit"
+    target: TargetSection
+    detector: DetectorSection
+    data: DataSection
+    split: SplitSection = SplitSection()
+    #: CalibDCD: false, true (the paper's settings) or CalibrationConfig fields
+    calibdcd: bool | dict[str, Any] = True
+    space: Literal["auto", "raw", "normalized"] = "auto"
+    fpr: float = Field(default=0.05, gt=0, lt=1)
+    mode: Literal["inductive", "transductive"] = "inductive"
+    seed: int = 0
+    view_system: Literal["official", "none"] = "official"
+    cache_dir: str = ".calibdcd-cache"
+    #: the directory relative paths are read against (the config file's)
+    base_dir: str = "."
+
+    def resolve(self, rel: str) -> Path:
+        p = Path(rel).expanduser()
+        return p if p.is_absolute() else Path(self.base_dir) / p
+
+    def calibration_config(self) -> Any:
+        from calibdcd.calibration import CalibrationConfig
+
+        if self.calibdcd is False:
+            return None
+        if self.calibdcd is True:
+            return CalibrationConfig()
+        return CalibrationConfig(**self.calibdcd)
+
+
+def _line_of(text: str, loc: tuple[Any, ...]) -> int | None:
+    """The line of the first key of ``loc`` in the YAML text (best effort)."""
+    try:
+        node = yaml.compose(text)
+    except yaml.YAMLError:
+        return None
+    line = None
+    for key in loc:
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                if k.value == key:
+                    line, node = k.start_mark.line + 1, v
+                    break
+            else:
+                return line
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+            node = node.value[key]
+            line = node.start_mark.line + 1
+        else:
+            return line
+    return line
+
+
+def load_fit_config(path: str | Path) -> FitConfig:
+    """Read and validate a fit config; all problems are reported at once with their key path
+    and line."""
+    p = Path(path)
+    text = p.read_text(encoding="utf-8")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{p}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{p}: a fit config is a mapping")
+    data.setdefault("base_dir", str(p.resolve().parent))
+    try:
+        return FitConfig(**data)
+    except ValidationError as exc:
+        lines = []
+        for e in exc.errors():
+            loc = tuple(
+                x for x in e["loc"] if not isinstance(x, str) or not x.startswith("function-")
+            )
+            key = ".".join(str(x) for x in loc) or "(top level)"
+            ln = _line_of(text, loc)
+            where = f"{p}:{ln}" if ln else str(p)
+            lines.append(f"{where}: {key}: {e['msg']}")
+        raise ValueError(
+            f"{len(lines)} problem(s) in the fit config:\n" + "\n".join(lines)
+        ) from None
+
+
+def read_texts(path: str | Path, *, text_field: str = "text") -> tuple[list[str], list[str | None]]:
+    """(texts, ids) of a text file: jsonl (``text_field``, optional ``id``) or one text per
+    line (empty lines skipped)."""
+    p = Path(path)
+    texts: list[str] = []
+    ids: list[str | None] = []
+    with p.open(encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            if p.suffix == ".jsonl":
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{p}:{n}: not JSON ({exc})") from None
+                if not isinstance(rec, dict) or not isinstance(rec.get(text_field), str):
+                    raise ValueError(f"{p}:{n}: no string field {text_field!r}")
+                texts.append(rec[text_field])
+                ids.append(None if rec.get("id") is None else str(rec["id"]))
+            else:
+                texts.append(line.rstrip("\n"))
+                ids.append(None)
+    if not texts:
+        raise ValueError(f"{p}: no texts")
+    return texts, ids
+
+
+def read_labelled(
+    path: str | Path, text_field: str, label_field: str
+) -> tuple[list[str], list[int]]:
+    """(texts, labels) of a labelled jsonl."""
+    p = Path(path)
+    texts, labels = [], []
+    with p.open(encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            rec = json.loads(line)
+            if not isinstance(rec.get(text_field), str) or rec.get(label_field) not in (0, 1):
+                raise ValueError(f"{p}:{n}: needs {text_field!r} (str) and {label_field!r} (0/1)")
+            texts.append(rec[text_field])
+            labels.append(int(rec[label_field]))
+    return texts, labels

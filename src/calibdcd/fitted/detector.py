@@ -1,0 +1,745 @@
+"""The fitted detector: fit once on known members and non-members, save, score new texts later.
+
+Usage::
+
+    from calibdcd import FitTexts, fit_detector, FittedDetector
+
+    texts = FitTexts.split(members, nonmembers, seed=0)           # three disjoint non-member parts
+    fitted = fit_detector(detector, target, texts, views=views,
+                          calibration=CalibrationConfig(), fpr=0.05, mode="inductive")
+    fitted.save("bundle/")
+    fitted = FittedDetector.load("bundle/", target=current_target_record)
+    result = fitted.score(new_texts, target, detector=fitted.build_detector(cache_dir))
+
+What a fit uses (:class:`FitTexts`): the *supervised* texts with labels (the classifier), the
+*calibration* non-members (CalibDCD), the *held-out* non-members (the null distribution of the
+scores: decision threshold and empirical p-values; disjoint from the other two, so they are
+unbiased) and an optional unlabelled *pool* the learnt parts may see.
+
+Learnt parts trained on candidate texts without labels (VeilProbe's mapping model,
+:class:`~calibdcd.detectors.base.PoolTrained`; DPDLLM's reference LM,
+:class:`~calibdcd.detectors.base.ReferenceTrained`) follow ``mode``:
+
+* ``inductive`` (default): trained once at fit time on the *fit pool* (supervised + calibration +
+  pool texts; never the held-out non-members, which must be scored as new texts are); frozen in
+  the bundle (their safetensors + JSON directories); new texts are scored with parts that never
+  saw them.
+* ``transductive``: scoring refits everything downstream of them on the fit pool + the held-out
+  non-members + the new texts (no labels of the new texts are used): the learnt parts, the
+  features, the classifier, CalibDCD and the null; as the paper's protocol does for its
+  evaluation pool (DPDLLM's ``reference.arrangement: shared``). At fit time the held-out
+  non-members are part of that pool too.
+
+Detectors without learnt parts (the overlap detector) score identically in both modes.
+
+A bundle (:meth:`FittedDetector.save`) is a directory: ``bundle.json`` (format version, versions,
+target identity, detector spec, generation parameters, feature block layout, views, space,
+threshold, settings), ``classifier.npz`` and ``retrained.npz`` (the classifiers' ``state()``, the
+experiment's MODEL_FORMAT), ``calibration.npz`` + its JSON in ``bundle.json`` (the full basis,
+centre, block and diagnostics), ``null.npz`` (held-out non-members' scores), ``texts.json`` (the
+fit texts: transductive scoring refits on them, inductive restores VeilProbe's perturbation pool
+from them) and ``learnt/<part>/`` (the learnt parts' files). No pickle anywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shutil
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from calibdcd.atomic import atomic_write_bytes, atomic_write_text
+from calibdcd.calibration import CalibrationConfig
+from calibdcd.detectors.base import (
+    PersistableClassifier,
+    PoolTrained,
+    ReferenceTrained,
+)
+from calibdcd.fitted.audit import (
+    distribution_check,
+    empirical_p_values,
+    set_level_test,
+    threshold_at,
+)
+from calibdcd.fitted.calibrated import (
+    CalibratedClassifier,
+    calibrate_classifier,
+    calibration_from_state,
+    calibration_state,
+    resolve_space,
+    retrain,
+)
+
+__all__ = [
+    "FORMAT_VERSION",
+    "FitTexts",
+    "FittedDetector",
+    "Mode",
+    "ScoreResult",
+    "TargetMismatchError",
+    "fit_detector",
+]
+
+#: the bundle layout version (``bundle.json`` ``format_version``)
+FORMAT_VERSION = 1
+BUNDLE = "bundle.json"
+Mode = Literal["inductive", "transductive"]
+MODES = ("inductive", "transductive")
+
+#: packages whose versions are recorded in a bundle and compared on load
+VERSIONED = ("calibdcd", "numpy", "scipy", "scikit-learn", "torch", "transformers", "tokenizers")
+
+
+class TargetMismatchError(ValueError):
+    """A bundle was fitted on another target than the one it is asked to score with."""
+
+
+# --------------------------------------------------------------------------------------------
+# The fit's texts
+# --------------------------------------------------------------------------------------------
+
+
+def _texts(values: Sequence[str], what: str) -> tuple[str, ...]:
+    if isinstance(values, str):
+        raise ValueError(f"{what} must be a sequence of texts, not one string")
+    out = tuple(values)
+    for i, t in enumerate(out):
+        if not isinstance(t, str) or not t.strip():
+            raise ValueError(f"{what}[{i}] is not a non-empty string")
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class FitTexts:
+    """The texts of a fit: ``supervised`` with ``labels`` (1 = member), ``calibration`` and
+    ``heldout`` known non-members, and an unlabelled ``pool`` (may be empty). The three labelled
+    parts must be disjoint."""
+
+    supervised: tuple[str, ...]
+    labels: tuple[int, ...]
+    calibration: tuple[str, ...] = ()
+    heldout: tuple[str, ...] = ()
+    pool: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("supervised", "calibration", "heldout", "pool"):
+            object.__setattr__(self, name, _texts(getattr(self, name), name))
+        labels = tuple(int(y) for y in self.labels)
+        object.__setattr__(self, "labels", labels)
+        if len(labels) != len(self.supervised):
+            raise ValueError(f"{len(self.supervised)} supervised texts, {len(labels)} labels")
+        if set(labels) != {0, 1}:
+            raise ValueError("the supervised texts need both members (1) and non-members (0)")
+        if not self.heldout:
+            raise ValueError("heldout: the threshold and p-values need held-out non-members")
+        parts = {"supervised": self.supervised, "calibration": self.calibration}
+        held = set(self.heldout)
+        for name, part in parts.items():
+            both = held.intersection(part)
+            if both:
+                raise ValueError(
+                    f"heldout and {name} share {len(both)} text(s): the held-out non-members "
+                    "must be disjoint from everything else the fit uses"
+                )
+        both = set(self.supervised).intersection(self.calibration)
+        if both:
+            raise ValueError(f"supervised and calibration share {len(both)} text(s)")
+
+    @classmethod
+    def split(
+        cls,
+        members: Sequence[str],
+        nonmembers: Sequence[str],
+        *,
+        heldout_fraction: float = 0.3,
+        calibration_fraction: float = 0.3,
+        n_supervised_per_class: int | None = None,
+        seed: int = 0,
+        pool: Sequence[str] = (),
+    ) -> FitTexts:
+        """Known members and non-members into the three disjoint parts (seeded): the
+        non-members into held-out (``heldout_fraction``), calibration (``calibration_fraction``)
+        and supervised (the rest); every member (or ``n_supervised_per_class``) supervised."""
+        members = list(dict.fromkeys(_texts(members, "members")))
+        nonmembers = [t for t in dict.fromkeys(_texts(nonmembers, "nonmembers"))]
+        overlap = set(members).intersection(nonmembers)
+        if overlap:
+            raise ValueError(f"{len(overlap)} text(s) are both members and non-members")
+        if not 0 < heldout_fraction < 1 or not 0 <= calibration_fraction < 1:
+            raise ValueError("heldout_fraction must be in (0, 1), calibration_fraction in [0, 1)")
+        if heldout_fraction + calibration_fraction >= 1:
+            raise ValueError("heldout_fraction + calibration_fraction must leave supervised ones")
+        rng = np.random.default_rng([seed, 0xF17])
+        nm = [nonmembers[i] for i in rng.permutation(len(nonmembers))]
+        n_held = max(1, round(heldout_fraction * len(nm)))
+        n_cal = round(calibration_fraction * len(nm))
+        held, cal, sup_nm = nm[:n_held], nm[n_held : n_held + n_cal], nm[n_held + n_cal :]
+        mem = [members[i] for i in rng.permutation(len(members))]
+        if n_supervised_per_class is not None:
+            mem, sup_nm = mem[:n_supervised_per_class], sup_nm[:n_supervised_per_class]
+        if not mem or not sup_nm:
+            raise ValueError("too few texts: no supervised members or non-members left")
+        sup = mem + sup_nm
+        labels = [1] * len(mem) + [0] * len(sup_nm)
+        order = rng.permutation(len(sup))
+        return cls(
+            supervised=tuple(sup[i] for i in order),
+            labels=tuple(labels[i] for i in order),
+            calibration=tuple(cal),
+            heldout=tuple(held),
+            pool=tuple(pool),
+        )
+
+    def fit_pool(self, mode: Mode) -> list[str]:
+        """The unlabelled texts the learnt parts are trained on at fit time (order kept,
+        duplicates dropped): supervised + calibration + pool, plus held-out when transductive."""
+        parts = [self.supervised, self.calibration, self.pool]
+        if mode == "transductive":
+            parts.append(self.heldout)
+        return list(dict.fromkeys(t for p in parts for t in p))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: list(v) for k, v in dataclasses.asdict(self).items()}
+
+
+# --------------------------------------------------------------------------------------------
+# Feature extraction with the learnt parts
+# --------------------------------------------------------------------------------------------
+
+
+def _extract(detector: Any, target: Any, texts: Sequence[str], view: Any, pool: list[str]) -> Any:
+    if isinstance(detector, ReferenceTrained):
+        ref = detector.reference_texts_for(list(texts), pool)
+        return detector.extract(list(texts), target, view=view, reference_texts=ref)
+    return detector.extract(list(texts), target, view=view)
+
+
+def _prepare(detector: Any, target: Any, pool: list[str], mode: Mode) -> None:
+    if isinstance(detector, ReferenceTrained) and mode == "inductive":
+        if detector.reference_texts_for(["x"], pool) != pool:  # per split: not frozen
+            raise ValueError(
+                f"{detector.name}: mode inductive needs one reference model for every text "
+                "(reference.arrangement: shared); use mode transductive for per_split"
+            )
+    if isinstance(detector, PoolTrained):
+        detector.prepare(pool, target)
+
+
+def _learnt_parts(detector: Any, target: Any, pool: list[str]) -> dict[str, Path]:
+    if isinstance(detector, PoolTrained):
+        return detector.learnt_parts(target)
+    if isinstance(detector, ReferenceTrained):
+        return detector.learnt_parts(pool)
+    return {}
+
+
+@dataclasses.dataclass
+class _Fit:
+    scorer: CalibratedClassifier
+    null: np.ndarray
+    blocks: dict[str, slice]
+    block: np.ndarray | None
+    generation: dict[str, Any]
+    sizes: dict[str, int]
+
+
+def _finite_rows(z: np.ndarray) -> np.ndarray:
+    return np.all(np.isfinite(z), axis=1)
+
+
+def _block_columns(blocks: Mapping[str, slice], names: tuple[str, ...] | None) -> np.ndarray | None:
+    if names is None:
+        return None
+    idx: list[int] = []
+    for n in names:
+        if n not in blocks:
+            raise ValueError(f"calibration block {n!r} not among the feature blocks {list(blocks)}")
+        idx.extend(range(blocks[n].start, blocks[n].stop))
+    return np.array(sorted(idx), dtype=np.intp)
+
+
+def _fit_pipeline(
+    detector: Any,
+    target: Any,
+    texts: FitTexts,
+    pool: list[str],
+    *,
+    views: Sequence[Any],
+    calibration: CalibrationConfig | None,
+    space: str,
+    seed: int,
+    say: Callable[[str], None],
+) -> _Fit:
+    """Features of every part, the classifier, CalibDCD and the held-out null."""
+    say("features: supervised")
+    f_sup = _extract(detector, target, texts.supervised, None, pool)
+    generation = dict(getattr(f_sup, "generation", None) or {})
+    z_sup = np.asarray(f_sup.values, dtype=np.float64)
+    y_sup = np.asarray(texts.labels)
+    ok = _finite_rows(z_sup)
+    z_sup, y_sup = z_sup[ok], y_sup[ok]
+    blocks = dict(f_sup.blocks)
+    block = _block_columns(blocks, getattr(detector, "calibration_blocks", None))
+
+    def new_clf() -> Any:
+        return detector.new_classifier(seed)
+
+    original = new_clf().fit(z_sup, y_sup)
+    sp = resolve_space(original, space)
+    scorer = CalibratedClassifier(original, None, None, sp)
+    n_cal = 0
+    if calibration is not None:
+        if not texts.calibration:
+            raise ValueError("CalibDCD needs calibration non-members (FitTexts.calibration)")
+        if not views:
+            raise ValueError("CalibDCD needs the target's views")
+        say("features: calibration non-members")
+        z_cal = np.asarray(_extract(detector, target, texts.calibration, None, pool).values)
+        z_views = {}
+        for v in views:
+            say(f"features: calibration non-members under view {v.code}")
+            z_views[v.code] = np.asarray(
+                _extract(detector, target, texts.calibration, v, pool).values
+            )
+        ok_cal = _finite_rows(z_cal)
+        for zv in z_views.values():
+            ok_cal &= _finite_rows(zv)
+        n_cal = int(ok_cal.sum())
+        cal = calibrate_classifier(
+            original,
+            z_cal[ok_cal],
+            {k: v[ok_cal] for k, v in z_views.items()},
+            calibration,
+            block=block,
+            space=sp,
+        )
+        scorer = retrain(original, cal, z_sup, y_sup, new_clf, space=sp)
+    say("features: held-out non-members")
+    z_held = np.asarray(_extract(detector, target, texts.heldout, None, pool).values)
+    null = scorer.score(z_held[_finite_rows(z_held)])
+    if null.size == 0:
+        raise ValueError("no held-out non-member has finite features")
+    sizes = {
+        "supervised": int(y_sup.size),
+        "supervised_members": int(y_sup.sum()),
+        "calibration": n_cal,
+        "heldout": int(null.size),
+        "pool": len(pool),
+    }
+    return _Fit(scorer, null, blocks, block, generation, sizes)
+
+
+# --------------------------------------------------------------------------------------------
+# The fitted detector
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class ScoreResult:
+    """Per text: score, empirical p-value, decision; for the set: the test and the check."""
+
+    scores: np.ndarray
+    p_values: np.ndarray
+    decisions: np.ndarray
+    threshold: float
+    fpr: float
+    set_test: dict[str, Any] | None
+    distribution: dict[str, Any] | None
+    warnings: list[str]
+
+
+@dataclasses.dataclass
+class FittedDetector:
+    """Everything needed to score texts later (see the module doc)."""
+
+    scorer: CalibratedClassifier
+    null: np.ndarray  #: held-out known non-members' scores
+    fpr: float
+    mode: Mode
+    seed: int
+    detector_spec: dict[str, Any]  #: {name, preset, options, benchmark}: create_detector args
+    target: dict[str, Any]  #: the target's identity record (see :func:`calibdcd.fitted.target`)
+    texts: FitTexts
+    blocks: dict[str, slice]
+    block: np.ndarray | None
+    views: list[Any]
+    calibration_config: CalibrationConfig | None
+    space_requested: str
+    generation: dict[str, Any]
+    sizes: dict[str, int]
+    learnt: dict[str, Path] = dataclasses.field(default_factory=dict)
+    versions: dict[str, str | None] = dataclasses.field(default_factory=dict)
+    format_version: int = FORMAT_VERSION
+
+    @property
+    def threshold(self) -> float:
+        """Scores strictly above it are declared members (p ≤ ``fpr``)."""
+        return threshold_at(self.null, self.fpr)
+
+    # -- scoring ---------------------------------------------------------------------------
+    def attach(self, detector: Any, target: Any) -> Any:
+        """Install the frozen learnt parts (inductive) into a freshly built ``detector``."""
+        if self.mode != "inductive" or not self.learnt:
+            return detector
+        pool = self.texts.fit_pool("inductive")
+        if isinstance(detector, PoolTrained):
+            detector.restore_parts(self.learnt, pool, target)
+        elif isinstance(detector, ReferenceTrained):
+            detector.restore_parts(self.learnt, pool)
+        return detector
+
+    def score_features(self, z: np.ndarray) -> np.ndarray:
+        """Scores of raw feature rows (NaN for rows with missing features)."""
+        z = np.asarray(z, dtype=np.float64)
+        out = np.full(z.shape[0], np.nan)
+        ok = _finite_rows(z)
+        if ok.any():
+            out[ok] = self.scorer.score(z[ok])
+        return out
+
+    def score(
+        self,
+        texts: Sequence[str],
+        target: Any,
+        detector: Any,
+        *,
+        set_alpha: float = 0.05,
+        check_distribution: bool = True,
+        status: Callable[[str], None] | None = None,
+    ) -> ScoreResult:
+        """Score ``texts`` with the target (``detector`` built by :meth:`build_detector`;
+        in inductive mode its learnt parts are restored from the bundle first)."""
+        say = status or (lambda s: None)
+        new = list(_texts(texts, "texts"))
+        if self.mode == "transductive":
+            pool = list(dict.fromkeys([*self.texts.fit_pool("transductive"), *new]))
+            _prepare(detector, target, pool, "transductive")
+            fit = _fit_pipeline(
+                detector, target, self.texts, pool, views=self.views,
+                calibration=self.calibration_config, space=self.space_requested,
+                seed=self.seed, say=say,
+            )  # fmt: skip
+            scorer, null = fit.scorer, fit.null
+        else:
+            pool = self.texts.fit_pool("inductive")
+            self.attach(detector, target)
+            scorer, null = self.scorer, self.null
+        say("features: texts to score")
+        z = np.asarray(_extract(detector, target, new, None, pool).values, dtype=np.float64)
+        scores = np.full(len(new), np.nan)
+        ok = _finite_rows(z)
+        if ok.any():
+            scores[ok] = scorer.score(z[ok])
+        p = empirical_p_values(scores, null)
+        thr = threshold_at(null, self.fpr)
+        decisions = np.where(np.isfinite(scores), scores > thr, False)
+        notes: list[str] = []
+        if (~ok).any():
+            notes.append(f"{int((~ok).sum())} text(s) have missing features: score NaN")
+        st = None
+        if ok.sum() >= 1:
+            st = set_level_test(scores, null, alpha=set_alpha).as_dict()
+        dist = None
+        if check_distribution:
+            say("distribution check (blind classifier)")
+            d = distribution_check(new, self.texts.heldout, seed=self.seed)
+            dist = d.as_dict()
+            if d.warning:
+                notes.append(d.warning)
+        return ScoreResult(scores, p, decisions, thr, self.fpr, st, dist, notes)
+
+    def build_detector(
+        self, cache_dir: str | Path, *, resolve: Callable[[Any], Any] | None = None
+    ) -> Any:
+        """A fresh detector from the bundle's spec (``resolve`` maps option values, e.g. lab
+        references, before building)."""
+        from calibdcd.detectors.registry import create_detector
+
+        spec = self.detector_spec
+        options = spec.get("options") or {}
+        if resolve is not None:
+            options = resolve(options)
+        return create_detector(
+            spec["name"],
+            preset=spec.get("preset"),
+            options=options,
+            benchmark=spec.get("benchmark"),
+            cache_dir=str(cache_dir),
+        )
+
+    # -- persistence -----------------------------------------------------------------------
+    def save(self, directory: str | Path) -> Path:
+        """Write the bundle (see the module doc); an existing bundle there is replaced."""
+        from calibdcd.persist import pack_state
+
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        for clf, name in (
+            (self.scorer.original, "classifier"),
+            (self.scorer.retrained, "retrained"),
+        ):
+            path = out / f"{name}.npz"
+            if clf is None:
+                path.unlink(missing_ok=True)
+                continue
+            if not isinstance(clf, PersistableClassifier):
+                raise TypeError(f"{type(clf).__name__} has no state(): it cannot be saved")
+            atomic_write_bytes(path, pack_state(clf))
+        cal_meta = None
+        if self.scorer.calibration is not None:
+            arrays, cal_meta = calibration_state(self.scorer.calibration)
+            _savez(out / "calibration.npz", arrays)
+        _savez(out / "null.npz", {"scores": self.null})
+        atomic_write_text(out / "texts.json", json.dumps(self.texts.as_dict(), ensure_ascii=False))
+        learnt_rel: dict[str, str] = {}
+        learnt_dir = out / "learnt"
+        for name, src in self.learnt.items():
+            dst = learnt_dir / name
+            if Path(src).resolve() != dst.resolve():
+                if dst.exists():
+                    shutil.rmtree(dst)
+                shutil.copytree(src, dst)
+            learnt_rel[name] = f"learnt/{name}"
+        header = {
+            "format_version": self.format_version,
+            "versions": self.versions,
+            "target": self.target,
+            "detector": self.detector_spec,
+            "mode": self.mode,
+            "fpr": self.fpr,
+            "seed": self.seed,
+            "space": self.scorer.space,
+            "space_requested": self.space_requested,
+            "threshold": self.threshold,
+            "feature_blocks": {k: [v.start, v.stop] for k, v in self.blocks.items()},
+            "calibration_block": None if self.block is None else self.block.tolist(),
+            "views": [v.as_dict() for v in self.views],
+            "calibration_config": None
+            if self.calibration_config is None
+            else self.calibration_config.kwargs(),
+            "calibration": cal_meta,
+            "generation": self.generation,
+            "sizes": self.sizes,
+            "learnt": learnt_rel,
+            "texts_sha256": _texts_digest(self.texts),
+        }
+        atomic_write_text(out / BUNDLE, json.dumps(header, indent=2, sort_keys=True, default=str))
+        return out
+
+    @classmethod
+    def load(
+        cls,
+        directory: str | Path,
+        *,
+        target: Mapping[str, Any] | None = None,
+        check_versions: bool = True,
+    ) -> FittedDetector:
+        """Read a bundle. ``target`` (the current target's identity record) must match the
+        fitted one (else :class:`TargetMismatchError` naming what differs); differing package
+        versions give a warning naming them."""
+        from calibdcd.persist import unpack_state
+        from calibdcd.views import View
+
+        d = Path(directory)
+        hp = d / BUNDLE
+        if not hp.is_file():
+            raise FileNotFoundError(f"{hp}: not a fitted-detector bundle (no {BUNDLE})")
+        h = json.loads(hp.read_text(encoding="utf-8"))
+        if h.get("format_version") != FORMAT_VERSION:
+            raise ValueError(
+                f"{hp}: format_version {h.get('format_version')!r}; this calibdcd reads "
+                f"{FORMAT_VERSION}"
+            )
+        if target is not None:
+            check_target(h["target"], target, where=str(hp))
+        if check_versions:
+            diff = version_differences(h.get("versions") or {}, package_versions())
+            if diff:
+                warnings.warn(
+                    f"{hp}: fitted with other package versions ({'; '.join(diff)}); scores may "
+                    "differ slightly from the fit's",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+        from calibdcd.detectors.registry import detector_factory
+
+        detector_factory(h["detector"]["name"])  # a clear error for an unknown detector
+        original = _load_classifier(d / "classifier.npz", unpack_state)
+        retrained = (
+            _load_classifier(d / "retrained.npz", unpack_state)
+            if (d / "retrained.npz").is_file()
+            else None
+        )
+        cal = None
+        if h.get("calibration") is not None:
+            with np.load(d / "calibration.npz", allow_pickle=False) as f:
+                cal = calibration_from_state({k: f[k] for k in f.files}, h["calibration"])
+        with np.load(d / "null.npz", allow_pickle=False) as f:
+            null = np.asarray(f["scores"], dtype=np.float64)
+        raw = json.loads((d / "texts.json").read_text(encoding="utf-8"))
+        texts = FitTexts(**{k: tuple(v) for k, v in raw.items()})
+        if _texts_digest(texts) != h.get("texts_sha256"):
+            raise ValueError(f"{d / 'texts.json'}: does not match the bundle's texts_sha256")
+        cc = h.get("calibration_config")
+        blk = h.get("calibration_block")
+        return cls(
+            scorer=CalibratedClassifier(original, cal, retrained, h["space"]),
+            null=null,
+            fpr=float(h["fpr"]),
+            mode=h["mode"],
+            seed=int(h["seed"]),
+            detector_spec=h["detector"],
+            target=h["target"],
+            texts=texts,
+            blocks={k: slice(a, b) for k, (a, b) in h["feature_blocks"].items()},
+            block=None if blk is None else np.asarray(blk, dtype=np.intp),
+            views=[View(**v) for v in h["views"]],
+            calibration_config=None if cc is None else CalibrationConfig(**cc),
+            space_requested=h.get("space_requested", "auto"),
+            generation=h.get("generation") or {},
+            sizes=h.get("sizes") or {},
+            learnt={k: d / rel for k, rel in (h.get("learnt") or {}).items()},
+            versions=h.get("versions") or {},
+        )
+
+
+def _load_classifier(path: Path, unpack: Callable[[Path, type], Any]) -> Any:
+    """A classifier saved with ``pack_state``: its class is named in the header and must be
+    one a registered detector builds (import by name, never unpickled)."""
+    import importlib
+
+    with np.load(path, allow_pickle=False) as f:
+        header = json.loads(f["__header__"].tobytes().decode("utf-8"))
+    module, _, qual = str(header.get("class", "")).rpartition(".")
+    if not module.startswith("calibdcd."):
+        raise ValueError(f"{path}: classifier class {header.get('class')!r} is not calibdcd's")
+    cls = getattr(importlib.import_module(module), qual)
+    return unpack(path, cls)
+
+
+def _savez(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
+    from calibdcd.atomic import atomic_savez
+
+    atomic_savez(path, {k: np.asarray(v) for k, v in arrays.items()})
+
+
+def _texts_digest(texts: FitTexts) -> str:
+    body = json.dumps(texts.as_dict(), sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(body.encode("utf-8")).hexdigest()
+
+
+def package_versions() -> dict[str, str | None]:
+    from calibdcd.provenance import library_versions
+
+    return dict(library_versions(VERSIONED))
+
+
+def version_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    return [
+        f"{k} {saved.get(k)} -> {current.get(k)}"
+        for k in sorted(set(saved) | set(current))
+        if saved.get(k) != current.get(k)
+    ]
+
+
+#: fields of a target record whose difference means another model (an error on load)
+IDENTITY_FIELDS = ("backend", "content", "revision", "model")
+
+
+def check_target(saved: Mapping[str, Any], current: Mapping[str, Any], *, where: str) -> None:
+    """Error (:class:`TargetMismatchError`) when the model differs; a warning for other
+    differences (decoding options, family)."""
+    hard = IDENTITY_FIELDS
+    if saved.get("content") and current.get("content"):  # the files decide, not their name
+        hard = ("backend", "content")
+    bad = [
+        f"{k}: fitted {saved.get(k)!r}, now {current.get(k)!r}"
+        for k in hard
+        if saved.get(k) != current.get(k)
+    ]
+    if bad:
+        raise TargetMismatchError(
+            f"{where}: the bundle was fitted on another target ({'; '.join(bad)}); its "
+            "threshold, p-values and classifier do not apply to this model"
+        )
+    soft = [
+        f"{k}: fitted {saved.get(k)!r}, now {current.get(k)!r}"
+        for k in sorted(set(saved) | set(current))
+        if k not in hard and saved.get(k) != current.get(k)
+    ]
+    if soft:
+        warnings.warn(
+            f"{where}: same model, other target settings ({'; '.join(soft)})",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+def fit_detector(
+    detector: Any,
+    target: Any,
+    texts: FitTexts,
+    *,
+    views: Sequence[Any] = (),
+    calibration: CalibrationConfig | None = None,
+    space: str = "auto",
+    fpr: float = 0.05,
+    mode: Mode = "inductive",
+    seed: int = 0,
+    detector_spec: Mapping[str, Any] | None = None,
+    target_record: Mapping[str, Any] | None = None,
+    status: Callable[[str], None] | None = None,
+) -> FittedDetector:
+    """Fit ``detector`` (+ CalibDCD when ``calibration`` is given) on ``target`` with known
+    members and non-members (see the module doc for the parts and modes).
+
+    ``detector_spec`` ({name, preset, options, benchmark}) is how :meth:`FittedDetector.
+    build_detector` rebuilds the detector later; ``target_record`` the target's identity
+    (:func:`calibdcd.fitted.target.target_record`), checked on load.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if not 0 < fpr < 1:
+        raise ValueError(f"fpr must be in (0, 1), got {fpr!r}")
+    if len(texts.heldout) < 1 / fpr - 1:
+        warnings.warn(
+            f"{len(texts.heldout)} held-out non-members cannot resolve fpr {fpr}: no score "
+            f"can be declared a member (needs at least {int(np.ceil(1 / fpr - 1))})",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    say = status or (lambda s: None)
+    pool = texts.fit_pool(mode)
+    say("learnt parts")
+    _prepare(detector, target, pool, mode)
+    fit = _fit_pipeline(
+        detector, target, texts, pool, views=views, calibration=calibration, space=space,
+        seed=seed, say=say,
+    )  # fmt: skip
+    learnt = _learnt_parts(detector, target, pool) if mode == "inductive" else {}
+    spec = dict(detector_spec or {"name": detector.name, "preset": None, "options": {}})
+    return FittedDetector(
+        scorer=fit.scorer,
+        null=fit.null,
+        fpr=float(fpr),
+        mode=mode,
+        seed=int(seed),
+        detector_spec=spec,
+        target=dict(target_record or {}),
+        texts=texts,
+        blocks=fit.blocks,
+        block=fit.block,
+        views=list(views),
+        calibration_config=calibration,
+        space_requested=space,
+        generation=fit.generation,
+        sizes=fit.sizes,
+        learnt=learnt,
+        versions=package_versions(),
+    )

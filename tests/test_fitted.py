@@ -1,0 +1,427 @@
+"""The fitted detector on the micro lab: CLI fit/score round trip against the experiment run,
+save/load, target identity, no pickle, and the statistics of the threshold and the set test.
+
+The experiment run is the session's micro run (the overlap detector on the lab's chat-qwen,
+``experiment_support.micro_run``); the fit reuses its generation cache and its split, so the
+same texts get the same target outputs and the comparison checks everything after them.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+import warnings
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from calibdcd.fitted import FittedDetector, TargetMismatchError, target_record
+from calibdcd.fitted.audit import (
+    distribution_check,
+    empirical_p_values,
+    set_level_test,
+    threshold_at,
+)
+from experiment_support import lab_micro, micro_run
+
+SETTING = "lab__chat-qwen__Overlap__s0"
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    import calibdcd
+
+    src = str(Path(calibdcd.__file__).resolve().parents[1])
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=src)
+    return subprocess.run(
+        [sys.executable, "-m", "calibdcd", *args], env=env, capture_output=True, text=True
+    )
+
+
+def _jsonl(path: Path, rows: list[dict]) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def experiment(tmp_path_factory):
+    """(run's cache dir, split.json, scores.csv rows, id -> text, id -> label)."""
+    cfg_path, run_dir = micro_run(tmp_path_factory)
+    setting = run_dir / "settings" / SETTING
+    split = json.loads((setting / "split.json").read_text())
+    with (setting / "scores.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    gt = [json.loads(x) for x in (lab_micro() / "ground_truth.jsonl").read_text().splitlines()]
+    text = {g["id"]: g["text"] for g in gt}
+    label = {g["id"]: int(g["label"]) for g in gt}
+    return cfg_path.parent / "cache", split, rows, text, label
+
+
+@pytest.fixture(scope="module")
+def bundle(experiment, tmp_path_factory):
+    """``calibdcd fit`` with the experiment's parts: its supervised split (same order), its
+    calibration non-members, the pool's other non-members held out, its members as pool."""
+    cache, split, _rows, text, label = experiment
+    d = tmp_path_factory.mktemp("fit")
+    cal = set(split["calibration"])  # the paper protocol draws them from the pool
+    ev_nm = [i for i in split["evaluation"] if label[i] == 0 and i not in cal]
+    ev_m = [i for i in split["evaluation"] if label[i] == 1]
+    _jsonl(
+        d / "supervised.jsonl", [{"text": text[i], "label": label[i]} for i in split["supervised"]]
+    )
+    _jsonl(d / "calibration.jsonl", [{"text": text[i]} for i in split["calibration"]])
+    _jsonl(d / "heldout.jsonl", [{"text": text[i]} for i in ev_nm])
+    _jsonl(d / "pool.jsonl", [{"text": text[i]} for i in ev_m])
+    lab = lab_micro()
+    (d / "fit.yaml").write_text(
+        "target: {name: chat-qwen, backend: hf, model: " + str(lab / "chat-qwen") + ", "
+        "options: {device: cpu, batch_size: 64}}\n"
+        "detector: {name: overlap, options: {max_new_tokens: 16, positions: 8}}\n"
+        "data: {supervised: supervised.jsonl, calibration: calibration.jsonl, "
+        "heldout: heldout.jsonl, pool: pool.jsonl}\n"
+        "calibdcd: true\nfpr: 0.05\nseed: 0\n"
+        f"cache_dir: {cache}\n"
+    )
+    res = _cli("fit", str(d / "fit.yaml"), "--out", str(d / "bundle"), "--no-progress")
+    assert res.returncode == 0, res.stderr[-3000:]
+    return d / "bundle"
+
+
+@pytest.mark.slow
+def test_cli_fit_score_round_trip_gives_the_experiment_scores(experiment, bundle, tmp_path):
+    cache, _split, rows, text, _label = experiment
+    ev = [r for r in rows if r["part"] == "evaluation"]
+    _jsonl(tmp_path / "suspect.jsonl", [{"id": r["id"], "text": text[r["id"]]} for r in ev])
+    out = tmp_path / "scores.jsonl"
+    res = _cli(
+        "score", str(bundle), str(tmp_path / "suspect.jsonl"), "--out", str(out),
+        "--model", str(lab_micro() / "chat-qwen"), "--cache-dir", str(cache), "--no-progress",
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    summary, recs = lines[0], lines[1:]
+    assert summary["kind"] == "summary" and len(recs) == len(ev)
+    got = np.array([r["score"] for r in recs])
+    want = np.array([float(r["score_after"]) for r in ev])
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+    assert [r["id"] for r in recs] == [r["id"] for r in ev]
+    # p-values and decisions follow the bundle's held-out null
+    fitted = FittedDetector.load(bundle)
+    np.testing.assert_allclose([r["p_value"] for r in recs], empirical_p_values(got, fitted.null))
+    assert [r["member"] for r in recs] == list(got > fitted.threshold)
+    # the pool has members: the set is more member-like than the held-out non-members
+    assert summary["set_test"]["reject"] is True
+    assert summary["distribution_check"]["folds"] >= 2
+
+
+def _files(root: Path) -> dict[str, object]:
+    """Every file of a bundle: bytes, or for ``.npz`` its arrays (zip entries carry times)."""
+    out: dict[str, object] = {}
+    for p in sorted(root.rglob("*")):
+        if not p.is_file():
+            continue
+        if p.suffix == ".npz":
+            with np.load(p, allow_pickle=False) as f:
+                out[str(p.relative_to(root))] = {k: f[k].tobytes() for k in f.files}
+        else:
+            out[str(p.relative_to(root))] = p.read_bytes()
+    return out
+
+
+@pytest.mark.slow
+def test_save_load_round_trip_keeps_every_part(bundle, experiment, tmp_path):
+    _cache, _split, _rows, _text, _label = experiment
+    fitted = FittedDetector.load(bundle)
+    fitted.save(tmp_path / "again")
+    assert _files(tmp_path / "again") == _files(bundle)
+    again = FittedDetector.load(tmp_path / "again")
+    z = np.random.default_rng(0).normal(
+        size=(20, sum(s.stop - s.start for s in fitted.blocks.values()))
+    )
+    np.testing.assert_array_equal(again.score_features(z), fitted.score_features(z))
+    np.testing.assert_array_equal(again.null, fitted.null)
+    assert again.threshold == fitted.threshold
+    a, b = again.scorer.calibration, fitted.scorer.calibration
+    assert a is not None and b is not None
+    np.testing.assert_array_equal(a.basis, b.basis)
+    assert a.summary() == b.summary()
+    head = json.loads((bundle / "bundle.json").read_text())
+    assert head["format_version"] == 1 and head["views"] and head["feature_blocks"]
+    assert not any(os.path.isabs(str(v)) for v in _strings(head)), "absolute path in bundle.json"
+
+
+def _strings(obj):
+    if isinstance(obj, dict):
+        for v in obj.values():
+            yield from _strings(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _strings(v)
+    elif isinstance(obj, str):
+        yield obj
+
+
+@pytest.mark.slow
+def test_no_pickle_anywhere_in_a_bundle(bundle):
+    for path in bundle.rglob("*"):
+        if not path.is_file():
+            continue
+        assert path.suffix in {".json", ".npz", ".safetensors", ".txt", ".jinja"}, path
+        raw = path.read_bytes()
+        assert not raw.startswith(b"\x80"), f"{path} looks like a pickle"
+        if path.suffix == ".npz":
+            with zipfile.ZipFile(path) as zf:
+                for name in zf.namelist():
+                    with zf.open(name) as member:
+                        assert b"\x80" not in member.read(12)[:1], f"{path}:{name}"
+            with np.load(path, allow_pickle=False) as f:
+                for k in f.files:
+                    assert f[k].dtype != object, f"{path}:{k}"
+
+
+@pytest.mark.slow
+def test_load_checks_the_target_identity(bundle):
+    lab = lab_micro()
+    head = json.loads((bundle / "bundle.json").read_text())
+    same = target_record("hf", str(lab / "chat-qwen"), options={"device": "cpu"})
+    FittedDetector.load(bundle, target=same)  # same checkpoint: fine
+    other = target_record("hf", str(lab / "chat-llama"), options={"device": "cpu"})
+    with pytest.raises(TargetMismatchError, match="content"):
+        FittedDetector.load(bundle, target=other)
+    with pytest.warns(RuntimeWarning, match="dtype"):
+        FittedDetector.load(bundle, target={**same, "options": {"dtype": "bfloat16"}})
+    # other package versions: a warning that names them
+    head2 = dict(head, versions={**head["versions"], "numpy": "0.0.1"})
+    tmp = bundle.parent / "versions"
+    import shutil
+
+    shutil.copytree(bundle, tmp, dirs_exist_ok=True)
+    (tmp / "bundle.json").write_text(json.dumps(head2))
+    with pytest.warns(RuntimeWarning, match="numpy 0.0.1"):
+        FittedDetector.load(tmp)
+
+
+# --------------------------------------------------------------------------------------------
+# Statistics (on the experiment run's stored scores: no target queries)
+# --------------------------------------------------------------------------------------------
+
+
+def _nonmember_scores(experiment) -> np.ndarray:
+    """Original-detector scores of every non-member outside the supervised split: the
+    classifier never saw them, so they are exchangeable."""
+    _, _, rows, _, _ = experiment
+    return np.array(
+        [float(r["score_before"]) for r in rows if r["label"] == "0" and r["part"] != "supervised"]
+    )
+
+
+def test_p_values_and_threshold_are_the_conformal_ones():
+    null = np.array([0.1, 0.4, 0.4, 0.9, 1.5])
+    p = empirical_p_values(np.array([2.0, 0.4, 0.0, np.nan]), null)
+    np.testing.assert_allclose(p[:3], [1 / 6, 5 / 6, 1.0])
+    assert np.isnan(p[3])
+    assert threshold_at(null, 0.05) == math.inf  # 5 null scores cannot resolve 5 %
+    assert threshold_at(null, 1 / 3) == 0.9  # floor(6 / 3) = 2 -> the 2nd largest
+    s = np.linspace(-1, 3, 50)
+    assert np.array_equal(s > threshold_at(null, 1 / 3), empirical_p_values(s, null) <= 1 / 3)
+
+
+@pytest.mark.slow
+def test_set_level_test_rejects_at_most_alpha_of_random_nonmember_subsets(experiment):
+    scores = _nonmember_scores(experiment)
+    assert scores.size >= 60
+    rng = np.random.default_rng(14)
+    alpha, k, rejections = 0.05, 20, 0
+    for _ in range(100):
+        perm = rng.permutation(scores.size)
+        suspect, null = scores[perm[:k]], scores[perm[k:]]
+        rejections += set_level_test(suspect, null, alpha=alpha).reject
+    # Binomial(100, 0.05): P(X > 10) < 1.2 %
+    assert rejections <= 10, rejections
+
+
+@pytest.mark.slow
+def test_fpr_at_the_threshold_on_fresh_nonmembers(experiment):
+    """Random held-out / fresh partitions of the non-members: the FPR at the threshold averages
+    to floor(fpr (n + 1)) / (n + 1) ≤ fpr (here ~4 %)."""
+    scores = _nonmember_scores(experiment)
+    rng = np.random.default_rng(3)
+    fpr, fprs = 0.05, []
+    n_null = scores.size // 2
+    for _ in range(300):
+        perm = rng.permutation(scores.size)
+        null, fresh = scores[perm[:n_null]], scores[perm[n_null:]]
+        fprs.append(float(np.mean(fresh > threshold_at(null, fpr))))
+    mean = float(np.mean(fprs))
+    expected = math.floor(fpr * (n_null + 1)) / (n_null + 1)
+    assert mean <= fpr + 0.01
+    assert abs(mean - expected) < 0.02, (mean, expected)
+
+
+def test_distribution_check_flags_different_texts_and_not_same_ones():
+    rng = np.random.default_rng(0)
+    words_a = "the model was trained on this corpus of python documentation pages".split()
+    words_b = "a recipe for bread needs flour water salt yeast and patience".split()
+
+    def texts(words, n):
+        return [" ".join(rng.choice(words, 12)) for _ in range(n)]
+
+    far = distribution_check(texts(words_a, 30), texts(words_b, 30), n_boot=200)
+    assert far.differ and far.auc > 0.95 and "differ as texts" in (far.warning or "")
+    near = distribution_check(texts(words_a, 30), texts(words_a, 30), n_boot=200)
+    assert not near.differ and near.warning is None
+
+
+def test_fit_config_reports_every_problem_with_its_line(tmp_path):
+    from calibdcd.fitted.config import load_fit_config
+
+    p = tmp_path / "fit.yaml"
+    p.write_text(
+        "target: {backend: hf}\n"
+        "detector: {name: overlap, typo: 1}\n"
+        "data: {lab: micro, members: m.txt}\n"
+        "fpr: 2\n"
+        "mode: sometimes\n"
+    )
+    with pytest.raises(ValueError) as err:
+        load_fit_config(p)
+    msg = str(err.value)
+    assert "5 problem(s)" in msg
+    for key, line in (("target.model", 1), ("detector.typo", 2), ("data", 3), ("fpr", 4),
+                      ("mode", 5)):  # fmt: skip
+        assert f"fit.yaml:{line}: {key}" in msg, msg
+
+
+def test_fit_texts_keep_the_held_out_part_disjoint():
+    from calibdcd.fitted import FitTexts
+
+    members = [f"member text {i}" for i in range(30)]
+    nonmembers = [f"other text {i}" for i in range(50)]
+    t = FitTexts.split(members, nonmembers, heldout_fraction=0.3, calibration_fraction=0.3)
+    assert len(t.heldout) == 15 and len(t.calibration) == 15
+    assert not set(t.heldout) & (set(t.supervised) | set(t.calibration))
+    assert set(t.heldout).isdisjoint(t.fit_pool("inductive"))
+    assert set(t.heldout) <= set(t.fit_pool("transductive"))
+    with pytest.raises(ValueError, match="disjoint"):
+        FitTexts(t.supervised, t.labels, t.calibration, (*t.heldout, t.calibration[0]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        FitTexts.split(members, nonmembers, seed=1)
+
+
+# --------------------------------------------------------------------------------------------
+# Learnt parts travel in the bundle
+# --------------------------------------------------------------------------------------------
+
+
+def _learnt_detector(name: str, cache: Path):
+    from calibdcd.experiment.components import resolve_lab_refs
+
+    if name == "veilprobe":
+        from calibdcd.detectors.veilprobe import VeilProbe
+        from veilprobe_support import fast_config
+
+        return VeilProbe(fast_config(cache / "veilprobe")), None
+    from calibdcd.detectors.registry import create_detector
+
+    options = {
+        "length": 32,
+        "progress": False,
+        "reference": {"model_path": "lab-clean-reference:micro", "epochs": 1,
+                      "learning_rate": 0.001, "cache_dir": str(cache / "reference")},
+    }  # fmt: skip
+    spec = {"name": "dpdllm", "preset": None, "options": options, "benchmark": "lab"}
+    return create_detector("dpdllm", options=resolve_lab_refs(options)), spec
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["dpdllm", "veilprobe"])
+def test_inductive_bundle_scores_with_its_saved_learnt_parts(name, tmp_path):
+    """Fit (no CalibDCD: the learnt parts are the point), save, load and score new texts with a
+    detector whose own cache is empty: the scores equal the in-process ones and nothing is
+    trained again (the bundle's mapping model / reference LM is used)."""
+    from calibdcd.experiment.components import build_target
+    from calibdcd.experiment.config import TargetEntry
+    from calibdcd.fitted import FitTexts, fit_detector
+
+    lab = lab_micro()
+    gt = [json.loads(x) for x in (lab / "ground_truth.jsonl").read_text().splitlines()]
+    mem = [g["text"] for g in gt if g["label"] == 1][:50]
+    non = [g["text"] for g in gt if g["label"] == 0][:50]
+    texts = FitTexts(  # 20 per class: VeilProbe's ProtoNet episodes need them
+        supervised=tuple(mem[:20] + non[:20]),
+        labels=(1,) * 20 + (0,) * 20,
+        heldout=tuple(non[20:40]),
+    )
+    new = mem[40:46] + non[44:50]
+    entry = TargetEntry(name="chat-qwen", backend="hf", model=str(lab / "chat-qwen"),
+                        options={"device": "cpu", "batch_size": 64})  # fmt: skip
+    target = build_target(entry, tmp_path / "generations.sqlite")
+    det, spec = _learnt_detector(name, tmp_path / "fit-cache")
+    fitted = fit_detector(det, target, texts, mode="inductive", detector_spec=spec)
+    assert set(fitted.learnt) == ({"reference"} if name == "dpdllm" else {"mapping"})
+    direct = fitted.score(new, target, det, check_distribution=False).scores
+    fitted.save(tmp_path / "bundle")
+    loaded = FittedDetector.load(tmp_path / "bundle")
+    fresh_cache = tmp_path / "fresh-cache"
+    det2, _ = _learnt_detector(name, fresh_cache)
+    res = loaded.score(new, target, det2, check_distribution=False)
+    np.testing.assert_allclose(res.scores, direct, rtol=1e-6, atol=1e-9)
+    assert not (fresh_cache / "veilprobe" / "mapping").exists()  # no mapping model trained
+    assert not (fresh_cache / "reference").exists()  # no reference LM fine-tuned
+
+
+def test_register_detector_makes_a_detector_buildable_by_name(request):
+    from calibdcd.detectors import registry
+    from calibdcd.detectors.base import (
+        NormalizedClassifier,
+        PersistableClassifier,
+        PoolTrained,
+        ReferenceTrained,
+        Timed,
+    )
+    from calibdcd.detectors.overlap import ContinuationOverlap, OverlapConfig
+    from calibdcd.detectors.registry import (
+        create_detector,
+        register_detector,
+        registered_detectors,
+    )
+    from calibdcd.experiment.components import DETECTORS, build_detector, detector_available
+    from calibdcd.experiment.config import DetectorEntry
+
+    built = []
+
+    def factory(preset, options, benchmark, cache_dir):
+        built.append((preset, dict(options), benchmark))
+        return ContinuationOverlap(OverlapConfig(positions=int(options.get("positions", 4))))
+
+    register_detector("overlap-test", factory, description="a test detector", replace=True)
+    request.addfinalizer(lambda: registry._FACTORIES.pop("overlap-test", None))
+    assert "overlap-test" in registered_detectors() and "overlap-test" in DETECTORS
+    assert detector_available("overlap-test")
+    det = build_detector(DetectorEntry(name="overlap-test", options={"positions": 3}), "lab", ".")
+    assert det.config.positions == 3 and built[-1] == (None, {"positions": 3}, "lab")
+    assert create_detector("overlap-test").config.positions == 4
+    with pytest.raises(ValueError, match="already registered"):
+        register_detector("overlap-test", factory)
+    with pytest.raises(ValueError, match="unknown detector 'nope'; known: dpdllm"):
+        create_detector("nope")
+    # the built-ins declare their capabilities (no signature probing)
+    vp = create_detector("veilprobe", preset="cpu", cache_dir=".")
+    dp = create_detector("dpdllm", benchmark="lab")
+    ov = create_detector("overlap")
+    assert (
+        isinstance(vp, PoolTrained)
+        and isinstance(vp, Timed)
+        and not isinstance(vp, ReferenceTrained)
+    )
+    assert isinstance(dp, ReferenceTrained) and not isinstance(dp, PoolTrained)
+    assert not isinstance(ov, (PoolTrained, ReferenceTrained, Timed))
+    for clf in (vp.new_classifier(), ov.new_classifier()):
+        assert isinstance(clf, NormalizedClassifier) and isinstance(clf, PersistableClassifier)
+    assert isinstance(dp.new_classifier(), PersistableClassifier)
+    assert not isinstance(dp.new_classifier(), NormalizedClassifier)
