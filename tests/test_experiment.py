@@ -465,13 +465,15 @@ def test_resume_after_kill_recomputes_only_missing_settings(tmp_path):
         start_new_session=True,
     )
     first = run_dir / "settings" / "lab__chat-qwen__Overlap__s0" / "result.json"
-    deadline = time.monotonic() + 120
+    # generous: the first setting takes ~40 s on an idle 2-core machine and several minutes when
+    # the cores are shared (measured 170 s at load 13); the test is about resuming, not speed
+    deadline = time.monotonic() + 900
     while not first.exists():
         if proc.poll() is not None:
             pytest.fail(f"run ended early: {proc.stderr.read().decode()[-2000:]}")
         if time.monotonic() > deadline:
             proc.kill()
-            pytest.fail("the first setting did not finish in 120 s")
+            pytest.fail("the first setting did not finish in 900 s")
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
