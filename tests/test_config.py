@@ -122,7 +122,7 @@ def test_hashing_a_lab_config_builds_no_lab(tmp_path, monkeypatch):
     monkeypatch.delenv("CALIBDCD_LAB_ROOT", raising=False)
     text = (REPO / "configs" / "lab-micro.yaml").read_text()
     p = tmp_path / "lab.yaml"
-    p.write_text(text.replace("cache_dir: ../.calibdcd-cache", f"cache_dir: {tmp_path / 'c'}"))
+    p.write_text(text + f"\ncache_dir: {tmp_path / 'c'}\n")
     cfg = load_config(p)
     ref = cfg.labs["micro"]
     assert ref.key.startswith("micro-s0-") and not ref.built and "/" not in ref.key
@@ -130,7 +130,7 @@ def test_hashing_a_lab_config_builds_no_lab(tmp_path, monkeypatch):
     for s in _grid(cfg)[:4]:
         setting_hash(s, cfg)
         assert inputs_hash(s, cfg, ctx) == f"lab-not-built:{ref.key}"
-    assert not (tmp_path / "cache" / "lab").exists()
+    assert not (tmp_path / "cache" / "lab").exists() and not (tmp_path / "c" / "lab").exists()
 
 
 def test_safetensors_integrity_from_the_header(tmp_path):
