@@ -54,6 +54,7 @@ __all__ = [
     "PoolTrained",
     "ReferenceTrained",
     "Timed",
+    "block_columns",
 ]
 
 
@@ -90,15 +91,24 @@ class Features:
 
     def columns(self, names: Sequence[str] | None) -> np.ndarray | None:
         """Sorted column indices of the named blocks; None (= all columns) for ``names=None``."""
-        if names is None:
-            return None
-        idx: list[int] = []
-        for name in names:
-            if name not in self.blocks:
-                raise KeyError(f"no feature block {name!r}; blocks: {', '.join(self.blocks)}")
-            sl = self.blocks[name]
-            idx.extend(range(sl.start, sl.stop))
-        return np.array(sorted(idx), dtype=np.intp)
+        return block_columns(self.blocks, names)
+
+
+def block_columns(
+    blocks: Mapping[str, slice] | None, names: Sequence[str] | None
+) -> np.ndarray | None:
+    """Sorted column indices of the named feature blocks (None = all columns for
+    ``names=None``); a KeyError names a block that is not there."""
+    if names is None:
+        return None
+    if blocks is None:
+        raise KeyError("the detector's features have no named blocks")
+    idx: list[int] = []
+    for name in names:
+        if name not in blocks:
+            raise KeyError(f"no feature block {name!r}; blocks: {', '.join(blocks)}")
+        idx.extend(range(blocks[name].start, blocks[name].stop))
+    return np.array(sorted(idx), dtype=np.intp)
 
 
 @runtime_checkable

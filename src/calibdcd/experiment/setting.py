@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from calibdcd.calibration import Calibration
-from calibdcd.detectors.base import PoolTrained, ReferenceTrained, Timed
+from calibdcd.detectors.base import PoolTrained, ReferenceTrained, Timed, block_columns
 from calibdcd.experiment.analyses import (
     CONTROLS,
     CalibrationProblem,
@@ -394,21 +394,6 @@ def _interval(
     return iv.as_dict()
 
 
-def _block_columns(
-    blocks: dict[str, slice] | None, names: tuple[str, ...] | None, d: int
-) -> np.ndarray | None:
-    if names is None:
-        return None
-    if blocks is None:
-        raise ValueError("the detector's features have no named blocks")
-    idx: list[int] = []
-    for n in names:
-        if n not in blocks:
-            raise ValueError(f"calibration block {n!r} not among the feature blocks {list(blocks)}")
-        idx.extend(range(blocks[n].start, blocks[n].stop))
-    return np.array(sorted(idx), dtype=np.intp)
-
-
 @dataclasses.dataclass
 class PreparedSetting:
     """A setting after the data protocol, feature extraction and the original classifier: the
@@ -538,9 +523,7 @@ def prepare_setting(
             ctx.arrays.save_model("models", key, m)
         return m
 
-    block = _block_columns(
-        ext.blocks, getattr(detector, "calibration_blocks", None), z_sup.shape[1]
-    )
+    block = block_columns(ext.blocks, getattr(detector, "calibration_blocks", None))
     problem = CalibrationProblem(
         z_sup=z_sup_ok,
         y_sup=y_sup,

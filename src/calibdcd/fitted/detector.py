@@ -60,6 +60,7 @@ from calibdcd.detectors.base import (
     PersistableClassifier,
     PoolTrained,
     ReferenceTrained,
+    block_columns,
 )
 from calibdcd.fitted.audit import (
     distribution_check,
@@ -253,17 +254,6 @@ def _finite_rows(z: np.ndarray) -> np.ndarray:
     return np.all(np.isfinite(z), axis=1)
 
 
-def _block_columns(blocks: Mapping[str, slice], names: tuple[str, ...] | None) -> np.ndarray | None:
-    if names is None:
-        return None
-    idx: list[int] = []
-    for n in names:
-        if n not in blocks:
-            raise ValueError(f"calibration block {n!r} not among the feature blocks {list(blocks)}")
-        idx.extend(range(blocks[n].start, blocks[n].stop))
-    return np.array(sorted(idx), dtype=np.intp)
-
-
 def _fit_pipeline(
     detector: Any,
     target: Any,
@@ -285,7 +275,7 @@ def _fit_pipeline(
     ok = _finite_rows(z_sup)
     z_sup, y_sup = z_sup[ok], y_sup[ok]
     blocks = dict(f_sup.blocks)
-    block = _block_columns(blocks, getattr(detector, "calibration_blocks", None))
+    block = block_columns(blocks, getattr(detector, "calibration_blocks", None))
 
     def new_clf() -> Any:
         return detector.new_classifier(seed)
