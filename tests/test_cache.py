@@ -209,6 +209,47 @@ def test_processes_share_one_file(tmp_path):
     con.close()
 
 
+def test_two_runs_sharing_a_cache_request_each_completion_once(tmp_path):
+    """Two processes that need the same completions at the same time: one generates each, the
+    other waits for it (issue 15: identical runs sharing a cache requested everything twice)."""
+    db = tmp_path / "twice.sqlite"
+    procs, outs, logs = [], [], []
+    for tag in ("a", "b"):
+        script, log, out = _worker(tmp_path, tag, 0.1, db, n_prompts=40, chunk=4)
+        procs.append(subprocess.Popen([sys.executable, str(script)]))
+        outs.append(out)
+        logs.append(log)
+    for p in procs:
+        assert p.wait(timeout=300) == 0
+    requested = _lines(logs[0]) + _lines(logs[1])
+    assert sorted(requested) == sorted(f"p{i:03d}" for i in range(40))  # each prompt once
+    assert outs[0].read_text() == outs[1].read_text()
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT COUNT(*) FROM claims").fetchone() == (0,)  # all released
+    con.close()
+
+
+def test_a_dead_process_claims_are_taken_over_at_once(tmp_path):
+    """Claims of a process that no longer runs (kill -9) do not make the next run wait."""
+    import socket
+
+    db = tmp_path / "dead.sqlite"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    inner = HashTarget()
+    with CachedTarget(inner, db, claim_ttl=3600) as c:
+        prompt_keys = [cache_key(c.name, f"q{i}", P, s) for i in range(3) for s in range(P.n)]
+        with c._conn:
+            c._conn.executemany(
+                "INSERT INTO claims VALUES (?, 'ghost', ?, ?, ?)",
+                [(k, socket.gethostname(), dead.pid, time.time() + 3600) for k in prompt_keys],
+            )
+        t0 = time.monotonic()
+        out = c.generate([f"q{i}" for i in range(3)], P)
+        assert time.monotonic() - t0 < 5 and len(inner.calls) == 3 * P.n
+        assert out == HashTarget().generate([f"q{i}" for i in range(3)], P)
+
+
 def test_cached_real_model_equals_fresh_generation(tmp_path):
     torch = pytest.importorskip("torch")
     from calibdcd.targets.hf import HFTarget

@@ -10,8 +10,13 @@ same as before it existed. Only the misses go to the wrapped target, in chunks o
 ``chunk_size`` completions; each chunk is committed in its own transaction, so a run killed at any
 point (even ``kill -9``) keeps every finished chunk and never leaves a corrupt file (SQLite's WAL
 journal is atomic). Several processes can share one file: WAL mode lets readers run during a
-write, writers wait up to ``timeout`` seconds for each other, and when two processes generate the
-same completion the first one stored wins (both then return that stored text).
+write, writers wait up to ``timeout`` seconds for each other, and the first completion stored wins.
+Processes that need the same completions at the same time do not both generate them: before
+generating, a process *claims* its missing keys (table ``claims``: owner, host, pid, expiry), skips
+keys another live process has claimed, generates its own, and then waits for the others' keys to
+land (polling the file). A claim is dead, and taken over, when its process is gone (same host: the
+pid no longer runs, so a run resumed after ``kill -9`` does not wait) or its lease (``claim_ttl``
+seconds, renewed after every stored chunk) has run out (another host sharing the file).
 
 Greedy decoding (``temperature == 0``) ignores top-p, top-k, the seed and the sample index (not
 the repetition penalty), so those are normalised out of its key: the ``n`` greedy samples of
@@ -31,9 +36,11 @@ import dataclasses
 import hashlib
 import json
 import os
+import socket
 import sqlite3
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -56,11 +63,13 @@ _SQL_VARS = 500  # keys per SELECT ... IN (...)
 class CacheStats:
     """``hits``: requested completions served from the file; ``misses``: completions the wrapped
     target generated; ``target_calls``: calls made to the wrapped target (one per chunk);
-    ``served`` / ``empty``: completions returned and the empty ones among them."""
+    ``served`` / ``empty``: completions returned and the empty ones among them; ``waited``:
+    completions another process was generating, served once it had stored them (also hits)."""
 
     hits: int = 0
     misses: int = 0
     target_calls: int = 0
+    waited: int = 0
     #: completions returned to callers, and how many of them were empty (whitespace only)
     served: int = 0
     empty: int = 0
@@ -128,6 +137,8 @@ class CachedTarget:
         *,
         chunk_size: int = 64,
         timeout: float = 120.0,
+        claim_ttl: float = 900.0,
+        poll: float = 0.2,
     ) -> None:
         if not hasattr(target, "generate") or not isinstance(getattr(target, "name", None), str):
             raise ValueError("target must be a Target with a str `name` and a `generate` method")
@@ -138,6 +149,10 @@ class CachedTarget:
         self.family: str | None = getattr(target, "family", None)
         self.path = Path(path)
         self.chunk_size = chunk_size
+        self.claim_ttl = float(claim_ttl)
+        self.poll = float(poll)
+        self._host = socket.gethostname()
+        self._owner = f"{self._host}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         self._lock = threading.Lock()
         self._stats = CacheStats()
         if self.path.parent and not self.path.parent.exists():
@@ -164,6 +179,12 @@ class CachedTarget:
                     " key TEXT PRIMARY KEY, target TEXT NOT NULL, prompt TEXT NOT NULL,"
                     " params TEXT NOT NULL, sample INTEGER NOT NULL, completion TEXT NOT NULL,"
                     " created REAL NOT NULL)"
+                )
+                # who is generating which missing completion right now (rows are deleted when
+                # the completion is stored or the claimer gives up)
+                self._conn.execute(
+                    "CREATE TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, owner TEXT NOT NULL,"
+                    " host TEXT NOT NULL, pid INTEGER NOT NULL, expires REAL NOT NULL)"
                 )
             (ver,) = self._conn.execute(
                 "SELECT value FROM meta WHERE key='schema_version'"
@@ -238,6 +259,61 @@ class CachedTarget:
                     for k, p, prm, s, text in rows
                 ],
             )
+            self._conn.executemany(
+                "DELETE FROM claims WHERE key = ? AND owner = ?",
+                [(k, self._owner) for k, *_ in rows],
+            )
+            # the lease of the claims still being worked on starts again
+            self._conn.execute(
+                "UPDATE claims SET expires = ? WHERE owner = ?",
+                (now + self.claim_ttl, self._owner),
+            )
+
+    def _claim_alive(self, host: str, pid: int, expires: float, now: float) -> bool:
+        if expires <= now:
+            return False
+        if host != self._host:
+            return True  # another machine: only its lease can end the claim
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def _claim(self, keys: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+        """Claim the keys nobody stored or is generating: (keys now ours, completions that
+        were stored meanwhile). Keys under another live process's claim are neither."""
+        now = time.time()
+        mine: list[str] = []
+        with self._transaction():
+            stored = self._lookup_unchecked(keys)
+            rest = [k for k in keys if k not in stored]
+            held: dict[str, tuple[str, str, int, float]] = {}
+            for i in range(0, len(rest), _SQL_VARS):
+                part = rest[i : i + _SQL_VARS]
+                marks = ",".join("?" * len(part))
+                q = f"SELECT key, owner, host, pid, expires FROM claims WHERE key IN ({marks})"
+                held.update((r[0], r[1:]) for r in self._conn.execute(q, part).fetchall())
+            for k in rest:
+                h = held.get(k)
+                if h is None or h[0] == self._owner or not self._claim_alive(*h[1:], now):
+                    mine.append(k)
+            pid = os.getpid()
+            self._conn.executemany(
+                "INSERT OR REPLACE INTO claims VALUES (?, ?, ?, ?, ?)",
+                [(k, self._owner, self._host, pid, now + self.claim_ttl) for k in mine],
+            )
+        return mine, stored
+
+    def _release(self) -> None:
+        """Drop this cache's remaining claims (after an error: others may take them over)."""
+        try:
+            with self._transaction():
+                self._conn.execute("DELETE FROM claims WHERE owner = ?", (self._owner,))
+        except sqlite3.Error:
+            pass  # the claims then end with the process (same host) or their lease
 
     def _generate_missing(
         self, missing: list[tuple[str, int]], params: GenerationParams
@@ -310,16 +386,32 @@ class CachedTarget:
             keys = [cache_key(self.name, p, params, s) for p, s in rows]
             found = self._lookup(keys)
             self._stats.hits += sum(k in found for k in keys)
+            waited_before = self._stats.waited
             missing_keys: dict[str, tuple[str, int]] = {}
             for k, (p, s) in zip(keys, rows, strict=True):
                 if k not in found and k not in missing_keys:
                     missing_keys[k] = (p, 0) if params.greedy else (p, s)
             pending = dict(missing_keys)
-            for stored in self._generate_missing(list(missing_keys.values()), params):
-                self._store(stored)
-                wanted = [k for k, *_ in stored if pending.pop(k, None) is not None]
-                self._stats.misses += len(wanted)
-                found.update(self._lookup(wanted))  # first writer wins across processes
+            try:
+                while pending:
+                    mine, landed = self._claim(list(pending))
+                    for k in landed:  # stored by another process since the first lookup
+                        pending.pop(k)
+                        self._stats.waited += 1
+                    found.update(landed)
+                    if not mine:
+                        time.sleep(self.poll)  # the rest is being generated elsewhere
+                        continue
+                    work = [pending[k] for k in mine]
+                    for stored in self._generate_missing(work, params):
+                        self._store(stored)
+                        wanted = [k for k, *_ in stored if pending.pop(k, None) is not None]
+                        self._stats.misses += len(wanted)
+                        found.update(self._lookup(wanted))  # first writer wins across processes
+            except BaseException:
+                self._release()
+                raise
+            self._stats.hits += self._stats.waited - waited_before
             out = [found[k] for k in keys]
             self._stats.served += len(out)
             self._stats.empty += sum(not t.strip() for t in out)
@@ -329,7 +421,7 @@ class CachedTarget:
 
     def __getattr__(self, attr: str) -> Any:
         # everything else (tokenizer, model_dir, retries, ...) comes from the wrapped target
-        if attr in ("target", "_conn", "_stats", "_lock"):
+        if attr in ("target", "_conn", "_stats", "_lock", "_owner", "_host"):
             raise AttributeError(attr)
         return getattr(self.target, attr)
 
