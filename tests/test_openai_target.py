@@ -134,6 +134,9 @@ class FaultServer:
                     self._send(307, b"", [("Location", "http://127.0.0.1:9/v1/completions")])
                 elif kind == "emptytext":
                     self._send(200, b'{"choices": [{"text": ""}]}')
+                elif kind == "echo":  # a 400 that quotes the request's credentials back
+                    said = f"bad request, auth {self.headers.get('Authorization')}"
+                    self._send(400, json.dumps({"error": said}).encode())
                 elif kind == "503":
                     self._send(503, b'{"error": "loading model, retry later"}')
 
@@ -286,6 +289,29 @@ def test_the_answering_model_is_checked_with_explicit_aliases(tmp_path):
         assert OpenAITarget(srv.url, "m").generate(["prompt-0"], SAMPLED)[0][0]
     with pytest.raises(ValueError, match="model_aliases"):
         OpenAITarget("http://127.0.0.1:9", "m", model_aliases="other")
+
+
+def test_echoed_credentials_are_masked_in_quoted_server_errors(monkeypatch):
+    """A server that echoes the Authorization header (Bearer key, or Basic user:pass from the
+    URL) in its error body: the verbatim quote masks both."""
+    import base64
+
+    secret = "sk-echo-5c0ffee1"
+    monkeypatch.setenv("CALIBDCD_TEST_KEY", secret)
+    with FaultServer(lambda p, a: "echo") as srv:
+        t = OpenAITarget(srv.url, "m", api_key_env="CALIBDCD_TEST_KEY", max_retries=0)
+        with pytest.raises(OpenAITargetError, match="bad request, auth Bearer \\*\\*\\*") as err:
+            t.generate(["prompt-0"], SAMPLED)
+    assert secret not in str(err.value)
+    monkeypatch.delenv("CALIBDCD_TEST_KEY")
+    with FaultServer(lambda p, a: "echo") as srv:
+        url = srv.url.replace("http://", "http://bob:pw-3e7a91@")
+        t = OpenAITarget(url, "m", max_retries=0)
+        with pytest.raises(OpenAITargetError) as err:
+            t.generate(["prompt-0"], SAMPLED)
+    assert srv.auth and srv.auth[0].startswith("Basic ")  # httpx sent the URL's credentials
+    assert base64.b64encode(b"bob:pw-3e7a91").decode() not in str(err.value)
+    assert "pw-3e7a91" not in str(err.value) and "auth Basic ***" in str(err.value)
 
 
 def test_credentials_in_the_url_never_reach_messages(caplog):

@@ -137,6 +137,7 @@ class OpenAITarget:
             raise ValueError(f"model_aliases must be a list of model names, got {model_aliases!r}")
         url = base_url.rstrip("/")
         self.url = url + ("/completions" if url.endswith("/v1") else "/v1/completions")
+        _register_url_credentials(self.url)
         self.model = model
         self.model_aliases = tuple(model_aliases)
         self.api_key_env = api_key_env
@@ -306,6 +307,10 @@ class OpenAITarget:
         headers = {"Content-Type": "application/json"}
         key = os.environ.get(self.api_key_env) if self.api_key_env else None
         if key:
+            # a server may echo the header in an error body that is then quoted verbatim
+            from calibdcd.redact import register_secret
+
+            register_secret(key)
             headers["Authorization"] = f"Bearer {key}"
         return headers
 
@@ -403,11 +408,36 @@ def _same_model_name(served: Any, model: str, aliases: Sequence[str]) -> bool:
 
 
 def _quote(text: str, limit: int = 1000) -> str:
-    """The server's own answer, verbatim up to ``limit`` characters."""
-    text = text.strip()
+    """The server's own answer, verbatim up to ``limit`` characters, with every known secret
+    masked (a server may echo the request's Authorization header)."""
+    from calibdcd.redact import redact
+
+    text = redact(text.strip())
     return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
 def _check_params(params: GenerationParams) -> None:
     if not isinstance(params, GenerationParams):
         raise ValueError(f"params must be a GenerationParams, got {type(params).__name__}")
+
+
+def _register_url_credentials(url: str) -> None:
+    """URL credentials travel as ``Authorization: Basic base64(user:pass)``: a server that
+    echoes the header would put them in an error body quoted verbatim, so the password and the
+    encoded pair are secret too (:mod:`calibdcd.redact`)."""
+    import base64
+    import urllib.parse
+
+    from calibdcd.redact import register_secret
+
+    parts = urllib.parse.urlsplit(url)
+    if parts.password:
+        register_secret(parts.password)
+        pair = f"{parts.username or ''}:{parts.password}"
+        register_secret(base64.b64encode(pair.encode()).decode())
+        register_secret(
+            base64.b64encode(
+                f"{urllib.parse.unquote(parts.username or '')}:"
+                f"{urllib.parse.unquote(parts.password)}".encode()
+            ).decode()
+        )
