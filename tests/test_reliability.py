@@ -278,6 +278,31 @@ def test_dry_run_rejects_unknown_target_options_and_too_small_splits(tmp_path):
         create_target("openai", base_url="http://127.0.0.1:9", model="m", concurrancy=4)
 
 
+def test_a_feature_file_without_its_arrays_is_a_miss_naming_the_file(tmp_path):
+    """A valid npz that lacks the arrays a reader needs (e.g. ``np.savez(path)``) is a miss."""
+    cache = ArrayCache(tmp_path)
+    cache.save_arrays("features", "bb22", {})
+    (p,) = tmp_path.rglob("*.npz")
+    with pytest.warns(RuntimeWarning, match=f"{p}.*corrupt.*'values'"):
+        assert cache.load_arrays("features", "bb22", require=("values",)) is None
+    assert cache.misses == 1
+
+
+def test_a_bad_byte_near_the_top_of_a_generic_jsonl_is_reported_with_its_line(tmp_path):
+    """The experiment sniffs a generic jsonl's first line for an ``id`` column; a bad byte in
+    the first 8 KB must still reach the reader, which names its line."""
+    from calibdcd.data.validation import DataError
+    from calibdcd.experiment.components import load_benchmark_entry
+    from calibdcd.experiment.config import BenchmarkEntry
+
+    rows = [f'{{"id": "t{i}", "text": "text {i}", "label": {i % 2}}}' for i in range(20)]
+    rows[6] = '{"id": "t6", "text": "caf\xe9", "label": 0}'
+    p = tmp_path / "data.jsonl"
+    p.write_bytes("\n".join(rows).encode("latin-1"))
+    with pytest.raises(DataError, match=r"line 7: not valid UTF-8"):
+        load_benchmark_entry(BenchmarkEntry(name="mine", path=str(p)))
+
+
 @pytest.mark.parametrize("suffix", ["jsonl", "csv", "json"])
 def test_non_utf8_input_names_its_line(tmp_path, suffix):
     from calibdcd.data.readers import read_records

@@ -295,11 +295,11 @@ def _guess_id_field(path: str) -> str | None:
     p = Path(path)
     if p.suffix != ".jsonl" or not p.is_file():
         return None
-    with p.open(encoding="utf-8") as fh:
+    with p.open("rb") as fh:
         first = fh.readline()
-    try:
-        return "id" if "id" in json.loads(first) else None
-    except (json.JSONDecodeError, TypeError):
+    try:  # bytes: a bad byte anywhere is the loader's to report, with its line and column
+        return "id" if "id" in json.loads(first.decode("utf-8")) else None
+    except (json.JSONDecodeError, TypeError, UnicodeDecodeError):
         return None
 
 

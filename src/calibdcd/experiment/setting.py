@@ -330,7 +330,7 @@ class _Extractor:
             reference if self.takes_reference else None,
             self.pool if self.has_prepare else None,
         )
-        hit = self.ctx.arrays.load_arrays("features", key)
+        hit = self.ctx.arrays.load_arrays("features", key, require=("values",))
         if hit is not None:
             self._set_blocks(hit)
             if "generation" in hit:

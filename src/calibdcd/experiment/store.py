@@ -104,7 +104,11 @@ class ArrayCache:
     def _path(self, kind: str, key: str, ext: str) -> Path:
         return self.root / kind / key[:2] / f"{key}.{ext}"
 
-    def load_arrays(self, kind: str, key: str) -> dict[str, np.ndarray] | None:
+    def load_arrays(
+        self, kind: str, key: str, require: Sequence[str] = ()
+    ) -> dict[str, np.ndarray] | None:
+        """The arrays stored under ``key``, else None (a miss); an unreadable file or one
+        without every ``require``d array is a miss with a warning naming the file."""
         p = self._path(kind, key, "npz")
         if not p.is_file():
             self.misses += 1
@@ -112,6 +116,9 @@ class ArrayCache:
         try:
             with np.load(p, allow_pickle=False) as f:
                 out = {k: f[k] for k in f.files}
+            lacking = [k for k in require if k not in out]
+            if lacking:
+                raise ValueError(f"no array {', '.join(map(repr, lacking))} in the file")
         except Exception as exc:  # BadZipFile, zlib/EOF errors, pickled content, ...
             cache_miss_warning(p, exc)
             self.misses += 1

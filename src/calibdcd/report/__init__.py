@@ -14,9 +14,10 @@ Figures need matplotlib (the ``report`` extra); nothing here imports torch.
 
 from __future__ import annotations
 
-import json
 import warnings
 from pathlib import Path
+
+from calibdcd.atomic import read_json
 
 __all__ = ["write_report"]
 
@@ -69,7 +70,7 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
         )
     figures = make_figures(run, results, out / "figures")
     env_path, cfg_path = run / "environment.json", run / "config.yaml"
-    env = json.loads(env_path.read_text()) if env_path.is_file() else None
+    env = read_json(env_path) if env_path.is_file() else None
     cfg_text = cfg_path.read_text() if cfg_path.is_file() else None
     title = f"CalibDCD report: {run.resolve().name}"
     page = render_html(

@@ -16,11 +16,12 @@ the tree was dirty), machine, Python and torch, seeds and date, all read from th
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from calibdcd.atomic import read_json
 
 __all__ = ["README_TABLES", "BlockError", "readme_block", "replace_block", "write_readme"]
 
@@ -121,7 +122,7 @@ def readme_block(run_dir: str | Path, tables: Sequence[str] | None = None) -> st
     if not chosen:
         raise ValueError(f"{run}: the report has no main tables (no completed settings?)")
     env_path = run / "environment.json"
-    env = json.loads(env_path.read_text(encoding="utf-8")) if env_path.is_file() else None
+    env = read_json(env_path) if env_path.is_file() else None
     md = [_provenance(run, env, len(results)), ""]
     md += [t.markdown() for t in chosen]
     return "\n".join(md)
@@ -140,7 +141,7 @@ def write_readme(
     run = Path(run_dir)
     if name is None:
         env_path = run / "environment.json"
-        env = json.loads(env_path.read_text(encoding="utf-8")) if env_path.is_file() else {}
+        env = read_json(env_path) if env_path.is_file() else {}
         name = env.get("config") or run.name
     path = Path(readme)
     text = path.read_text(encoding="utf-8")
