@@ -190,7 +190,10 @@ class CachedTarget:
                 "SELECT value FROM meta WHERE key='schema_version'"
             ).fetchone()
         except sqlite3.DatabaseError as e:
-            raise ValueError(f"path: {str(self.path)!r} is not a usable SQLite cache ({e})") from e
+            raise ValueError(
+                f"path: {str(self.path)!r} is not a usable SQLite cache ({e}): move it aside "
+                "(completions are then requested again) or repair it with `sqlite3 FILE .recover`"
+            ) from e
         if int(ver) != _SCHEMA_VERSION:
             raise ValueError(f"path: {str(self.path)!r} has cache schema {ver}, expected 1")
 
