@@ -278,6 +278,44 @@ def test_dry_run_rejects_unknown_target_options_and_too_small_splits(tmp_path):
         create_target("openai", base_url="http://127.0.0.1:9", model="m", concurrancy=4)
 
 
+def test_dry_run_rejects_target_option_values_the_run_would_reject(tmp_path):
+    """Names and types were right, values not: the run finished the first target's requests,
+    then failed building the second (found by re-running the issue's reproductions)."""
+    from calibdcd.experiment import dry_run, parse_config
+    from calibdcd.targets.tiny import cached_tiny_lm
+
+    data = tmp_path / "d.jsonl"
+    data.write_text(
+        "".join(json.dumps({"text": f"text {i}", "label": i % 2}) + "\n" for i in range(400))
+    )
+    remote = {"backend": "openai", "model": "m", "family": "qwen2.5"}
+    url = "http://127.0.0.1:9/v1"
+    cfg = parse_config(
+        {
+            "name": "t",
+            "benchmarks": [{"name": "mine", "path": str(data)}],
+            "targets": [
+                {"name": "ok", **remote, "options": {"base_url": url}},
+                {"name": "neg", **remote, "options": {"base_url": url, "timeout": -5}},
+                {"name": "zero", **remote, "options": {"base_url": url, "concurrency": 0}},
+                {
+                    "name": "local",
+                    "backend": "hf",
+                    "model": str(cached_tiny_lm()),
+                    "family": "qwen2.5",
+                    "options": {"batch_size": 0, "device": "cpu"},
+                },
+            ],
+            "detectors": ["overlap"],
+        }
+    )
+    _, problems = dry_run(cfg)
+    assert any("targets[1] (neg).options: timeout must be > 0" in p for p in problems), problems
+    assert any("targets[2] (zero).options: concurrency must be" in p for p in problems), problems
+    assert any("targets[3] (local).options: batch_size must be" in p for p in problems), problems
+    assert not any("targets[0]" in p for p in problems), problems
+
+
 def test_a_feature_file_without_its_arrays_is_a_miss_naming_the_file(tmp_path):
     """A valid npz that lacks the arrays a reader needs (e.g. ``np.savez(path)``) is a miss."""
     cache = ArrayCache(tmp_path)

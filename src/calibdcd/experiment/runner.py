@@ -396,6 +396,10 @@ def dry_run(cfg: ExperimentConfig, *, options: bool = True) -> tuple[list[str], 
                 problems.append(f"{key}.options.base_url: required by backend {t.backend!r}")
                 continue
             where = f"{t.options['base_url']} model {t.model}"
+        value_problem = _target_value_problem(t)
+        if value_problem is not None:  # the run would fail building it, after earlier targets
+            problems.append(f"{key}.options: {value_problem}")
+            continue
         damaged = checkpoint_problems(model_path(t, build_lab=False, root=root))
         if damaged:  # the run would fail loading it, after everything before it
             problems.extend(f"{key}.model: {m}" for m in damaged)
@@ -474,6 +478,27 @@ def split_size_problems(sizes: dict[str, tuple[int, int, int]], seed: int) -> li
                 "non-member(s); it needs both"
             )
     return out
+
+
+def _target_value_problem(t: Any) -> str | None:
+    """What the target's constructor would reject in its option values (a negative timeout, a
+    zero batch size, an unknown dtype, a device this machine lacks), checked without loading a
+    model or opening a connection; None when nothing."""
+    opts = {k: v for k, v in t.options.items()}
+    try:
+        if t.backend == "hf":
+            from calibdcd.targets.hf import check_options
+
+            check_options(**{k: opts[k] for k in ("device", "dtype", "batch_size") if k in opts})
+        elif t.backend == "openai":
+            from calibdcd.targets.base import create_target
+
+            create_target("openai", model=t.model, **opts)  # validates; connects to nothing
+    except ImportError:
+        return None
+    except (ValueError, TypeError, RuntimeError) as exc:
+        return str(exc)
+    return None
 
 
 def _dry_view_bank(t: Any, system: str, root: Path) -> list[str] | None:

@@ -205,6 +205,14 @@ def apply_repetition_penalty(logits: Any, seen: Any, penalty: float) -> Any:
 
 
 @register_backend("hf")
+def check_options(*, device: str = "auto", dtype: Any = "auto", batch_size: int = 16) -> None:
+    """Raise ValueError for option values :class:`HFTarget` would reject, without loading
+    anything (the dry run calls it: a run must not fail on them after other targets' work)."""
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    resolve_dtype(dtype, resolve_device(device))
+
+
 class HFTarget:
     """A local transformers causal LM (checkpoint directory, hub id available offline, or GGUF).
 
@@ -228,8 +236,7 @@ class HFTarget:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        check_options(device=device, dtype=dtype, batch_size=batch_size)
         if not isinstance(model, (str, os.PathLike)) or not str(model):
             raise ValueError(f"model must be a path (str or PathLike), got {model!r}")
         self.cache_dir = cache_root(cache_dir)
