@@ -316,6 +316,45 @@ def test_dry_run_rejects_target_option_values_the_run_would_reject(tmp_path):
     assert not any("targets[0]" in p for p in problems), problems
 
 
+def test_dry_run_rejects_too_many_views_and_too_few_texts_for_veilprobe(tmp_path):
+    """Both passed the dry run; the run failed after its generations (n_views > the bank) or
+    after generation, perturbation and mapping-model training (VeilProbe's episodes)."""
+    from calibdcd.experiment import dry_run, parse_config
+
+    data = tmp_path / "d.jsonl"
+    data.write_text(
+        "".join(json.dumps({"text": f"text {i}", "label": i % 2}) + "\n" for i in range(400))
+    )
+    cfg = parse_config(
+        {
+            "name": "t",
+            "benchmarks": [{"name": "mine", "path": str(data)}],
+            "split": {"n_supervised_per_class": 5},
+            "targets": [
+                {
+                    "name": "remote",
+                    "backend": "openai",
+                    "model": "m",
+                    "family": "qwen2.5",
+                    "options": {"base_url": "http://127.0.0.1:9/v1"},
+                }
+            ],
+            "detectors": [{"name": "veilprobe", "preset": "cpu"}, "overlap"],
+            "calibration": {"n_views": 25},
+        }
+    )
+    _, problems = dry_run(cfg)
+    assert any(
+        p.startswith("calibration.n_views: 25 views asked for, the view bank has 10")
+        for p in problems
+    ), problems
+    assert any(
+        p.startswith("split.n_supervised_per_class: 5 is fewer than detectors[0] (veilprobe)")
+        for p in problems
+    ), problems
+    assert not any("overlap" in p for p in problems), problems
+
+
 def test_a_feature_file_without_its_arrays_is_a_miss_naming_the_file(tmp_path):
     """A valid npz that lacks the arrays a reader needs (e.g. ``np.savez(path)``) is a miss."""
     cache = ArrayCache(tmp_path)

@@ -49,6 +49,7 @@ __all__ = [
     "Classifier",
     "Detector",
     "Features",
+    "NeedsSupervised",
     "NormalizedClassifier",
     "PersistableClassifier",
     "PoolTrained",
@@ -155,6 +156,16 @@ class PersistableClassifier(Classifier, Protocol):
 
     @classmethod
     def from_state(cls, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> Any: ...
+
+
+@runtime_checkable
+class NeedsSupervised(Protocol):
+    """A detector whose classifier needs at least ``min_supervised_per_class`` supervised texts
+    per class (VeilProbe's episodes: support + query). The dry run checks the split against it,
+    so a run does not fail on it after its generations."""
+
+    @property
+    def min_supervised_per_class(self) -> int: ...
 
 
 @runtime_checkable

@@ -307,11 +307,13 @@ def dry_run(cfg: ExperimentConfig, *, options: bool = True) -> tuple[list[str], 
     empty problems list means the config can run. ``options=False``: the targets' and
     detectors' options were checked with the config (``read_config``) and are not repeated."""
     from calibdcd.data import SplitConfig, split_benchmark
+    from calibdcd.detectors.base import NeedsSupervised
     from calibdcd.experiment.components import load_benchmark_entry, model_path
     from calibdcd.targets.base import available_backends, unknown_options
 
     lines: list[str] = [f"config {cfg.name}" + (f" ({cfg.source})" if cfg.source else "")]
     problems: list[str] = []
+    banks: list[int] = []  # the view bank's size per target, when the dry run could build it
     root = cache_root(cfg.cache_dir)  # the run's labs live under its cache root
     lines.append(
         f"protocol {cfg.protocol}; supervised {cfg.n_supervised_per_class} + "
@@ -414,6 +416,7 @@ def dry_run(cfg: ExperimentConfig, *, options: bool = True) -> tuple[list[str], 
             continue
         if codes is not None:
             fam += f" (views {' '.join(codes)})"
+            banks.append(len(codes))
         lines.append(f"  {key}: {t.backend} {where}; family {fam}; base {t.base or '-'}")
     # detectors
     bench_names = sorted({b.name for b in cfg.benchmarks})
@@ -436,6 +439,14 @@ def dry_run(cfg: ExperimentConfig, *, options: bool = True) -> tuple[list[str], 
                 f"  {key}: {DETECTORS[d.name].description}; correctable blocks "
                 f"{getattr(det, 'calibration_blocks', None) or 'all'}"
             )
+            if (
+                isinstance(det, NeedsSupervised)
+                and cfg.n_supervised_per_class < det.min_supervised_per_class
+            ):
+                problems.append(
+                    f"split.n_supervised_per_class: {cfg.n_supervised_per_class} is fewer than "
+                    f"{key} needs per class ({det.min_supervised_per_class})"
+                )
         except OptionsError as exc:
             if options:
                 problems.append(f"{key}: {exc}")
@@ -443,6 +454,10 @@ def dry_run(cfg: ExperimentConfig, *, options: bool = True) -> tuple[list[str], 
             problems.append(f"{key}: {exc}")
     _dry_run_models(cfg, lines, problems)
     c = cfg.calibration
+    if cfg.view_system != "none" and banks and c.n_views > min(banks):
+        problems.append(
+            f"calibration.n_views: {c.n_views} views asked for, the view bank has {min(banks)}"
+        )
     lines.append(
         f"CalibDCD: ranks {list(c.ranks)} x strengths {list(c.strengths)} "
         f"({len(c.ranks) * len(c.strengths)} candidates), tau {c.tau}, {c.n_views} of 10 views"

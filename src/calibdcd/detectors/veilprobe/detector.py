@@ -42,6 +42,7 @@ from calibdcd.atomic import atomic_savez
 
 from ..base import (
     Features,
+    NeedsSupervised,
     NormalizedClassifier,
     PersistableClassifier,
     PoolTrained,
@@ -121,7 +122,7 @@ class VeilProbeClassifier(NormalizedClassifier, PersistableClassifier):
         return self.protonet.score(self.preprocessor.transform(z))
 
 
-class VeilProbe(PoolTrained, Timed):
+class VeilProbe(PoolTrained, Timed, NeedsSupervised):
     name = "veilprobe"
     calibration_blocks: tuple[str, ...] | None = OUTPUT_BLOCKS
     #: the recipe version of its cached artefacts (experiment feature caches include it)
@@ -140,6 +141,11 @@ class VeilProbe(PoolTrained, Timed):
         self._perturbed: dict[str, str] = {}
 
     # -- protocol -----------------------------------------------------------------------------
+    @property
+    def min_supervised_per_class(self) -> int:
+        """ProtoNet episodes draw n_support + n_query texts of each class."""
+        return self.config.protonet.n_support + self.config.protonet.n_query
+
     def query(self, text: str) -> str:
         """e0(s) = s: the whole text is the prompt, no instruction, no template (Q5).
         With ``sampling.prompt_fraction < 1``, the first words of the text (an extension)."""
