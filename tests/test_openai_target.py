@@ -287,6 +287,11 @@ def test_the_answering_model_is_checked_with_explicit_aliases(tmp_path):
         assert t.generate(["prompt-0"], SAMPLED)[0][0].startswith("<prompt-0|")
     with FaultServer(lambda p, a: "ok", served_model="m") as srv:
         assert OpenAITarget(srv.url, "m").generate(["prompt-0"], SAMPLED)[0][0]
+    with FaultServer(lambda p, a: "ok") as srv:  # answers that name no model: said once
+        t = OpenAITarget(srv.url, "m")
+        with pytest.warns(RuntimeWarning, match="name no model") as caught:
+            t.generate(["prompt-0", "prompt-1"], SAMPLED)
+        assert len([w for w in caught if "name no model" in str(w.message)]) == 1
     with pytest.raises(ValueError, match="model_aliases"):
         OpenAITarget("http://127.0.0.1:9", "m", model_aliases="other")
 

@@ -54,6 +54,7 @@ import os
 import random
 import threading
 import time
+import warnings
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlparse
@@ -158,6 +159,7 @@ class OpenAITarget:
         self.retries = 0
         self.retry_reasons: collections.Counter[str] = collections.Counter()
         self._count_lock = threading.Lock()
+        self._warned_no_model = False
 
     def __repr__(self) -> str:
         return f"OpenAITarget(url={self.where!r}, model={self.model!r}, name={self.name!r})"
@@ -388,6 +390,15 @@ class OpenAITarget:
         if not isinstance(choices, list) or not choices:
             raise OpenAITargetError(f"{self.where} answered without any choice: {said}")
         served = data.get("model")
+        if served is None and not self._warned_no_model:
+            # nothing to check: say so once (the OpenAI API always names the model)
+            self._warned_no_model = True
+            warnings.warn(
+                f"{self.where}: the server's answers name no model, so calibdcd cannot check "
+                f"that {self.model!r} answered them",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         if served is not None and not self._same_model(served):
             raise OpenAITargetError(
                 f"{self.where} answered as model {served!r}, not {self.model!r}; if the server "
