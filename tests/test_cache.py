@@ -191,17 +191,23 @@ def test_kill9_resume_redoes_no_completed_generation(tmp_path):
     assert out.read_text() == out2.read_text()
 
 
-def test_processes_share_one_file(tmp_path):
-    """Three processes start on one new file at once (creation races included)."""
-    db = tmp_path / "shared.sqlite"
+def _run_workers(tmp_path: Path, tags, delay, db, n_prompts, chunk, timeout):
+    """Start one worker per tag on the same file at once; wait for all; (outs, logs)."""
     procs, outs, logs = [], [], []
-    for tag in ("a", "b", "c"):
-        script, log, out = _worker(tmp_path, tag, 0.01, db, n_prompts=60, chunk=3)
+    for tag in tags:
+        script, log, out = _worker(tmp_path, tag, delay, db, n_prompts=n_prompts, chunk=chunk)
         procs.append(subprocess.Popen([sys.executable, str(script)]))
         outs.append(out)
         logs.append(log)
     for p in procs:
-        assert p.wait(timeout=120) == 0
+        assert p.wait(timeout=timeout) == 0
+    return outs, logs
+
+
+def test_processes_share_one_file(tmp_path):
+    """Three processes start on one new file at once (creation races included)."""
+    db = tmp_path / "shared.sqlite"
+    outs, _ = _run_workers(tmp_path, ("a", "b", "c"), 0.01, db, 60, 3, 120)
     assert outs[0].read_text() == outs[1].read_text() == outs[2].read_text()
     con = sqlite3.connect(db)
     assert con.execute("SELECT COUNT(*) FROM completions").fetchone() == (120,)
@@ -213,14 +219,7 @@ def test_two_runs_sharing_a_cache_request_each_completion_once(tmp_path):
     """Two processes that need the same completions at the same time: one generates each, the
     other waits for it (issue 15: identical runs sharing a cache requested everything twice)."""
     db = tmp_path / "twice.sqlite"
-    procs, outs, logs = [], [], []
-    for tag in ("a", "b"):
-        script, log, out = _worker(tmp_path, tag, 0.1, db, n_prompts=40, chunk=4)
-        procs.append(subprocess.Popen([sys.executable, str(script)]))
-        outs.append(out)
-        logs.append(log)
-    for p in procs:
-        assert p.wait(timeout=300) == 0
+    outs, logs = _run_workers(tmp_path, ("a", "b"), 0.1, db, 40, 4, 300)
     requested = _lines(logs[0]) + _lines(logs[1])
     assert sorted(requested) == sorted(f"p{i:03d}" for i in range(40))  # each prompt once
     assert outs[0].read_text() == outs[1].read_text()
