@@ -25,6 +25,25 @@ def shared_data(*parts: str) -> Path:
     return shared_dir().joinpath("data", *parts)
 
 
+@pytest.fixture(scope="module")
+def model_dir() -> Path:
+    """The tiny random causal LM checkpoint (built once into the cache) for target tests."""
+    import torch
+
+    from calibdcd.targets.tiny import cached_tiny_lm
+
+    torch.set_num_threads(2)
+    return cached_tiny_lm()
+
+
+@pytest.fixture(scope="module")
+def target(model_dir):
+    """An in-process HF target on :func:`model_dir` (CPU, batch 8)."""
+    from calibdcd.targets.hf import HFTarget
+
+    return HFTarget(model_dir, device="cpu", batch_size=8)
+
+
 @pytest.fixture(scope="session")
 def shared_data_dir() -> Path:
     """The shared benchmark copies (``<shared>/data``); skips the test when absent."""

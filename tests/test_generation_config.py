@@ -18,21 +18,10 @@ from calibdcd.targets import INHERIT, GenerationParams, generation_record  # noq
 from calibdcd.targets.cache import CachedTarget, cache_key  # noqa: E402
 from calibdcd.targets.hf import HFTarget, apply_repetition_penalty  # noqa: E402
 from calibdcd.targets.openai import OpenAITarget, request_seed  # noqa: E402
-from calibdcd.targets.tiny import cached_tiny_lm, synthetic_sentences  # noqa: E402
+from calibdcd.targets.tiny import synthetic_sentences  # noqa: E402
 
 OPEN = {"top_k": INHERIT, "top_p": INHERIT, "repetition_penalty": INHERIT}
 CKPT = {"do_sample": True, "temperature": 0.9, "top_k": 7, "top_p": 0.8, "repetition_penalty": 1.2}
-
-
-@pytest.fixture(scope="module")
-def model_dir():
-    torch.set_num_threads(2)
-    return cached_tiny_lm()
-
-
-@pytest.fixture(scope="module")
-def target(model_dir):
-    return HFTarget(model_dir, device="cpu", batch_size=8)
 
 
 def _with_generation_config(src, dst, fields: dict | None):

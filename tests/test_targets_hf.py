@@ -12,21 +12,10 @@ torch = pytest.importorskip("torch")
 
 from calibdcd.targets import GenerationParams, create_target  # noqa: E402
 from calibdcd.targets.hf import HFTarget, detect_family  # noqa: E402
-from calibdcd.targets.tiny import cached_tiny_lm, synthetic_sentences  # noqa: E402
+from calibdcd.targets.tiny import synthetic_sentences  # noqa: E402
 from calibdcd.views import view_bank  # noqa: E402
 
 SAMPLED = GenerationParams(max_new_tokens=20, temperature=1.0, top_p=0.9, top_k=40, n=3, seed=11)
-
-
-@pytest.fixture(scope="module")
-def model_dir():
-    torch.set_num_threads(2)
-    return cached_tiny_lm()
-
-
-@pytest.fixture(scope="module")
-def target(model_dir):
-    return HFTarget(model_dir, device="cpu", batch_size=8)
 
 
 def _prompts(k: int = 10) -> list[str]:

@@ -499,7 +499,11 @@ def _target_value_problem(t: Any) -> str | None:
     """What the target's constructor would reject in its option values (a negative timeout, a
     zero batch size, an unknown dtype, a device this machine lacks), checked without loading a
     model or opening a connection; None when nothing."""
-    opts = {k: v for k, v in t.options.items()}
+    from calibdcd.targets.base import option_problems
+
+    # unknown or mistyped options are reported by the config check; judge only the others
+    flagged = {key[0] for key, _ in option_problems(t.backend, t.options)}
+    opts = {k: v for k, v in t.options.items() if k not in flagged}
     try:
         if t.backend == "hf":
             from calibdcd.targets.hf import check_options
