@@ -204,7 +204,6 @@ def apply_repetition_penalty(logits: Any, seen: Any, penalty: float) -> Any:
 # --- the target ----------------------------------------------------------------------------------
 
 
-@register_backend("hf")
 def check_options(*, device: str = "auto", dtype: Any = "auto", batch_size: int = 16) -> None:
     """Raise ValueError for option values :class:`HFTarget` would reject, without loading
     anything (the dry run calls it: a run must not fail on them after other targets' work)."""
@@ -213,6 +212,7 @@ def check_options(*, device: str = "auto", dtype: Any = "auto", batch_size: int 
     resolve_dtype(dtype, resolve_device(device))
 
 
+@register_backend("hf")
 class HFTarget:
     """A local transformers causal LM (checkpoint directory, hub id available offline, or GGUF).
 
