@@ -278,11 +278,11 @@ class CachedTarget:
         if host != self._host:
             return True  # another machine: only its lease can end the claim
         try:
-            os.kill(pid, 0)
+            os.kill(pid, 0)  # PermissionError: it runs, under another user
         except ProcessLookupError:
             return False
         except PermissionError:
-            return True
+            pass
         return True
 
     def _claim(self, keys: Sequence[str]) -> tuple[list[str], dict[str, str]]:
@@ -389,7 +389,6 @@ class CachedTarget:
             keys = [cache_key(self.name, p, params, s) for p, s in rows]
             found = self._lookup(keys)
             self._stats.hits += sum(k in found for k in keys)
-            waited_before = self._stats.waited
             missing_keys: dict[str, tuple[str, int]] = {}
             for k, (p, s) in zip(keys, rows, strict=True):
                 if k not in found and k not in missing_keys:
@@ -401,6 +400,7 @@ class CachedTarget:
                     for k in landed:  # stored by another process since the first lookup
                         pending.pop(k)
                         self._stats.waited += 1
+                        self._stats.hits += 1
                     found.update(landed)
                     if not mine:
                         time.sleep(self.poll)  # the rest is being generated elsewhere
@@ -414,7 +414,6 @@ class CachedTarget:
             except BaseException:
                 self._release()
                 raise
-            self._stats.hits += self._stats.waited - waited_before
             out = [found[k] for k in keys]
             self._stats.served += len(out)
             self._stats.empty += sum(not t.strip() for t in out)

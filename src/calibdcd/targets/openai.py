@@ -444,11 +444,10 @@ def _register_url_credentials(url: str) -> None:
     parts = urllib.parse.urlsplit(url)
     if parts.password:
         register_secret(parts.password)
-        pair = f"{parts.username or ''}:{parts.password}"
-        register_secret(base64.b64encode(pair.encode()).decode())
-        register_secret(
-            base64.b64encode(
-                f"{urllib.parse.unquote(parts.username or '')}:"
-                f"{urllib.parse.unquote(parts.password)}".encode()
-            ).decode()
-        )
+        user, password = parts.username or "", parts.password
+        # the pair as written and percent-decoded (what the client actually encodes)
+        for u, p in {
+            (user, password),
+            (urllib.parse.unquote(user), urllib.parse.unquote(password)),
+        }:
+            register_secret(base64.b64encode(f"{u}:{p}".encode()).decode())
