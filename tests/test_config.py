@@ -133,6 +133,27 @@ def test_hashing_a_lab_config_builds_no_lab(tmp_path, monkeypatch):
     assert not (tmp_path / "cache" / "lab").exists() and not (tmp_path / "c" / "lab").exists()
 
 
+def test_hashing_with_the_lab_built_trains_no_clean_reference(tmp_path, monkeypatch):
+    """The lab is built, DPDLLM's clean reference LM is not: checking a stored result's inputs
+    names the missing reference instead of training it (minutes of CPU on the micro lab)."""
+    from calibdcd.experiment import RunContext
+    from calibdcd.experiment.setting import inputs_hash
+    from experiment_support import lab_micro
+
+    labs = tmp_path / "labs"
+    labs.mkdir()
+    (labs / "lab-micro").symlink_to(lab_micro(), target_is_directory=True)
+    monkeypatch.setenv("CALIBDCD_LAB_ROOT", str(labs))
+    p = tmp_path / "lab.yaml"
+    p.write_text((REPO / "configs" / "lab-micro.yaml").read_text() + "\ncache_dir: c\n")
+    cfg = load_config(p)
+    ctx = RunContext(cfg, progress=False)
+    hashes = {s.detector.label: inputs_hash(s, cfg, ctx) for s in _grid(cfg) if s.seed == 0}
+    assert hashes["DPDLLM"].startswith("reference-not-built:lab-clean-reference:micro=")
+    assert len(hashes["Overlap"]) == 16 and ":" not in hashes["Overlap"]  # a real hash
+    assert not (tmp_path / "c" / "dpdllm-lab-reference").exists()
+
+
 def test_safetensors_integrity_from_the_header(tmp_path):
     import numpy as np
     from safetensors.numpy import save_file

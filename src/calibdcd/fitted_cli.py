@@ -30,7 +30,7 @@ def _target_parts(cfg: Any, cache_dir: Path) -> tuple[Any, dict[str, Any], list[
     """(cached target, its identity record, its view bank) for a fit config's target section."""
     from calibdcd.experiment.components import build_target, model_path, view_bank_for
     from calibdcd.experiment.config import TargetEntry
-    from calibdcd.fitted.target import target_record
+    from calibdcd.targets.identity import target_record
 
     t = cfg.target
     entry = TargetEntry(

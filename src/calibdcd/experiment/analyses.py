@@ -51,13 +51,15 @@ from typing import Any
 
 import numpy as np
 
-from calibdcd.calibration import Calibration, CalibrationConfig, calibrate
+from calibdcd.calibration import Calibration, CalibrationConfig
 from calibdcd.fitted.calibrated import (
     CalibratedClassifier,
     Space,
+    calibrate_classifier,
     has_normalized_space,
     resolve_space,
 )
+from calibdcd.fitted.calibrated import retrain as retrain_classifier
 from calibdcd.metrics import auc, roc_curve, tpr_at_fpr
 
 __all__ = [
@@ -144,10 +146,10 @@ class CalibrationProblem:
         """The fixed original score q in the calibration space."""
         return self.calibrated().score0(zt)
 
-    # -- the pipeline ------------------------------------------------------------------------
+    # -- the pipeline: the same two steps as calibdcd.fitted.fit_detector ----------------------
     def calibrate(self, config: CalibrationConfig) -> Calibration:
-        return calibrate(
-            self._cal_t, self._views_t, self.score0, block=self.block, **config.kwargs()
+        return calibrate_classifier(
+            self.original, self.z_cal, self.views, config, block=self.block, space=self.space
         )
 
     def final_scorer(self, cal: Calibration, clf: Any) -> Callable[[np.ndarray], np.ndarray]:
@@ -158,8 +160,9 @@ class CalibrationProblem:
             return self.original
 
         def build() -> Any:
-            z = self.calibrated(cal).corrected_features(self.z_sup)
-            return self.new_classifier().fit(z, self.y_sup)
+            return retrain_classifier(
+                self.original, cal, self.z_sup, self.y_sup, self.new_classifier, space=self.space
+            ).retrained
 
         if self.model_cache is not None:
             return self.model_cache("retrained", cal, build)

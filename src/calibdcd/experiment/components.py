@@ -42,6 +42,7 @@ __all__ = [
     "replace_nested",
     "resolve_lab",
     "target_identity",
+    "unbuilt_clean_references",
     "view_bank_for",
 ]
 
@@ -94,6 +95,25 @@ def resolve_lab_refs(value: Any, *, build: bool = True, root: str | Path | None 
     if isinstance(value, list):
         return [resolve_lab_refs(v, build=build, root=root) for v in value]
     return value
+
+
+def unbuilt_clean_references(value: Any, *, root: str | Path | None = None) -> list[str]:
+    """The ``lab-clean-reference:<preset>`` references in nested detector options that are not
+    built under the cache root ``root`` (their would-be directory names). Trains nothing: a
+    stale-result check must not start a reference's training."""
+    if isinstance(value, str) and value.startswith("lab-clean-reference:"):
+        from calibdcd.lab.clean_reference import clean_reference_dir
+
+        lab = resolve_lab(value.split(":", 1)[1], build=False, root=root)
+        if lab is None:
+            return [value]
+        out = clean_reference_dir(lab, cache_dir=cache_root(root))
+        return [] if (out / "reference.json").exists() else [f"{value}={out.name}"]
+    if isinstance(value, Mapping):
+        return [r for v in value.values() for r in unbuilt_clean_references(v, root=root)]
+    if isinstance(value, list):
+        return [r for v in value for r in unbuilt_clean_references(v, root=root)]
+    return []
 
 
 def detector_available(name: str) -> bool:
@@ -199,33 +219,14 @@ def resolve_lab(preset: str, *, build: bool = True, root: str | Path | None = No
 def target_identity(
     entry: TargetEntry, model_path: str | None = None, root: str | Path | None = None
 ) -> str:
-    """A stable identity of a target spec for feature cache keys, computed without loading it:
-    backend, model and options, plus a content hash of a local checkpoint's files (a hub id: the
-    commit of its snapshot in the local hub cache). A local checkpoint enters by its name and
-    contents only, never its directory, so a moved checkout, lab or cache keeps its features."""
-    model = model_path or entry.model
-    parts: dict[str, Any] = {
-        "backend": entry.backend,
-        "model": model,
-        "family": entry.family,
-        "options": {k: v for k, v in entry.options.items() if k not in ("progress", "batch_size")},
-    }
-    p = Path(model)
-    if entry.backend == "hf" and not p.exists():  # a hub id: the commit of its cached snapshot
-        from calibdcd.models import MissingModelError, is_hub_id, resolve_model
+    """The feature cache's identity of a target entry (:func:`calibdcd.targets.identity.
+    target_key`), computed without loading it: a moved checkout, lab or cache keeps it."""
+    from calibdcd.targets.identity import target_key
 
-        if is_hub_id(model):
-            try:
-                parts["revision"] = resolve_model(model).revision
-            except MissingModelError:
-                pass
-    if p.exists():
-        from calibdcd.models import checkpoint_identity
-
-        parts["model"] = p.name
-        parts["content"] = checkpoint_identity(p, root)
-    body = json.dumps(parts, sort_keys=True, default=str)
-    return hashlib.sha256(body.encode()).hexdigest()[:20]
+    return target_key(
+        entry.backend, model_path or entry.model, family=entry.family, options=entry.options,
+        root=root,
+    )  # fmt: skip
 
 
 def model_path(

@@ -60,6 +60,7 @@ from calibdcd.experiment.components import (
     load_benchmark_entry,
     model_path,
     target_identity,
+    unbuilt_clean_references,
     view_bank_for,
 )
 from calibdcd.experiment.config import (
@@ -147,11 +148,15 @@ def inputs_hash(setting: Setting, cfg: ExperimentConfig, ctx: RunContext) -> str
 
     Never builds anything: when a lab the setting uses is not built here (its
     :class:`~calibdcd.experiment.config.LabRef`, resolved when the config was loaded, says so),
-    no stored result can be current and the hash names the missing lab's content key."""
+    no stored result can be current and the hash names the missing lab's content key; the
+    same for a lab's clean reference LM (DPDLLM) that is not trained here."""
     labs = labs_of(cfg, setting.benchmark, setting.target, setting.detector)
     missing = [r.key for r in labs if not r.built]
     if missing:
         return "lab-not-built:" + ",".join(missing)
+    untrained = unbuilt_clean_references(dict(setting.detector.options), root=ctx.cache_root)
+    if untrained:
+        return "reference-not-built:" + ",".join(untrained)
     bench = ctx.benchmark(setting.benchmark)
     det = ctx.detector(setting.detector, bench.name, setting.seed)
     return digest(

@@ -14,7 +14,7 @@ from calibdcd.fitted.detector import (
     TargetMismatchError,
     fit_detector,
 )
-from calibdcd.fitted.target import target_record
+from calibdcd.targets.identity import target_record
 
 __all__ = [
     "FORMAT_VERSION",

@@ -354,7 +354,8 @@ class FittedDetector:
     mode: Mode
     seed: int
     detector_spec: dict[str, Any]  #: {name, preset, options, benchmark}: create_detector args
-    target: dict[str, Any]  #: the target's identity record (see :func:`calibdcd.fitted.target`)
+    #: the target's identity record (:func:`calibdcd.targets.identity.target_record`)
+    target: dict[str, Any]
     texts: FitTexts
     blocks: dict[str, slice]
     block: np.ndarray | None
@@ -691,7 +692,7 @@ def fit_detector(
 
     ``detector_spec`` ({name, preset, options, benchmark}) is how :meth:`FittedDetector.
     build_detector` rebuilds the detector later; ``target_record`` the target's identity
-    (:func:`calibdcd.fitted.target.target_record`), checked on load.
+    (:func:`calibdcd.targets.identity.target_record`), checked on load.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")

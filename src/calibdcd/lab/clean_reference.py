@@ -29,7 +29,7 @@ from typing import Any
 from calibdcd.paths import cache_root
 from calibdcd.provenance import build_environment
 
-__all__ = ["CleanReferenceConfig", "ensure_clean_reference"]
+__all__ = ["CleanReferenceConfig", "clean_reference_dir", "ensure_clean_reference"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,17 +94,17 @@ def _background_texts(lab_dir: Path, meta: dict[str, Any]) -> list[str]:
 CLEAN_REFERENCE_FORMAT = 2
 
 
-def ensure_clean_reference(
+def clean_reference_dir(
     lab_dir: str | Path,
     config: CleanReferenceConfig | None = None,
     *,
     cache_dir: str | Path | None = None,
-    progress: bool = True,
 ) -> Path:
-    """Path of a transformers checkpoint pre-trained on the lab's non-candidate texts only."""
+    """Where :func:`ensure_clean_reference` keeps the reference of ``lab_dir`` and ``config``
+    (built or not: ``reference.json`` inside it marks a finished build). Computes, trains
+    nothing."""
     cfg = config or CleanReferenceConfig()
-    lab_dir = Path(lab_dir)
-    meta = json.loads((lab_dir / "lab.json").read_text())
+    meta = json.loads((Path(lab_dir) / "lab.json").read_text())
     key_src = json.dumps(
         {
             "format": CLEAN_REFERENCE_FORMAT,
@@ -117,8 +117,21 @@ def ensure_clean_reference(
         sort_keys=True,
     )
     key = hashlib.sha256(key_src.encode()).hexdigest()[:20]
-    root = cache_root(cache_dir)
-    out = root / "dpdllm-lab-reference" / key
+    return cache_root(cache_dir) / "dpdllm-lab-reference" / key
+
+
+def ensure_clean_reference(
+    lab_dir: str | Path,
+    config: CleanReferenceConfig | None = None,
+    *,
+    cache_dir: str | Path | None = None,
+    progress: bool = True,
+) -> Path:
+    """Path of a transformers checkpoint pre-trained on the lab's non-candidate texts only."""
+    cfg = config or CleanReferenceConfig()
+    lab_dir = Path(lab_dir)
+    meta = json.loads((lab_dir / "lab.json").read_text())
+    out = clean_reference_dir(lab_dir, cfg, cache_dir=cache_dir)
     if (out / "reference.json").exists():
         return out
 
