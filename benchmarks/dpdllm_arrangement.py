@@ -40,7 +40,8 @@ def build_config(args: argparse.Namespace) -> dict:
     targets = [
         {"name": m, "backend": "hf", "lab": args.lab, "model": m,
          "options": {"device": args.device, "batch_size": 64},
-         **({"post_trained": False} if m == "base" else {"base": "base"})}
+         **({"post_trained": False} if m == "base"
+            else {"base": "base"} if "base" in args.models else {})}
         for m in args.models
     ]  # fmt: skip
     reference = {
@@ -74,6 +75,17 @@ def _eval_scores(path: Path) -> dict[str, tuple[int, float]]:
             for r in csv.DictReader(fh)
             if r["part"] == "evaluation"
         }
+
+
+def seed_pool(a: Path, b: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(labels, scores b, scores a) before CalibDCD on the evaluation texts both kept."""
+    sa, sb = _eval_scores(a), _eval_scores(b)
+    ids = sorted(set(sa) & set(sb))
+    return (
+        np.array([sa[i][0] for i in ids]),
+        np.array([sb[i][1] for i in ids]),
+        np.array([sa[i][1] for i in ids]),
+    )
 
 
 def paired_delta(a: Path, b: Path, n_boot: int, seed: int) -> dict[str, float]:
@@ -125,7 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = run_experiment(cfg, out, progress=sys.stderr.isatty())
     seconds = time.perf_counter() - t0
 
-    rows, pooled = [], {}
+    from calibdcd.stats import compare
+
+    rows, pooled, pools = [], {}, {}
     for m in args.models:
         for s in args.seeds:
             res = {}
@@ -147,6 +161,14 @@ def main(argv: list[str] | None = None) -> int:
             kept = {a: {k: v for k, v in res[a].items() if k != "dir"} for a in ARRANGEMENTS}
             rows.append({"model": m, "seed": s, **kept, "paired": d})
             pooled.setdefault(m, []).append(d["delta"])
+            dirs = res["per_split"]["dir"], res["shared"]["dir"]
+            pool = seed_pool(dirs[0] / "scores.csv", dirs[1] / "scores.csv")
+            pools.setdefault(m, []).append(pool)
+    # pooled over seeds: hierarchical paired bootstrap (seeds, then texts) + combined DeLong p
+    over_seeds = {
+        m: {k: v.as_dict() for k, v in compare(ps, n_boot=args.n_boot, seed=0).items()}
+        for m, ps in pools.items()
+    }
 
     print(f"\nlab {args.lab} | L={args.length} | seeds {args.seeds} | {seconds:.0f} s this run")
     print(
@@ -161,13 +183,23 @@ def main(argv: list[str] | None = None) -> int:
             f"| {sh['before']:.3f} -> {sh['after']:.3f} "
             f"| {d['delta']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] (n={d['n']}) |"
         )
-    print("\n| target | mean shared - per_split (before) | seeds favouring shared |")
-    print("|---|---|---|")
+    print(
+        "\n| target | seeds | ΔAUC shared - per_split (before), 95% CI | p (DeLong, combined) "
+        "| ΔTPR@5%FPR, 95% CI | seeds favouring shared |"
+    )
+    print("|---|---|---|---|---|---|")
     for m, ds in pooled.items():
-        print(f"| {m} | {np.mean(ds):+.3f} | {sum(x > 0 for x in ds)}/{len(ds)} |")
+        a, t = over_seeds[m]["auc"], over_seeds[m]["tpr"]
+        print(
+            f"| {m} | {len(ds)} | {a['estimate']:+.3f} [{a['low']:+.3f}, {a['high']:+.3f}] "
+            f"| {a['p_value']:.3f} | {t['estimate']:+.3f} [{t['low']:+.3f}, {t['high']:+.3f}] "
+            f"| {sum(x > 0 for x in ds)}/{len(ds)} |"
+        )
+    # no machine path in the results: the cache and the run directory by name only
+    recorded = {k: (v.name if isinstance(v, Path) else str(v)) for k, v in vars(args).items()}
     (run_dir / "arrangement.json").write_text(
         json.dumps(
-            {"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows, "seconds": seconds},
+            {"args": recorded, "rows": rows, "over_seeds": over_seeds, "seconds": seconds},
             indent=2,
         )
     )

@@ -227,10 +227,29 @@ def main(argv: list[str] | None = None) -> int:
     }
     results["base_config"]["cache_dir"] = None  # no machine path in the results
     gen_cache = Path(args.cache_dir) / "generations.sqlite"
+    from calibdcd.stats import compare
+
+    previous: dict[str, Any] = {}
+    if args.out and args.out.is_file():  # resume: toggles measured with the same settings stay
+        old = json.loads(args.out.read_text())
+        same = ("base_config", "seeds", "per_class", "n_texts", "views", "lab")
+        if all(old.get(k) == results[k] for k in same):
+            previous = old.get("models", {})
+
+    def save() -> None:
+        if args.out:  # after every toggle, so an interrupted run keeps what it measured
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(results, indent=2))
+
     for model in args.models:
         target = CachedTarget(HFTarget(str(lab / model), batch_size=32), gen_cache)
         per_model: dict[str, Any] = {}
+        results["models"][model] = per_model
         for name in args.toggles:
+            if name in previous.get(model, {}):
+                per_model[name] = previous[model][name]
+                print(f"{model:14s} {name:28s} (measured before, kept)", flush=True)
+                continue
             cfg = apply_toggle(base_cfg, TOGGLES[name])
             det = VeilProbe(cfg)
             t0 = time.perf_counter()
@@ -247,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
                         "seed": seed,
                         "auc": auc(labels[test], s),
                         "tpr_at_5fpr": tpr_at_fpr(labels[test], s, 0.05),
+                        # the same test texts for every toggle: the paired statistics below
+                        "test": test.tolist(),
+                        "scores": [float(x) for x in s],
                     }
                 )
             per_model[name] = {
@@ -263,7 +285,20 @@ def main(argv: list[str] | None = None) -> int:
                 d = [r["auc"] - base_runs[r["seed"]]["auc"] for r in runs]
                 per_model[name]["delta_auc_mean"] = float(np.mean(d))
                 per_model[name]["delta_auc_std"] = float(np.std(d))
+                # toggle - base over the seeds: hierarchical paired bootstrap + combined DeLong
+                pools = [
+                    (
+                        labels[np.asarray(r["test"])],
+                        np.asarray(r["scores"]),
+                        np.asarray(base_runs[r["seed"]]["scores"]),
+                    )
+                    for r in runs
+                ]
+                per_model[name]["paired_vs_base"] = {
+                    k: v.as_dict() for k, v in compare(pools, n_boot=1000, seed=0).items()
+                }
             r = per_model[name]
+            save()
             print(
                 f"{model:14s} {name:28s} AUC {r['auc_mean']:.3f}±{r['auc_std']:.3f} "
                 f"TPR@5% {r['tpr_at_5fpr_mean']:.3f}  "
@@ -272,10 +307,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{r['seconds']:.0f}s",
                 flush=True,
             )
-        results["models"][model] = per_model
-        if args.out:  # after every model, so an interrupted run keeps what it measured
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps(results, indent=2))
+    save()
     return 0
 
 
