@@ -103,7 +103,7 @@ def test_a_second_process_waits_for_the_lab_build_and_says_so(tmp_path, capfd):
     import fcntl
     import threading
 
-    from calibdcd.lab.build import _file_lock
+    from calibdcd.atomic import file_lock
 
     lock = tmp_path / ".lab.lock"
     lock.touch()
@@ -112,7 +112,7 @@ def test_a_second_process_waits_for_the_lab_build_and_says_so(tmp_path, capfd):
         got: list[bool] = []
 
         def other() -> None:
-            with _file_lock(lock, "lab micro: another process is building it; waiting"):
+            with file_lock(lock, "lab micro: another process is building it; waiting"):
                 got.append(True)
 
         t = threading.Thread(target=other)
@@ -123,3 +123,35 @@ def test_a_second_process_waits_for_the_lab_build_and_says_so(tmp_path, capfd):
         t.join(10)
     assert got == [True]
     assert "another process is building it; waiting" in capfd.readouterr().err
+
+
+def test_a_second_process_waits_for_the_clean_reference_and_trains_nothing(tmp_path, capfd):
+    """DPDLLM's lab clean reference is trained once per cache root: a process that finds another
+    one training it says it waits, and uses that process's reference when it is done."""
+    import fcntl
+    import threading
+
+    from calibdcd.lab.clean_reference import clean_reference_dir, ensure_clean_reference
+    from experiment_support import lab_micro
+
+    lab = lab_micro()
+    out = clean_reference_dir(lab, cache_dir=tmp_path)
+    lock = out.parent / f".{out.name}.lock"
+    lock.parent.mkdir(parents=True)
+    got: list[Path] = []
+    with lock.open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # "another process" is training it
+
+        t = threading.Thread(
+            target=lambda: got.append(ensure_clean_reference(lab, cache_dir=tmp_path))
+        )
+        t.start()
+        t.join(1.0)
+        assert not got  # waiting, not training
+        out.mkdir()
+        (out / "reference.json").write_text("{}")  # the other process finished
+        fcntl.flock(held, fcntl.LOCK_UN)
+        t.join(30)
+    assert got == [out]
+    assert [p.name for p in out.iterdir()] == ["reference.json"]  # nothing trained here
+    assert "another process is training" in capfd.readouterr().err

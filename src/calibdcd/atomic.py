@@ -25,6 +25,7 @@ __all__ = [
     "atomic_savez",
     "atomic_write_bytes",
     "atomic_write_text",
+    "file_lock",
     "json_default",
     "read_json",
     "write_json",
@@ -110,3 +111,25 @@ def read_json(path: str | Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: not valid JSON ({exc})") from None
+
+
+@contextlib.contextmanager
+def file_lock(path: Path, waiting: str | None = None) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` for a build that two processes must not both do (a
+    lab, a lab's clean reference LM); ``waiting`` is printed to stderr when another process
+    holds it, so a second run says why it is idle instead of looking hung."""
+    import fcntl
+    import sys
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if waiting:
+                print(waiting, file=sys.stderr, flush=True)
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)

@@ -71,6 +71,7 @@ register_detector(
         ("perturb.masked_lm", "model"),
         ("mapping.tokenizer", "tokenizer"),
     ),
+    progress=True,
 )
 register_detector(
     "dpdllm",
@@ -78,6 +79,7 @@ register_detector(
     description="DPDLLM: reference-LM probabilities of the continuation, Gaussian NB",
     module="calibdcd.detectors.dpdllm",
     model_fields=(("reference.model_path", "model"),),
+    progress=True,
 )
 register_detector(
     "overlap",

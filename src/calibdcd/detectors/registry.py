@@ -39,6 +39,8 @@ class DetectorRegistration:
     #: (dotted field of the detector's config, "model" | "tokenizer") naming models
     #: (:func:`calibdcd.models.models_in_config` lists them, defaults included)
     model_fields: tuple[tuple[str, str], ...] = ()
+    #: its options take ``progress`` (bool): the experiment passes its own setting down
+    progress: bool = False
 
     def build(self, entry: Any, benchmark: str | None, cache_dir: str) -> Detector:
         """The detector of a config entry (anything with ``preset`` and ``options``)."""
@@ -55,18 +57,23 @@ def register_detector(
     description: str = "",
     module: str | None = None,
     model_fields: tuple[tuple[str, str], ...] = (),
+    progress: bool = False,
     replace: bool = False,
 ) -> None:
     """Make detector ``name`` buildable by configs and :func:`create_detector`.
 
     ``factory(preset, options, benchmark, cache_dir)`` returns the detector; ``module`` names
-    the module that implements it (a dry run checks it is importable without importing it).
+    the module that implements it (a dry run checks it is importable without importing it);
+    ``progress``: its options take a ``progress`` flag (inner bars), which runs set to their own
+    unless a config sets it.
     """
     if not name or not isinstance(name, str):
         raise ValueError("a detector name must be a non-empty string")
     if name in _FACTORIES and not replace:
         raise ValueError(f"detector {name!r} is already registered (pass replace=True)")
-    _FACTORIES[name] = DetectorRegistration(name, factory, description, module, model_fields)
+    _FACTORIES[name] = DetectorRegistration(
+        name, factory, description, module, model_fields, progress
+    )
 
 
 def registered_detectors() -> dict[str, DetectorRegistration]:

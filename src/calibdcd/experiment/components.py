@@ -67,7 +67,9 @@ class _Registered(Mapping[str, DetectorRegistration]):
 DETECTORS: Mapping[str, DetectorRegistration] = _Registered()
 
 
-def resolve_lab_refs(value: Any, *, build: bool = True, root: str | Path | None = None) -> Any:
+def resolve_lab_refs(
+    value: Any, *, build: bool = True, root: str | Path | None = None, progress: bool = False
+) -> Any:
     """Resolve lab references anywhere in nested detector options (left as they are when
     ``build`` is False); labs and references live under the cache root ``root``
     (:func:`calibdcd.paths.cache_root`):
@@ -85,15 +87,19 @@ def resolve_lab_refs(value: Any, *, build: bool = True, root: str | Path | None 
         from calibdcd.lab.clean_reference import ensure_clean_reference
 
         lab = resolve_lab(value.split(":", 1)[1], build=True, root=root)
-        return str(ensure_clean_reference(lab, cache_dir=cache_root(root), progress=False))
+        out = ensure_clean_reference(lab, cache_dir=cache_root(root), progress=progress)
+        return str(out)
     if isinstance(value, str) and value.startswith("lab:"):
         preset, _, rel = value[4:].partition("/")
         lab = resolve_lab(preset, build=build, root=root)
         return value if lab is None else str(lab / rel)
     if isinstance(value, Mapping):
-        return {k: resolve_lab_refs(v, build=build, root=root) for k, v in value.items()}
+        return {
+            k: resolve_lab_refs(v, build=build, root=root, progress=progress)
+            for k, v in value.items()
+        }
     if isinstance(value, list):
-        return [resolve_lab_refs(v, build=build, root=root) for v in value]
+        return [resolve_lab_refs(v, build=build, root=root, progress=progress) for v in value]
     return value
 
 
@@ -127,14 +133,23 @@ def detector_available(name: str) -> bool:
 
 
 def build_detector(
-    entry: DetectorEntry, benchmark: str, cache_dir: str | None, *, build_labs: bool = True
+    entry: DetectorEntry,
+    benchmark: str,
+    cache_dir: str | None,
+    *,
+    build_labs: bool = True,
+    progress: bool | None = None,
 ) -> Any:
     """The detector of ``entry`` configured for ``benchmark`` (e.g. DPDLLM's L); everything it
-    builds (labs it refers to included) lives under the cache root of ``cache_dir``."""
+    builds (labs it refers to included) lives under the cache root of ``cache_dir``.
+    ``progress`` (when not None): the inner bars of a detector that has them, unless its options
+    set ``progress`` themselves; also the bar of a lab reference trained here."""
     cache_dir = str(cache_root(cache_dir))
-    entry = dataclasses.replace(
-        entry, options=resolve_lab_refs(dict(entry.options), build=build_labs, root=cache_dir)
-    )
+    options = dict(entry.options)
+    if progress is not None and DETECTORS[entry.name].progress:
+        options.setdefault("progress", progress)
+    resolved = resolve_lab_refs(options, build=build_labs, root=cache_dir, progress=bool(progress))
+    entry = dataclasses.replace(entry, options=resolved)
     return detector_factory(entry.name)(entry.preset, entry.options, benchmark, cache_dir)
 
 
@@ -241,13 +256,22 @@ def model_path(
     return str(lab / entry.model)
 
 
-def build_target(entry: TargetEntry, cache_path: Path, root: str | Path | None = None) -> Any:
+def build_target(
+    entry: TargetEntry,
+    cache_path: Path,
+    root: str | Path | None = None,
+    *,
+    progress: bool | None = None,
+) -> Any:
     """The target of ``entry`` wrapped in the SQLite generation cache at ``cache_path``; its lab
-    and a local backend's conversions live under the cache root ``root``."""
-    from calibdcd.targets.base import create_target
+    and a local backend's conversions live under the cache root ``root``; ``progress`` (when
+    not None and the backend takes it, unless its options set it): its generation bar."""
+    from calibdcd.targets.base import create_target, unknown_options
     from calibdcd.targets.cache import CachedTarget
 
     kwargs = dict(entry.options)
+    if progress is not None and not unknown_options(entry.backend, {"progress": progress}):
+        kwargs.setdefault("progress", progress)  # a backend that shows progress: the run's
     kwargs["model"] = model_path(entry, root=root)
     if entry.backend == "hf":  # GGUF conversions and checkpoint digests
         kwargs.setdefault("cache_dir", str(cache_root(root)))

@@ -237,14 +237,19 @@ class RunContext:
         if key not in self._detectors:
             base = self._detectors.get((entry.label, benchmark_name, 0))
             if base is None:
-                base = build_detector(entry, benchmark_name, str(self.cache_root))
+                base = build_detector(
+                    entry, benchmark_name, str(self.cache_root), progress=self.progress
+                )
                 self._detectors[(entry.label, benchmark_name, 0)] = base
             if seed == 0:
                 return base
             offsets = seed_offsets(getattr(base, "config", None), seed)
             opts = _deep_merge(dict(entry.options), offsets)
             self._detectors[key] = build_detector(
-                dataclasses.replace(entry, options=opts), benchmark_name, str(self.cache_root)
+                dataclasses.replace(entry, options=opts),
+                benchmark_name,
+                str(self.cache_root),
+                progress=self.progress,
             )
         return self._detectors[key]
 
@@ -253,7 +258,9 @@ class RunContext:
         if self._target is not None and self._target[0] == entry.name:
             return self._target[1]
         self.release_target()
-        t = build_target(entry, self.cache_root / "generations.sqlite", self.cache_root)
+        t = build_target(
+            entry, self.cache_root / "generations.sqlite", self.cache_root, progress=self.progress
+        )
         self.target_loads += 1
         self._target = (entry.name, t)
         return t

@@ -8,7 +8,6 @@ returns the cached lab afterwards.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import json
@@ -20,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from calibdcd.atomic import atomic_directory
+from calibdcd.atomic import atomic_directory, file_lock
 from calibdcd.lab.chat import ENDOFTEXT, PAD, SPECIAL_TOKENS, get_style
 from calibdcd.lab.config import LabConfig, config_hash, resolve_config
 from calibdcd.lab.pool import (
@@ -313,26 +312,6 @@ def build_lab(
     return out_dir
 
 
-@contextlib.contextmanager
-def _file_lock(path: Path, waiting: str | None = None):
-    """An exclusive ``flock`` on ``path``; ``waiting`` is printed to stderr when another
-    process holds it (so a second run says why it is idle)."""
-    import fcntl
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if waiting:
-                print(waiting, file=sys.stderr, flush=True)
-            fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def lab_cache_dir(
     preset: str,
     *,
@@ -368,7 +347,7 @@ def ensure_lab(
         f"lab {preset}: another process is building {target}; waiting for it to finish "
         "(the lab is shared, not built twice)"
     )
-    with _file_lock(target.parent / f".{target.name}.lock", waiting):
+    with file_lock(target.parent / f".{target.name}.lock", waiting):
         if is_complete_lab(target):
             return target
         if target.exists():  # an incomplete leftover (should not happen: builds are atomic)

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from calibdcd.atomic import file_lock
 from calibdcd.paths import cache_root
 from calibdcd.provenance import build_environment
 
@@ -134,7 +135,19 @@ def ensure_clean_reference(
     out = clean_reference_dir(lab_dir, cfg, cache_dir=cache_dir)
     if (out / "reference.json").exists():
         return out
+    waiting = (
+        f"DPDLLM clean reference of lab {lab_dir.name}: another process is training {out.name}; "
+        "waiting for it to finish (it is trained once per cache root and then shared)"
+    )
+    with file_lock(out.parent / f".{out.name}.lock", waiting):
+        if (out / "reference.json").exists():  # the other process finished it
+            return out
+        return _train_clean_reference(lab_dir, meta, cfg, out, progress)
 
+
+def _train_clean_reference(
+    lab_dir: Path, meta: dict, cfg: CleanReferenceConfig, out: Path, progress: bool
+) -> Path:
     import torch
     from transformers import AutoTokenizer
 
@@ -181,8 +194,7 @@ def ensure_clean_reference(
         "build_environment": build_environment(cfg.device),
     }
     (tmp / "reference.json").write_text(json.dumps(info, indent=2))
-    if out.exists():
-        shutil.rmtree(tmp)
-    else:
-        os.replace(tmp, out)
+    if out.exists():  # an unfinished earlier attempt (no reference.json): replaced
+        shutil.rmtree(out)
+    os.replace(tmp, out)
     return out

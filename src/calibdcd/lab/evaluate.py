@@ -195,7 +195,7 @@ def evaluate_model(
     desc: str = "check",
 ) -> dict[str, Any]:
     """:func:`check_model` on an already loaded model and tokenizer."""
-    from tqdm.auto import tqdm
+    from calibdcd.progress import inner_bar
 
     bad = sorted(set(modes) - set(MODES))
     if bad:
@@ -213,7 +213,7 @@ def evaluate_model(
         min(cfg.max_new_tokens, int(cfg.new_tokens_per_word * len(ref.split())) + 6)
         for _, ref in splits
     ]
-    for mode in tqdm(modes, desc=desc, disable=not progress, leave=False):
+    for mode in inner_bar(modes, desc=desc, unit="mode", enabled=progress):
         if mode == "raw":
             prompts = [prefix for prefix, _ in splits]
         else:

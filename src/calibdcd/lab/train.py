@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from calibdcd.device import autocast
 from calibdcd.lab.config import ModelConfig, PretrainConfig, SFTConfig
+from calibdcd.progress import inner_bar
 
 if TYPE_CHECKING:
     import torch
@@ -155,7 +156,6 @@ def pretrain(
 ) -> TrainStats:
     """Causal-LM pre-training on ``docs`` (each already repeated as wanted), repacked per epoch."""
     import torch
-    from tqdm.auto import tqdm
 
     rng = random.Random(f"calibdcd-lab-pack-{seed}")
     torch.manual_seed(seed)
@@ -169,7 +169,7 @@ def pretrain(
     opt = _optimizer(model, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2))
     step, first, last, ema = 0, float("nan"), float("nan"), None
     t0 = time.perf_counter()
-    bar = tqdm(total=total, desc=desc, disable=not progress, unit="step", leave=False)
+    bar = inner_bar(total=total, desc=desc, unit="step", enabled=progress)
     for _epoch in range(cfg.epochs):
         chunks = _packed_epoch(docs, sep_id, cfg.seq_len, rng)
         for b in range(steps_per_epoch):
@@ -212,7 +212,6 @@ def sft(
 ) -> TrainStats:
     """Supervised fine-tuning; loss only where ``labels != -100`` (assistant turns)."""
     import torch
-    from tqdm.auto import tqdm
 
     rng = random.Random(f"calibdcd-lab-sft-{seed}")
     torch.manual_seed(seed)
@@ -224,7 +223,7 @@ def sft(
     opt = _optimizer(model, cfg.lr, cfg.weight_decay, (0.9, 0.95))
     step, first, last, ema, tokens = 0, float("nan"), float("nan"), None, 0
     t0 = time.perf_counter()
-    bar = tqdm(total=total, desc=desc, disable=not progress, unit="step", leave=False)
+    bar = inner_bar(total=total, desc=desc, unit="step", enabled=progress)
     for _epoch in range(cfg.epochs):
         order = list(range(len(examples)))
         rng.shuffle(order)

@@ -56,6 +56,7 @@ from calibdcd.atomic import atomic_directory
 from calibdcd.device import resolve_device, resolve_dtype
 from calibdcd.models import checkpoint_identity, resolve_model
 from calibdcd.paths import cache_root
+from calibdcd.progress import inner_bar
 from calibdcd.targets.base import (
     GenerationParams,
     register_backend,
@@ -380,7 +381,6 @@ class HFTarget:
     # -- decoding --
 
     def _generate_rows(self, rows: list[tuple[str, int]], params: GenerationParams) -> list[str]:
-        from tqdm.auto import tqdm
 
         torch = self._torch
         if params.greedy:  # identical samples: one row per prompt
@@ -402,7 +402,7 @@ class HFTarget:
         results: dict[tuple[str, int], str] = {}
         batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
         with torch.inference_mode():
-            for batch in tqdm(batches, desc="generate", disable=not self.progress):
+            for batch in inner_bar(batches, desc="generate", unit="batch", enabled=self.progress):
                 items = [unique[r] for r in batch]
                 texts = self._decode_batch(
                     [ids_of[p] for p, _ in items],

@@ -59,6 +59,7 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlparse
 
+from calibdcd.progress import inner_bar
 from calibdcd.targets.base import INHERIT, GenerationParams, register_backend, validate_prompts
 
 __all__ = ["OpenAITarget", "OpenAITargetError", "request_seed"]
@@ -268,7 +269,6 @@ class OpenAITarget:
 
     async def _arun(self, rows: list[tuple[str, int]], params: GenerationParams) -> list[str]:
         import httpx
-        from tqdm.auto import tqdm
 
         eff = [(p, 0) if params.greedy else (p, i) for p, i in rows]
         unique = list(dict.fromkeys(eff))
@@ -276,7 +276,7 @@ class OpenAITarget:
         limits = httpx.Limits(
             max_connections=self.concurrency, max_keepalive_connections=self.concurrency
         )
-        bar = tqdm(total=len(unique), desc="requests", disable=not self.progress)
+        bar = inner_bar(total=len(unique), desc="requests", unit="request", enabled=self.progress)
         async with httpx.AsyncClient(
             timeout=self.timeout, limits=limits, follow_redirects=False
         ) as client:

@@ -321,7 +321,3 @@ class DPDLLM(ReferenceTrained):
     def new_classifier(self, seed: int = 0) -> GaussianNB:
         """A fresh Gaussian NB (deterministic: ``seed`` is accepted for the contract only)."""
         return GaussianNB(var_smoothing=self.config.var_smoothing)
-
-    def cache_key(self) -> str:
-        """A short hash of the full config, for naming cached artefacts of this detector."""
-        return hashlib.sha256(repr(self.config).encode()).hexdigest()[:16]

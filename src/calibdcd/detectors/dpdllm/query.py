@@ -18,6 +18,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from calibdcd.progress import inner_bar
 from calibdcd.targets.base import GenerationParams
 
 __all__ = ["GenerationGap", "first_words", "generate_continuations", "join_prompt"]
@@ -106,11 +107,10 @@ def generate_continuations(
         raise ValueError(f"on_failure must be 'raise' or 'gap', got {on_failure!r}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
-    from tqdm.auto import tqdm
 
     qs = list(queries)
     results: list[str | None] = []
-    bar = tqdm(total=len(qs), desc="DPDLLM generate", unit="text", disable=not progress)
+    bar = inner_bar(total=len(qs), desc="DPDLLM generate", unit="text", enabled=progress)
     try:
         for start in range(0, len(qs), batch_size):
             chunk = qs[start : start + batch_size]

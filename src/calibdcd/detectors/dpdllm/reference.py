@@ -38,6 +38,7 @@ from calibdcd.atomic import atomic_directory
 from calibdcd.device import autocast, resolve_device
 from calibdcd.models import checkpoint_identity
 from calibdcd.paths import cache_root
+from calibdcd.progress import inner_bar
 from calibdcd.provenance import build_environment
 
 __all__ = [
@@ -289,7 +290,6 @@ class ReferenceLM:
         ``target_mask`` (n, L) (True where y_i is a real token).
         """
         import torch
-        from tqdm.auto import tqdm
 
         packed = pack_texts(
             self.tokenizer,
@@ -305,9 +305,8 @@ class ReferenceLM:
         use_bf16 = self.config.bf16
         self.model.eval()
         with torch.inference_mode():
-            for s in tqdm(
-                range(0, n, bs), desc="DPDLLM features", unit="batch", disable=not progress
-            ):
+            batches = range(0, n, bs)
+            for s in inner_bar(batches, desc="DPDLLM features", unit="batch", enabled=progress):
                 x = torch.from_numpy(packed.inputs[s : s + bs]).to(self.device)
                 am = torch.from_numpy(packed.input_mask[s : s + bs].astype(np.int64)).to(
                     self.device
@@ -330,7 +329,6 @@ def _train_and_save(
     progress: bool,
 ) -> None:
     import torch
-    from tqdm.auto import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     t0 = time.perf_counter()
@@ -355,7 +353,7 @@ def _train_and_save(
     tgt_mask = torch.from_numpy(packed.target_mask.astype(np.float32))
     history: list[float] = []
     best_ppl, best_epoch, best_state = math.inf, -1, None
-    bar = tqdm(total=total, desc="DPDLLM reference LM", unit="step", disable=not progress)
+    bar = inner_bar(total=total, desc="DPDLLM reference LM", unit="step", enabled=progress)
     try:
         for epoch in range(config.epochs):
             perm = rng.permutation(n)

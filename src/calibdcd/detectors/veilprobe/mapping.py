@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from calibdcd.device import autocast, torch_device
+from calibdcd.progress import inner_bar
 from calibdcd.provenance import build_environment, library_versions
 
 from .cache import atomic_write_text, content_key
@@ -230,7 +231,6 @@ def train_mapping_model(
     """Train (or load from ``<cache>/mapping/<key>``) the mapping model on every (text, suffix).
     ``on_step`` (tests, diagnostics) is called at every step of a training that runs."""
     import torch
-    from tqdm.auto import tqdm
 
     cache_dir = Path(cache_dir)
     pairs = _pairs(texts, suffixes)
@@ -254,7 +254,7 @@ def train_mapping_model(
     steps = math.ceil(len(pairs) / cfg.batch_size) * cfg.epochs
     opt = _optimizer(model, cfg)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1.0 - s / steps))
-    bar = tqdm(total=steps, desc="mapping model", disable=not progress)
+    bar = inner_bar(total=steps, desc="mapping model", unit="step", enabled=progress)
     step = 0
     for _ in range(cfg.epochs):
         order = torch.randperm(len(pairs), generator=gen).tolist()
@@ -333,7 +333,6 @@ def pooled_features(
     ``suffixes`` are needed (one non-empty list per text) for ``decoder_input="suffix"`` only.
     """
     import torch
-    from tqdm.auto import tqdm
 
     all_positions = fcfg.pooling == "all"
     masked = fcfg.attention == "masked"
@@ -346,7 +345,8 @@ def pooled_features(
     tok, model, cfg, device = mm.tokenizer, mm.model, mm.config, mm.device
     E, D = [], []
     with torch.no_grad():
-        for k in tqdm(range(0, len(texts), fcfg.batch_size), desc="features", disable=not progress):
+        batches = range(0, len(texts), fcfg.batch_size)
+        for k in inner_bar(batches, desc="VeilProbe features", unit="batch", enabled=progress):
             batch = list(texts[k : k + fcfg.batch_size])
             enc = tok(
                 batch,

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from calibdcd.device import torch_device
+from calibdcd.progress import inner_bar
 from calibdcd.provenance import build_environment, library_versions
 
 from .cache import atomic_write_text, content_key
@@ -62,7 +63,6 @@ def _pad(batch: list[list[int]], pad_id: int):
 
 def _train_loop(model, chunks, cfg: MaskedLMConfig, make_batch, desc: str, progress: bool):
     import torch
-    from tqdm.auto import tqdm
 
     device = torch_device(None)
     model.to(device).train()
@@ -73,7 +73,7 @@ def _train_loop(model, chunks, cfg: MaskedLMConfig, make_batch, desc: str, progr
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / max(1, total // 20)) * max(0.0, 1 - s / total)
     )
-    bar = tqdm(total=total, desc=desc, disable=not progress)
+    bar = inner_bar(total=total, desc=desc, unit="step", enabled=progress)
     for _ in range(cfg.epochs):
         order = torch.randperm(len(chunks), generator=gen).tolist()
         for k in range(0, len(order), cfg.batch_size):

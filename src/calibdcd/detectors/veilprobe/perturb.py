@@ -32,7 +32,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-from tqdm.auto import tqdm
+from calibdcd.progress import inner_bar
 
 from .attribution import TokenScore, attribute, load_proxy
 from .cache import atomic_write_text, content_key
@@ -222,7 +222,10 @@ class KeyTokenPerturber:
         if todo:
             path.parent.mkdir(parents=True, exist_ok=True)
             with path.open("a", encoding="utf-8") as f:
-                for t in tqdm(todo, desc="key-token perturbation", disable=not self.progress):
+                bar = inner_bar(
+                    todo, desc="key-token perturbation", unit="text", enabled=self.progress
+                )
+                for t in bar:
                     keys = self.key_tokens(t)
                     r = self._replace(t, keys, content_key(t))
                     done[content_key(t)] = r
