@@ -496,35 +496,24 @@ def test_resume_after_kill_recomputes_only_missing_settings(tmp_path):
     ]
 
 
-def test_demo_config_is_configs_lab_small():
+def test_demo_config_is_configs_lab_micro():
     import dataclasses
 
     from calibdcd.experiment.demo import demo_config
 
-    # with every text and detector, the demo is configs/lab-small.yaml up to VeilProbe's
-    # suffix length (48 new tokens instead of 96)
-    demo = demo_config(
-        "small",
-        cache_dir="/c",
-        output="/o",
-        subsample="all",
-        detectors=("veilprobe", "dpdllm", "overlap"),
-    )
-    yaml_cfg = load_config(REPO / "configs" / "lab-small.yaml")
-    vp = demo.detectors[0]
-    assert vp.name == "veilprobe" and vp.preset == "cpu"
-    assert dict(vp.options) == {"sampling": {"prompt_fraction": 0.5, "max_new_tokens": 48}}
-    assert dict(yaml_cfg.detectors[0].options) == {"sampling": {"prompt_fraction": 0.5}}
-    dets = (dataclasses.replace(yaml_cfg.detectors[0], options=vp.options), *yaml_cfg.detectors[1:])
-    same = dataclasses.replace(yaml_cfg, source=None, cache_dir="/c", output="/o", detectors=dets)
-    assert demo == same
-    default = demo_config("small")
-    assert [d.name for d in default.detectors] == ["veilprobe", "dpdllm"]
-    assert {b.subsample for b in default.benchmarks} == {300}
-    assert [t.name for t in demo.targets] == ["chat-qwen", "chat-llama", "chat-reasoning", "base"]
-    assert {t.base for t in demo.targets if t.post_trained} == {"base"}
+    # the demo (embedded, so an installed package has it) is configs/lab-micro.yaml
+    demo = demo_config(cache_dir="/c", output="/o")
+    yaml_cfg = load_config(REPO / "configs" / "lab-micro.yaml")
+    assert demo == dataclasses.replace(yaml_cfg, source=None, cache_dir="/c", output="/o")
+    assert [t.name for t in demo.targets] == ["chat-qwen", "base"]
+    assert [d.name for d in demo.detectors] == ["veilprobe", "dpdllm", "overlap"]
+    every = demo_config(chat_models=("chat-qwen", "chat-llama", "chat-reasoning"))
+    assert [t.name for t in every.targets] == ["chat-qwen", "chat-llama", "chat-reasoning", "base"]
+    assert {t.base for t in every.targets if t.post_trained} == {"base"}
     with pytest.raises(ValueError, match="unknown demo detector"):
         demo_config(detectors=("nope",))
+    with pytest.raises(ValueError, match="unknown lab model"):
+        demo_config(chat_models=("chat-nope",))
 
 
 @pytest.mark.slow
@@ -538,8 +527,10 @@ def test_demo_on_the_lab_micro_strict_protocol(tmp_path, monkeypatch):
     from calibdcd.experiment.demo import demo_config, run_demo
 
     monkeypatch.chdir(tmp_path)
-    html, text = run_demo(tmp_path / "run", preset="micro", detectors=("overlap",),
-                          cache_dir=tmp_path / "cache", progress=False)  # fmt: skip
+    every = ("chat-qwen", "chat-llama", "chat-reasoning")
+    html, text = run_demo(tmp_path / "run", preset="micro", chat_models=every, seeds=(0,),
+                          detectors=("overlap",), cache_dir=tmp_path / "cache",
+                          progress=False)  # fmt: skip
     assert html.is_file()
     assert "Overlap + CalibDCD" in text and "Base vs post-trained" in text
     rows = [r for r in text.splitlines() if r.startswith("| lab | Overlap | base |")]
@@ -548,7 +539,13 @@ def test_demo_on_the_lab_micro_strict_protocol(tmp_path, monkeypatch):
     import dataclasses
 
     cfg = dataclasses.replace(
-        demo_config("micro", detectors=("overlap",), cache_dir=tmp_path / "cache"),
+        demo_config(
+            "micro",
+            chat_models=every,
+            seeds=(0,),
+            detectors=("overlap",),
+            cache_dir=tmp_path / "cache",
+        ),
         protocol="strict",
     )
     log: list[str] = []

@@ -143,14 +143,22 @@ def report_command(
 def demo_command(
     out: Annotated[Path | None, typer.Option("--out", help="run directory")] = None,
     preset: Annotated[
-        str, typer.Option(help="lab preset (small; micro for a quick look)")
-    ] = "small",
+        str, typer.Option(help="lab preset (micro: the demo's; small: the study's lab)")
+    ] = "micro",
+    chat_model: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--chat-model",
+            help="post-trained lab model(s): chat-qwen / chat-llama / chat-reasoning "
+            "(repeat; default chat-qwen)",
+        ),
+    ] = None,
     detector: Annotated[
         list[str] | None,
         typer.Option(
             "--detector",
             "-d",
-            help="veilprobe / dpdllm / overlap (repeat; default veilprobe and dpdllm)",
+            help="veilprobe / dpdllm / overlap (repeat; default all three)",
         ),
     ] = None,
     cache_dir: Annotated[
@@ -160,13 +168,14 @@ def demo_command(
     progress: Annotated[bool, typer.Option(help="progress bars")] = True,
 ) -> None:
     """Build the lab, run every detector with and without CalibDCD on its post-trained and base
-    models, print the comparison and write the HTML report."""
-    from calibdcd.experiment.demo import DEMO_DETECTORS, run_demo
+    models (configs/lab-micro.yaml by default), print the comparison and write the HTML report."""
+    from calibdcd.experiment.demo import DEMO_CHAT_MODELS, DEMO_DETECTORS, run_demo
 
     try:
         html, text = run_demo(
             out,
             preset=preset,
+            chat_models=tuple(chat_model) if chat_model else DEMO_CHAT_MODELS,
             detectors=tuple(detector) if detector else DEMO_DETECTORS,
             cache_dir=cache_dir,
             progress=progress,

@@ -1,12 +1,14 @@
 """``calibdcd demo``: the lab experiment end to end in one call.
 
-:func:`demo_config` is a lighter programmatic twin of ``configs/lab-small.yaml`` (so the demo also
-works from an installed package without the repository's ``configs/``): the lab's three
-post-trained chat models and its base model x VeilProbe and DPDLLM x one seed, the paper's
-protocol on the lab's ground truth. To fit a cold first run into 20 minutes on 2 CPU cores it
-draws 300 of the lab's 500 texts (balanced), VeilProbe's suffixes have 48 new tokens instead of
-the ``cpu`` preset's 96 and the overlap baseline is left out; ``configs/lab-small.yaml`` is the
-full experiment.
+:func:`demo_config` is the programmatic twin of ``configs/lab-micro.yaml`` (so the demo also works
+from an installed package without the repository's ``configs/``; a test checks they are equal):
+the ``micro`` lab, seeds 0-2 (``detector_seed: fixed``), its post-trained ``chat-qwen`` and its
+base model x VeilProbe (``cpu`` preset, first-half queries), DPDLLM and the overlap baseline, with
+and without CalibDCD, the controls and the blind baseline, the paper's protocol on the lab's ground
+truth. A cold first run (lab build included) fits in about 10 minutes on 2 CPU cores. It is a
+reduced, illustrative version of the lab study (one chat model of three, a 300-text lab):
+``chat_models`` adds the others, ``preset="small"`` with ``configs/lab-small.yaml``'s grid is the
+full study.
 
 :func:`run_demo` builds the lab if needed (``calibdcd.lab.ensure_lab``), runs the grid
 (resumable; a re-run is served from the caches), writes the report and returns the comparison
@@ -21,34 +23,45 @@ from typing import Any
 
 from calibdcd.experiment.config import ExperimentConfig, parse_config
 
-__all__ = ["DEMO_DETECTORS", "demo_config", "run_demo"]
+__all__ = ["DEMO_CHAT_MODELS", "DEMO_DETECTORS", "DEMO_PRESET", "demo_config", "run_demo"]
 
-#: the detectors of the demo, in table order (``overlap``, a cheap extra baseline, on request)
-DEMO_DETECTORS = ("veilprobe", "dpdllm")
+#: the detectors of the demo, in table order
+DEMO_DETECTORS = ("veilprobe", "dpdllm", "overlap")
+#: the lab of the demo (``configs/lab-micro.yaml``'s)
+DEMO_PRESET = "micro"
+#: the post-trained models of the demo (every lab has these three)
+ALL_CHAT_MODELS = ("chat-qwen", "chat-llama", "chat-reasoning")
+DEMO_CHAT_MODELS = ("chat-qwen",)
 
-_CHAT = ("chat-qwen", "chat-llama", "chat-reasoning")
-
-#: texts the demo draws from the lab (balanced): 150 members + 150 non-members keeps a cold first
-#: run of ``make demo`` within 20 minutes on 2 CPU cores (the lab small has 250 + 250; ``"all"``
-#: or ``configs/lab-small.yaml`` runs them all)
-DEMO_SUBSAMPLE = 300
+#: what the demo prints after its tables
+FULL_STUDY = (
+    "This is the demo: a reduced, illustrative version of the lab study (the micro lab, one "
+    "post-trained model of three, 3 seeds). The full study is `calibdcd run "
+    "configs/lab-small.yaml` (all chat models, ablations); the numbers the README reports, and "
+    "from which runs, are under 'Measured results' in README.md."
+)
 
 
 def demo_config(
-    preset: str = "small",
+    preset: str = DEMO_PRESET,
     *,
+    chat_models: Sequence[str] = DEMO_CHAT_MODELS,
     detectors: Sequence[str] = DEMO_DETECTORS,
+    seeds: Sequence[int] = (0, 1, 2),
     cache_dir: str | Path | None = None,
     output: str | Path | None = None,
     n_boot: int = 1000,
-    subsample: int | str = DEMO_SUBSAMPLE,
 ) -> ExperimentConfig:
-    """The lab experiment for ``preset``. With ``subsample="all"`` and all three detectors it is
-    ``configs/lab-small.yaml`` up to VeilProbe's 48-token suffixes (a test checks this)."""
-    hf = {"device": "auto", "batch_size": 64}
+    """The demo grid on lab ``preset``; the defaults are ``configs/lab-micro.yaml``."""
+    hf = {"device": "cpu", "dtype": "float32", "batch_size": 64}
+    unknown_chat = [m for m in chat_models if m not in ALL_CHAT_MODELS]
+    if unknown_chat:
+        raise ValueError(
+            f"chat_models: unknown lab model(s) {unknown_chat}; choose from {list(ALL_CHAT_MODELS)}"
+        )
     targets: list[dict[str, Any]] = [
         {"name": m, "backend": "hf", "lab": preset, "model": m, "base": "base", "options": hf}
-        for m in _CHAT
+        for m in chat_models
     ]
     targets.append(
         {
@@ -61,19 +74,20 @@ def demo_config(
         }
     )
     known: dict[str, dict[str, Any]] = {
-        # as configs/lab-small.yaml (the cpu preset, the query = the first half of each text: the
-        # lab's texts are whole paragraphs a chat model would simply end) with 48-token suffixes
+        # the cpu preset with the query = the first half of each text (the lab's texts are whole
+        # paragraphs a chat model would simply end)
         "veilprobe": {
             "name": "veilprobe",
             "label": "VeilProbe",
             "preset": "cpu",
-            "options": {"sampling": {"prompt_fraction": 0.5, "max_new_tokens": 48}},
+            "options": {"sampling": {"prompt_fraction": 0.5}},
         },
         "dpdllm": {
             "name": "dpdllm",
             "label": "DPDLLM",
             "options": {
                 "length": 64,
+                # the lab's clean reference LM (never the lab's base: it memorised the members)
                 "reference": {
                     "model_path": f"lab-clean-reference:{preset}",
                     "learning_rate": 0.001,
@@ -89,10 +103,11 @@ def demo_config(
         )
     data: dict[str, Any] = {
         "name": f"lab-{preset}",
-        "seeds": [0],
+        "seeds": list(seeds),
+        "detector_seed": "fixed",
         "protocol": "paper",
         "split": {
-            "subsample": subsample,
+            "subsample": "all",
             "n_supervised_per_class": 50,
             "calibration_fraction": 0.5,
         },
@@ -113,8 +128,10 @@ def demo_config(
 def run_demo(
     out_dir: str | Path | None = None,
     *,
-    preset: str = "small",
+    preset: str = DEMO_PRESET,
+    chat_models: Sequence[str] = DEMO_CHAT_MODELS,
     detectors: Sequence[str] = DEMO_DETECTORS,
+    seeds: Sequence[int] = (0, 1, 2),
     cache_dir: str | Path | None = None,
     progress: bool = True,
     log: Callable[[str], None] | None = None,
@@ -132,10 +149,17 @@ def run_demo(
     say = log or (lambda s: None)
     out = Path(out_dir) if out_dir is not None else Path("runs") / f"lab-{preset}"
     say(f"lab {preset}: {resolve_lab(preset, root=cache_dir)}")
-    cfg = demo_config(preset, detectors=detectors, cache_dir=cache_dir, output=out)
+    cfg = demo_config(
+        preset,
+        chat_models=chat_models,
+        detectors=detectors,
+        seeds=seeds,
+        cache_dir=cache_dir,
+        output=out,
+    )
     run_dir = run_experiment(cfg, out, progress=progress, log=say)
     html = write_report(run_dir)
-    keys = ("auc_main", "tpr_main", "paired", "base_vs_post", "ablation", "fp_recovery", "space")
+    keys = ("auc_main", "paired", "base_vs_post")
     tables = {t.key: t for t in build_tables(load_results(run_dir))}
     text = "\n".join(tables[k].markdown() for k in keys if k in tables)
-    return html, text
+    return html, f"{text}\n{FULL_STUDY}"
