@@ -146,12 +146,54 @@ def view_shift(base, viewed: list) -> dict[str, float]:
     return out
 
 
+def summary_table(results: dict[str, Any]) -> str:
+    """The docs' table of a results file: per model and toggle, AUC over seeds, the paired
+    difference to ``base`` (hierarchical bootstrap over seeds and test texts, combined DeLong p),
+    the views' share of variance moved in D and dD, and the time."""
+
+    def ci(d: dict[str, Any]) -> str:
+        mark = " ▲" if d["low"] > 0 else " ▼" if d["high"] < 0 else ""
+        return f"{100 * d['estimate']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]{mark}"
+
+    seeds = ", ".join(map(str, results["seeds"]))
+    lines = [
+        f"Lab `{results['lab']}`, {results['n_texts']} texts, seeds {seeds} "
+        f"({results['per_class']} + {results['per_class']} supervised per seed, the rest scored), "
+        f"base preset `{results['base_preset']}`, views {', '.join(results['views'])}; "
+        "Δ in AUC points vs `base`, ▲/▼ when the 95% interval excludes 0.",
+        "",
+        "| model | toggle | AUC mean ± SD | ΔAUC vs base [95% CI] | p | ΔTPR@5%FPR [95% CI] "
+        "| view shift D / dD | s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for model, toggles in results["models"].items():
+        for name, r in toggles.items():
+            pv = r.get("paired_vs_base")
+            d_auc = ci(pv["auc"]) if pv else "–"
+            p = (
+                f"{pv['auc']['p_value']:.3f}"
+                if pv and pv["auc"].get("p_value") is not None
+                else "–"
+            )
+            d_tpr = ci(pv["tpr"]) if pv else "–"
+            shift = r["view_shift"]
+            lines.append(
+                f"| {model} | {name} | {100 * r['auc_mean']:.1f} ± {100 * r['auc_std']:.1f} "
+                f"| {d_auc} | {p} | {d_tpr} | {shift['D']:.3f} / {shift['dD']:.3f} "
+                f"| {r['seconds']:.0f} |"
+            )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--lab", default="micro", help="lab preset (micro) or a built lab directory")
     p.add_argument("--models", nargs="+", default=list(MODELS))
     p.add_argument("--toggles", nargs="+", default=list(TOGGLES), choices=list(TOGGLES))
     p.add_argument("--list", action="store_true", help="print the toggles and exit")
+    p.add_argument(
+        "--summary", type=Path, default=None, help="print the Markdown table of a results file"
+    )
     p.add_argument("--base-preset", choices=("cpu",), default="cpu")
     p.add_argument("--prompt-fraction", type=float, default=0.5)
     p.add_argument("--max-new-tokens", type=int, default=48)
@@ -169,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         for name, toggle in TOGGLES.items():
             print(f"{name:28s} {json.dumps(toggle)}")
+        return 0
+    if args.summary:
+        print(summary_table(json.loads(args.summary.read_text())))
         return 0
 
     import torch
@@ -233,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.out and args.out.is_file():  # resume: toggles measured with the same settings stay
         old = json.loads(args.out.read_text())
         same = ("base_config", "seeds", "per_class", "n_texts", "views", "lab")
-        if all(old.get(k) == results[k] for k in same):
+        now = json.loads(json.dumps({k: results[k] for k in same}))  # tuples as JSON lists
+        if all(old.get(k) == now[k] for k in same):
             previous = old.get("models", {})
 
     def save() -> None:
