@@ -149,7 +149,7 @@ def view_shift(base, viewed: list) -> dict[str, float]:
 def summary_table(results: dict[str, Any]) -> str:
     """The docs' table of a results file: per model and toggle, AUC over seeds, the paired
     difference to ``base`` (hierarchical bootstrap over seeds and test texts, combined DeLong p),
-    the views' share of variance moved in D and dD, and the time."""
+    the views' share of each block's variance moved (E, dE, D, dD), and the time."""
 
     def ci(d: dict[str, Any]) -> str:
         mark = " ▲" if d["low"] > 0 else " ▼" if d["high"] < 0 else ""
@@ -163,7 +163,7 @@ def summary_table(results: dict[str, Any]) -> str:
         "Δ in AUC points vs `base`, ▲/▼ when the 95% interval excludes 0.",
         "",
         "| model | toggle | AUC mean ± SD | ΔAUC vs base [95% CI] | p | ΔTPR@5%FPR [95% CI] "
-        "| view shift D / dD | s |",
+        "| view shift E / dE / D / dD | s |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for model, toggles in results["models"].items():
@@ -179,7 +179,8 @@ def summary_table(results: dict[str, Any]) -> str:
             shift = r["view_shift"]
             lines.append(
                 f"| {model} | {name} | {100 * r['auc_mean']:.1f} ± {100 * r['auc_std']:.1f} "
-                f"| {d_auc} | {p} | {d_tpr} | {shift['D']:.3f} / {shift['dD']:.3f} "
+                f"| {d_auc} | {p} | {d_tpr} | "
+                f"{' / '.join(f'{shift[b]:.3f}' for b in ('E', 'dE', 'D', 'dD') if b in shift)} "
                 f"| {r['seconds']:.0f} |"
             )
     return "\n".join(lines)
