@@ -46,6 +46,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import shutil
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -248,6 +249,27 @@ class _Fit:
     block: np.ndarray | None
     generation: dict[str, Any]
     sizes: dict[str, int]
+
+
+def achievable_fpr(n_null: int, fpr: float) -> float:
+    """The FPR a conformal threshold on ``n_null`` held-out scores spends: ⌊fpr·(n+1)⌋/(n+1)."""
+    return math.floor(fpr * (n_null + 1) + 1e-12) / (n_null + 1)
+
+
+def _warn_fpr_budget(n_null: int, n_heldout: int, fpr: float) -> None:
+    """Warn when the held-out count leaves a fifth or more of the FPR budget unused."""
+    got = achievable_fpr(n_null, fpr)
+    if got >= 0.8 * fpr:
+        return
+    best = math.ceil(1 / fpr - 1e-9) * max(1, math.ceil(fpr * (n_null + 1))) - 1
+    lost = f" ({n_heldout - n_null} had no finite features)" if n_heldout > n_null else ""
+    warnings.warn(
+        f"{n_null} held-out non-members{lost}: the threshold can spend only {got:.1%} of the "
+        f"requested {fpr:.1%} false-positive rate (conformal: ⌊fpr·(n+1)⌋/(n+1)); "
+        f"{best} held-out non-members would spend all of it",
+        RuntimeWarning,
+        stacklevel=4,
+    )
 
 
 def _finite_rows(z: np.ndarray) -> np.ndarray:
@@ -713,6 +735,8 @@ def fit_detector(
         detector, target, texts, pool, views=views, calibration=calibration, space=space,
         seed=seed, say=say,
     )  # fmt: skip
+    if fit.null.size >= 1 / fpr - 1:  # fewer: warned above, no member can be declared
+        _warn_fpr_budget(int(fit.null.size), len(texts.heldout), fpr)
     learnt = _learnt_parts(detector, target, pool) if mode == "inductive" else {}
     spec = dict(detector_spec or {"name": detector.name, "preset": None, "options": {}})
     return FittedDetector(
