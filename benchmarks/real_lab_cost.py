@@ -16,7 +16,6 @@ Run it alone: two cores shared with anything else halve the rates.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import time
@@ -107,8 +106,10 @@ def main() -> int:
         "rows": rows,
     }
     if args.out:
+        from calibdcd.atomic import write_json
+
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2))
+        write_json(args.out, result)
     return 0
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import platform
 import sys
@@ -179,8 +178,10 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     if args.out:
+        from calibdcd.atomic import write_json
+
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=2))
+        write_json(args.out, results)
     return 0
 
 
