@@ -146,7 +146,7 @@ def build_detector(
     set ``progress`` themselves; also the bar of a lab reference trained here."""
     cache_dir = str(cache_root(cache_dir))
     options = dict(entry.options)
-    if progress is not None and DETECTORS[entry.name].progress:
+    if progress is not None and getattr(DETECTORS.get(entry.name), "progress", False):
         options.setdefault("progress", progress)
     resolved = resolve_lab_refs(options, build=build_labs, root=cache_dir, progress=bool(progress))
     entry = dataclasses.replace(entry, options=resolved)
