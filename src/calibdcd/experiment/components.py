@@ -27,6 +27,7 @@ from calibdcd.experiment.config import (
     BenchmarkEntry,
     DetectorEntry,
     TargetEntry,
+    option_strings,
     register_entry_check,
 )
 from calibdcd.options import OptionsError, option_problems, replace_nested
@@ -107,19 +108,20 @@ def unbuilt_clean_references(value: Any, *, root: str | Path | None = None) -> l
     """The ``lab-clean-reference:<preset>`` references in nested detector options that are not
     built under the cache root ``root`` (their would-be directory names). Trains nothing: a
     stale-result check must not start a reference's training."""
-    if isinstance(value, str) and value.startswith("lab-clean-reference:"):
-        from calibdcd.lab.clean_reference import clean_reference_dir
+    from calibdcd.lab.clean_reference import clean_reference_dir
 
-        lab = resolve_lab(value.split(":", 1)[1], build=False, root=root)
+    out = []
+    for v in option_strings(value):
+        if not v.startswith("lab-clean-reference:"):
+            continue
+        lab = resolve_lab(v.split(":", 1)[1], build=False, root=root)
         if lab is None:
-            return [value]
-        out = clean_reference_dir(lab, cache_dir=cache_root(root))
-        return [] if (out / "reference.json").exists() else [f"{value}={out.name}"]
-    if isinstance(value, Mapping):
-        return [r for v in value.values() for r in unbuilt_clean_references(v, root=root)]
-    if isinstance(value, list):
-        return [r for v in value for r in unbuilt_clean_references(v, root=root)]
-    return []
+            out.append(v)
+            continue
+        ref = clean_reference_dir(lab, cache_dir=cache_root(root))
+        if not (ref / "reference.json").exists():
+            out.append(f"{v}={ref.name}")
+    return out
 
 
 def detector_available(name: str) -> bool:

@@ -47,7 +47,7 @@ import functools
 import os
 import re
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -82,6 +82,7 @@ __all__ = [
     "TargetEntry",
     "labs_of",
     "load_config",
+    "option_strings",
     "parse_config",
     "read_config",
     "register_entry_check",
@@ -824,26 +825,28 @@ def _option_checks(data: Mapping[str, Any]) -> list[tuple[Loc, str]]:
 _LAB_REF = re.compile(r"^lab(?:-clean-reference)?:([A-Za-z0-9_.-]+)")
 
 
+def option_strings(value: Any) -> Iterator[str]:
+    """Every string in nested detector options (mappings, lists, tuples), in order."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for x in value.values():
+            yield from option_strings(x)
+    elif isinstance(value, (list, tuple)):
+        for x in value:
+            yield from option_strings(x)
+
+
 def entry_labs(*entries: BenchmarkEntry | TargetEntry | DetectorEntry) -> list[str]:
     """The lab presets these entries use (``lab:`` of benchmarks and targets, ``lab:<preset>/``
     and ``lab-clean-reference:<preset>`` strings in detector options), in order."""
     found: list[str] = []
-
-    def walk(v: Any) -> None:
-        if isinstance(v, str):
-            m = _LAB_REF.match(v)
-            if m:
-                found.append(m.group(1).split("/")[0])
-        elif isinstance(v, Mapping):
-            for x in v.values():
-                walk(x)
-        elif isinstance(v, (list, tuple)):
-            for x in v:
-                walk(x)
-
     for e in entries:
         if isinstance(e, DetectorEntry):
-            walk(e.options)
+            for v in option_strings(e.options):
+                m = _LAB_REF.match(v)
+                if m:
+                    found.append(m.group(1).split("/")[0])
         elif e.lab is not None:
             found.append(e.lab)
     return list(dict.fromkeys(found))

@@ -104,8 +104,13 @@ def clean_reference_dir(
     """Where :func:`ensure_clean_reference` keeps the reference of ``lab_dir`` and ``config``
     (built or not: ``reference.json`` inside it marks a finished build). Computes, trains
     nothing."""
-    cfg = config or CleanReferenceConfig()
     meta = json.loads((Path(lab_dir) / "lab.json").read_text())
+    return _reference_dir(meta, config or CleanReferenceConfig(), cache_dir)
+
+
+def _reference_dir(
+    meta: dict[str, Any], cfg: CleanReferenceConfig, cache_dir: str | Path | None
+) -> Path:
     key_src = json.dumps(
         {
             "format": CLEAN_REFERENCE_FORMAT,
@@ -132,7 +137,7 @@ def ensure_clean_reference(
     cfg = config or CleanReferenceConfig()
     lab_dir = Path(lab_dir)
     meta = json.loads((lab_dir / "lab.json").read_text())
-    out = clean_reference_dir(lab_dir, cfg, cache_dir=cache_dir)
+    out = _reference_dir(meta, cfg, cache_dir)
     if (out / "reference.json").exists():
         return out
     waiting = (
