@@ -8,9 +8,9 @@ import random
 import pytest
 
 from calibdcd.lab import CHAT_STYLES, render_chat, split_reasoning
-from calibdcd.lab.build import build_lab, ensure_lab, is_complete_lab, prepare_split
+from calibdcd.lab.build import build_lab, config_of, ensure_lab, is_complete_lab, prepare_split
 from calibdcd.lab.chat import SPECIAL_TOKENS
-from calibdcd.lab.config import EvalConfig, PoolConfig, resolve_config
+from calibdcd.lab.config import EvalConfig, PoolConfig, pretrain_hash, resolve_config
 from calibdcd.lab.evaluate import check_model, load_ground_truth, split_for_continuation
 from calibdcd.lab.pool import PoolText, clean_pool, load_pool
 from calibdcd.lab.scoring import auc, prefix_match, rouge_l, words
@@ -302,7 +302,9 @@ def test_build_is_deterministic_for_a_seed(tmp_path):
 
     digests = []
     for name in ("a", "b"):
-        out = build_lab("micro", tmp_path / name, seed=3, progress=False, **_TINY)
+        out = build_lab(
+            "micro", tmp_path / name, seed=3, progress=False, reuse_base=False, **_TINY
+        )
         digests.append(
             [
                 hashlib.sha256((out / d / "model.safetensors").read_bytes()).hexdigest()
@@ -313,6 +315,39 @@ def test_build_is_deterministic_for_a_seed(tmp_path):
             (tmp_path / "a" / "ground_truth.jsonl").read_text()
         )
     assert digests[0] == digests[1]
+
+
+def test_post_training_variants_reuse_the_pretrained_base(tmp_path):
+    import hashlib
+
+    def digest(path):
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+
+    cache = tmp_path / "cache"
+    a = build_lab("micro", tmp_path / "a", seed=1, progress=False, cache=cache, **_TINY)
+    b = build_lab(
+        "micro", tmp_path / "b", seed=1, progress=False, cache=cache, sft__lr=1e-4, **_TINY
+    )
+    meta_a, meta_b = (json.loads((x / "lab.json").read_text()) for x in (a, b))
+    assert not meta_a["base_reused"] and meta_b["base_reused"]
+    assert meta_b["timings"]["pretrain"] == 0.0
+    assert meta_b["stats"]["base"] == meta_a["stats"]["base"]
+    assert [p.name for p in (cache / "lab-base").iterdir() if not p.name.startswith(".")] == [
+        f"s1-{pretrain_hash(config_of(a), 1, meta_a['pool']['sha'])}"
+    ]
+    base = "base/model.safetensors"
+    assert digest(a / base) == digest(b / base)
+    # the reused base gives the same post-trained model as a build from scratch
+    c = build_lab(
+        "micro", tmp_path / "c", seed=1, progress=False, reuse_base=False, sft__lr=1e-4, **_TINY
+    )
+    chat = "chat-qwen/model.safetensors"
+    assert digest(c / chat) == digest(b / chat) != digest(a / chat)
+    # a different pre-training is never served from the store
+    d = build_lab(
+        "micro", tmp_path / "d", seed=1, progress=False, cache=cache, pretrain__lr=1e-3, **_TINY
+    )
+    assert not json.loads((d / "lab.json").read_text())["base_reused"]
 
 
 def test_ensure_lab_builds_once(tmp_path):

@@ -21,7 +21,7 @@ from typing import Any
 
 from calibdcd.atomic import atomic_directory, file_lock
 from calibdcd.lab.chat import ENDOFTEXT, PAD, SPECIAL_TOKENS, get_style
-from calibdcd.lab.config import LabConfig, config_hash, resolve_config
+from calibdcd.lab.config import LabConfig, config_hash, pretrain_hash, resolve_config
 from calibdcd.lab.pool import (
     PoolText,
     Split,
@@ -129,8 +129,25 @@ def _save_model(model, tok, out: Path, style_name: str | None, meta: dict[str, A
     (out / "calibdcd.json").write_text(json.dumps(info, indent=2) + "\n")
 
 
+def _load_base(store: Path, tmp: Path):
+    """Copy a stored pre-trained base into the lab being built and load it (fp32, exact)."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    shutil.copytree(store, tmp / "base")
+    model = LlamaForCausalLM.from_pretrained(tmp / "base", dtype=torch.float32)
+    model.eval()
+    return model, json.loads((store / "calibdcd.json").read_text())["training"]
+
+
 def _build_into(
-    tmp: Path, cfg: LabConfig, split: Split, pool_spec: dict[str, Any], seed: int, progress: bool
+    tmp: Path,
+    cfg: LabConfig,
+    split: Split,
+    pool_spec: dict[str, Any],
+    seed: int,
+    progress: bool,
+    base_store: Path | None = None,
 ) -> dict[str, Any]:
     import torch
 
@@ -171,13 +188,22 @@ def _build_into(
         "eos": tok.convert_tokens_to_ids(ENDOFTEXT),
         "pad": tok.convert_tokens_to_ids(PAD),
     }
-    model = build_model(cfg.model, vocab_padded, special, seed)
     stats: dict[str, Any] = {}
-    st = pretrain(model, docs, special["eos"], pt, seed=seed, device=device, progress=progress)
-    stats["base"] = st.as_dict()
-    timings["pretrain"] = st.seconds
-    model.to("cpu")
-    _save_model(model, tok, tmp / "base", None, {"training": stats["base"]})
+    reused = base_store is not None and (base_store / "calibdcd.json").is_file()
+    if reused:
+        assert base_store is not None
+        model, stats["base"] = _load_base(base_store, tmp)
+        timings["pretrain"] = 0.0
+    else:
+        model = build_model(cfg.model, vocab_padded, special, seed)
+        st = pretrain(model, docs, special["eos"], pt, seed=seed, device=device, progress=progress)
+        stats["base"] = st.as_dict()
+        timings["pretrain"] = st.seconds
+        model.to("cpu")
+        _save_model(model, tok, tmp / "base", None, {"training": stats["base"]})
+        if base_store is not None:
+            with atomic_directory(base_store) as store_tmp:
+                shutil.copytree(tmp / "base", store_tmp, dirs_exist_ok=True)
     peak["pretrain"] = _peak_rss_mb()
 
     convs_all = make_conversations(bg, cfg.sft.n_examples, seed)
@@ -233,6 +259,9 @@ def _build_into(
         "stats": stats,
         "timings": {k: round(v, 2) for k, v in timings.items()},
         "device": str(device),
+        # a base pre-trained by an earlier build with the same pre-training config (its
+        # training time is in stats.base.seconds; timings.pretrain is 0 here)
+        "base_reused": reused,
         "peak_rss_mb": peak,
         "corpus": {
             "members": len(split.members),
@@ -254,11 +283,18 @@ def build_lab(
     seed: int = 0,
     pool: str | Path | None = None,
     progress: bool = True,
+    reuse_base: bool = True,
+    cache: str | Path | None = None,
     **overrides: Any,
 ) -> Path:
     """Build a lab into ``out_dir`` and return its path.
 
     ``overrides`` change the preset's config (see :func:`calibdcd.lab.config.resolve_config`).
+    With ``reuse_base`` the pre-trained base is kept in ``<cache>/lab-base/`` (``cache``: the
+    cache root, :func:`calibdcd.paths.cache_root` by default) under
+    :func:`calibdcd.lab.config.pretrain_hash`, and a later build whose config differs only in
+    post-training, styles or evaluation copies it instead of pre-training again (the saved fp32
+    weights are exact, so the lab is the same as one built from scratch).
     The lab is assembled in a temporary sibling directory and renamed into place when complete;
     an existing complete lab at ``out_dir`` is replaced, any other non-empty directory is an
     error.
@@ -276,7 +312,11 @@ def build_lab(
     # built in a temporary sibling, renamed into place only when complete
     with atomic_directory(out_dir, replace=True) as tmp:
         t0 = time.perf_counter()
-        info = _build_into(tmp, cfg, split, pool_spec, seed, progress)
+        store = None
+        if reuse_base:
+            phash = pretrain_hash(cfg, seed, pool_spec["sha"])
+            store = cache_root(cache) / "lab-base" / f"s{seed}-{phash}"
+        info = _build_into(tmp, cfg, split, pool_spec, seed, progress, store)
         meta: dict[str, Any] = {
             "complete": False,
             "preset": preset,
@@ -352,7 +392,9 @@ def ensure_lab(
             return target
         if target.exists():  # an incomplete leftover (should not happen: builds are atomic)
             shutil.rmtree(target)
-        build_lab(preset, target, seed=seed, pool=pool, progress=progress, **overrides)
+        build_lab(
+            preset, target, seed=seed, pool=pool, progress=progress, cache=root, **overrides
+        )
     return target
 
 

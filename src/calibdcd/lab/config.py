@@ -50,6 +50,7 @@ __all__ = [
     "PretrainConfig",
     "SFTConfig",
     "config_hash",
+    "pretrain_hash",
     "resolve_config",
 ]
 
@@ -243,5 +244,27 @@ def config_hash(cfg: LabConfig, seed: int, pool_fingerprint: str) -> str:
     # enter through "build" above
     for key in ("device", "num_threads", "check"):
         payload["config"].pop(key, None)
+    blob = json.dumps(payload, sort_keys=True, default=list).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def pretrain_hash(cfg: LabConfig, seed: int, pool_fingerprint: str) -> str:
+    """A short stable hash of everything that determines a lab's *base* model: the config
+    without its post-training, chat styles and evaluation. Labs that differ only there (SFT
+    strength, replay, styles) share one pre-trained base (:func:`calibdcd.lab.build.build_lab`
+    reuses it from ``<cache>/lab-base``), so tuning the post-training costs minutes, not a new
+    pre-training."""
+    from calibdcd.provenance import build_environment
+
+    config = cfg.to_dict()
+    for key in ("preset", "sft", "styles", "evaluation", "device", "num_threads", "check"):
+        config.pop(key, None)
+    payload = {
+        "format": LAB_FORMAT_VERSION,
+        "config": config,
+        "seed": seed,
+        "pool": pool_fingerprint,
+        "build": build_environment(cfg.device, cfg.num_threads),
+    }
     blob = json.dumps(payload, sort_keys=True, default=list).encode()
     return hashlib.sha256(blob).hexdigest()[:12]
