@@ -133,6 +133,44 @@ def test_hashing_a_lab_config_builds_no_lab(tmp_path, monkeypatch):
     assert not (tmp_path / "cache" / "lab").exists() and not (tmp_path / "c" / "lab").exists()
 
 
+def test_a_lab_reference_names_its_build_seed(tmp_path, monkeypatch):
+    from calibdcd.experiment.config import lab_spec
+
+    assert lab_spec("micro") == ("micro", 0) and lab_spec("micro@2") == ("micro", 2)
+    with pytest.raises(ValueError, match="expected <preset> or <preset>@<seed>"):
+        lab_spec("micro@x")
+    monkeypatch.delenv("CALIBDCD_LAB_ROOT", raising=False)
+    refs = {}
+    for spec in ("micro", "micro@0", "micro@2"):
+        cfg = parse_config(
+            {
+                "benchmarks": [{"name": "lab", "lab": spec, "path": "ground_truth.jsonl"}],
+                "targets": [{"name": "chat", "backend": "hf", "lab": spec, "model": "chat-qwen"}],
+                "detectors": [
+                    {
+                        "name": "dpdllm",
+                        "options": {"reference": {"model_path": f"lab-clean-reference:{spec}"}},
+                    }
+                ],
+                "cache_dir": str(tmp_path / "cache"),
+            }
+        )
+        assert list(cfg.labs) == [spec]
+        refs[spec] = cfg.labs[spec]
+    assert refs["micro"].key == refs["micro@0"].key
+    assert refs["micro@2"].key.startswith("micro-s2-") and refs["micro@2"].seed == 2
+    assert refs["micro@2"].key.split("-")[-1] != refs["micro"].key.split("-")[-1]
+    assert not (tmp_path / "cache" / "lab").exists()
+    with pytest.raises(ValueError, match="unknown lab preset 'nope'"):
+        parse_config(
+            {
+                "benchmarks": [{"name": "lab", "lab": "nope@1", "path": "ground_truth.jsonl"}],
+                "targets": [{"name": "chat", "backend": "hf", "lab": "nope@1", "model": "x"}],
+                "detectors": ["overlap"],
+            }
+        )
+
+
 def test_hashing_with_the_lab_built_trains_no_clean_reference(tmp_path, monkeypatch):
     """The lab is built, DPDLLM's clean reference LM is not: checking a stored result's inputs
     names the missing reference instead of training it (minutes of CPU on the micro lab)."""

@@ -27,6 +27,7 @@ from calibdcd.experiment.config import (
     BenchmarkEntry,
     DetectorEntry,
     TargetEntry,
+    lab_spec,
     option_strings,
     register_entry_check,
 )
@@ -201,17 +202,19 @@ def detector_fingerprint(detector: Any, root: str | Path | None = None) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def resolve_lab(preset: str, *, build: bool = True, root: str | Path | None = None) -> Path | None:
-    """The directory of the lab ``preset``; built on first use when ``build``.
+def resolve_lab(spec: str, *, build: bool = True, root: str | Path | None = None) -> Path | None:
+    """The directory of the lab ``spec`` (``<preset>`` or ``<preset>@<seed>``,
+    :func:`calibdcd.experiment.config.lab_spec`); built on first use when ``build``.
 
-    When ``$CALIBDCD_LAB_ROOT`` is set, a prebuilt copy ``$CALIBDCD_LAB_ROOT/lab-<preset>``
+    When ``$CALIBDCD_LAB_ROOT`` is set, a prebuilt copy ``$CALIBDCD_LAB_ROOT/lab-<spec>``
     (e.g. from ``calibdcd lab build <preset> --out ...``) is used as it is; otherwise the lab
     cache of :func:`calibdcd.lab.ensure_lab` under the cache root ``root`` (the run config's
     ``cache_dir``; :func:`calibdcd.paths.cache_root`). With ``build=False`` returns None when
     no built lab is found.
     """
+    preset, seed = lab_spec(spec)
     labs = os.environ.get("CALIBDCD_LAB_ROOT")
-    prebuilt = Path(labs) / f"lab-{preset}" if labs else None
+    prebuilt = Path(labs) / f"lab-{spec}" if labs else None
     if prebuilt is not None and (prebuilt / "ground_truth.jsonl").is_file():
         return prebuilt
     try:
@@ -219,18 +222,18 @@ def resolve_lab(preset: str, *, build: bool = True, root: str | Path | None = No
     except ImportError as exc:
         if not build:
             return None
-        raise ValueError(f"lab {preset!r}: calibdcd.lab is not available ({exc})") from None
+        raise ValueError(f"lab {spec!r}: calibdcd.lab is not available ({exc})") from None
     if not build:
         try:
             from calibdcd.lab.build import is_complete_lab, lab_cache_dir  # type: ignore
 
-            d = lab_cache_dir(preset, root=cache_root(root))
+            d = lab_cache_dir(preset, seed=seed, root=cache_root(root))
             return d if is_complete_lab(d) else None
         except Exception:
             return None
     # experiments measure the lab themselves: skip the build's own ``lab check`` (~2 min on
     # small; it does not change the lab or its cache key)
-    return Path(ensure_lab(preset, root=cache_root(root), check=False))
+    return Path(ensure_lab(preset, seed=seed, root=cache_root(root), check=False))
 
 
 def target_identity(

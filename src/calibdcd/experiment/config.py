@@ -80,6 +80,7 @@ __all__ = [
     "ExperimentConfig",
     "LabRef",
     "TargetEntry",
+    "lab_spec",
     "labs_of",
     "load_config",
     "option_strings",
@@ -822,7 +823,18 @@ def _option_checks(data: Mapping[str, Any]) -> list[tuple[Loc, str]]:
 # Labs
 # --------------------------------------------------------------------------------------------
 
-_LAB_REF = re.compile(r"^lab(?:-clean-reference)?:([A-Za-z0-9_.-]+)")
+_LAB_REF = re.compile(r"^lab(?:-clean-reference)?:([A-Za-z0-9_.@-]+)")
+_LAB_SPEC = re.compile(r"^(?P<preset>[A-Za-z0-9_.-]+)(?:@(?P<seed>\d+))?$")
+
+
+def lab_spec(spec: str) -> tuple[str, int]:
+    """``(preset, build seed)`` of a lab reference: ``micro`` is the preset built with seed 0,
+    ``micro@2`` the same preset built with seed 2 (another split, initialisation and data
+    order: the lab-seed axis of a study)."""
+    m = _LAB_SPEC.match(spec)
+    if m is None:
+        raise ValueError(f"lab {spec!r}: expected <preset> or <preset>@<seed>")
+    return m["preset"], int(m["seed"] or 0)
 
 
 def option_strings(value: Any) -> Iterator[str]:
@@ -868,21 +880,25 @@ def labs_of(cfg: ExperimentConfig, *entries: Any) -> list[LabRef]:
     return out
 
 
-def resolve_lab_ref(preset: str, seed: int = 0, cache_dir: str | None = None) -> LabRef | str:
-    """The :class:`LabRef` of a lab preset under the run's cache root (``cache_dir``, else
+def resolve_lab_ref(spec: str, cache_dir: str | None = None) -> LabRef | str:
+    """The :class:`LabRef` of a lab (``<preset>[@<seed>]``, :func:`lab_spec`) under the run's cache root (``cache_dir``, else
     :func:`calibdcd.paths.cache_root`'s default; nothing is built), or why it cannot be
     resolved. A prebuilt ``$CALIBDCD_LAB_ROOT/lab-<preset>`` is identified by its ``lab.json``.
     Computed once per process and environment (the lab's key hashes its text pool)."""
     from calibdcd.paths import cache_root
 
     env = os.environ.get
-    return _lab_ref(preset, seed, env("CALIBDCD_LAB_ROOT"), str(cache_root(cache_dir)))
+    return _lab_ref(spec, env("CALIBDCD_LAB_ROOT"), str(cache_root(cache_dir)))
 
 
 @functools.lru_cache(maxsize=32)
-def _lab_ref(preset: str, seed: int, root: str | None, cache: str | None) -> LabRef | str:
-    if root and (Path(root) / f"lab-{preset}" / "ground_truth.jsonl").is_file():
-        prebuilt = Path(root) / f"lab-{preset}"
+def _lab_ref(spec: str, root: str | None, cache: str | None) -> LabRef | str:
+    try:
+        preset, seed = lab_spec(spec)
+    except ValueError as exc:
+        return str(exc)
+    if root and (Path(root) / f"lab-{spec}" / "ground_truth.jsonl").is_file():
+        prebuilt = Path(root) / f"lab-{spec}"
         try:
             import hashlib
 

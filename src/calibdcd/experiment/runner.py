@@ -43,7 +43,7 @@ from calibdcd.experiment.components import (
     detector_available,
     resolve_lab,
 )
-from calibdcd.experiment.config import ExperimentConfig
+from calibdcd.experiment.config import ExperimentConfig, lab_spec
 from calibdcd.experiment.model_uses import check_models
 from calibdcd.experiment.rundir import lock_run_dir, set_aside_stale
 from calibdcd.experiment.setting import RunContext, Setting, run_setting, setting_hash
@@ -543,7 +543,11 @@ def _dry_view_bank(t: Any, system: str, root: Path) -> list[str] | None:
     return [v.code for v in view_bank(family, system=system)]  # type: ignore[arg-type]
 
 
-def _lab_preset_known(preset: str) -> bool | str:
+def _lab_preset_known(spec: str) -> bool | str:
+    try:
+        preset, _ = lab_spec(spec)
+    except ValueError as exc:
+        return str(exc)
     try:
         from calibdcd.lab import PRESETS  # type: ignore[attr-defined]
     except ImportError:

@@ -392,9 +392,7 @@ def ensure_lab(
             return target
         if target.exists():  # an incomplete leftover (should not happen: builds are atomic)
             shutil.rmtree(target)
-        build_lab(
-            preset, target, seed=seed, pool=pool, progress=progress, cache=root, **overrides
-        )
+        build_lab(preset, target, seed=seed, pool=pool, progress=progress, cache=root, **overrides)
     return target
 
 
