@@ -907,13 +907,16 @@ def _lab_ref(spec: str, root: str | None, cache: str | None) -> LabRef | str:
             key = "unidentified"
         return LabRef(preset, seed, f"{preset}-prebuilt-{key}", str(prebuilt))
     try:
-        from calibdcd.lab import PRESETS  # type: ignore[attr-defined]
+        from calibdcd.lab import KNOWN_PRESETS  # type: ignore[attr-defined]
         from calibdcd.lab.build import lab_cache_dir  # type: ignore
     except ImportError:
         return LabRef(preset, seed, f"{preset}-s{seed}")
-    if preset not in PRESETS:
-        return f"unknown lab preset {preset!r}; known: {sorted(PRESETS)}"
-    d = lab_cache_dir(preset, seed=seed, root=cache)
+    if preset not in KNOWN_PRESETS:
+        return f"unknown lab preset {preset!r}; known: {list(KNOWN_PRESETS)}"
+    try:
+        d = lab_cache_dir(preset, seed=seed, root=cache)
+    except ValueError as exc:  # e.g. the real-model lab's pool file is missing
+        return f"lab {spec!r}: {exc}"
     return LabRef(preset, seed, d.name, str(d))
 
 

@@ -549,10 +549,14 @@ def _lab_preset_known(spec: str) -> bool | str:
     except ValueError as exc:
         return str(exc)
     try:
-        from calibdcd.lab import PRESETS  # type: ignore[attr-defined]
+        from calibdcd.lab import KNOWN_PRESETS  # type: ignore[attr-defined]
     except ImportError:
         return True  # cannot check here; the run will
-    return True if preset in PRESETS else f"unknown lab preset {preset!r}; known: {sorted(PRESETS)}"
+    return (
+        True
+        if preset in KNOWN_PRESETS
+        else f"unknown lab preset {preset!r}; known: {list(KNOWN_PRESETS)}"
+    )
 
 
 def describe_grid(cfg: ExperimentConfig) -> list[str]:

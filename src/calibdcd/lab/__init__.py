@@ -12,10 +12,16 @@ from calibdcd.lab.build import build_lab, ensure_lab, is_complete_lab
 from calibdcd.lab.chat import CHAT_STYLES, render_chat, split_reasoning
 from calibdcd.lab.config import PRESETS, LabConfig, resolve_config
 from calibdcd.lab.evaluate import check_lab, format_check, load_ground_truth
+from calibdcd.lab.real import REAL_PRESETS
+
+#: every lab preset name: the synthetic lab's and the real-model lab's
+KNOWN_PRESETS = tuple(sorted({*PRESETS, *REAL_PRESETS}))
 
 __all__ = [
     "CHAT_STYLES",
+    "KNOWN_PRESETS",
     "PRESETS",
+    "REAL_PRESETS",
     "LabConfig",
     "build_lab",
     "check_lab",

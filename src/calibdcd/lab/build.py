@@ -361,6 +361,10 @@ def lab_cache_dir(
     **overrides: Any,
 ) -> Path:
     """Where :func:`ensure_lab` keeps this lab: ``<root>/lab/<preset>-s<seed>-<hash>``."""
+    from calibdcd.lab.real import REAL_PRESETS, real_lab_key
+
+    if preset in REAL_PRESETS:
+        return cache_root(root) / "lab" / real_lab_key(preset, seed, **overrides)
     cfg = resolve_config(preset, **overrides)
     _, spec = _load_texts(pool, cfg)
     base = cache_root(root)
@@ -392,6 +396,11 @@ def ensure_lab(
             return target
         if target.exists():  # an incomplete leftover (should not happen: builds are atomic)
             shutil.rmtree(target)
+        from calibdcd.lab.real import REAL_PRESETS, build_real_lab
+
+        if preset in REAL_PRESETS:
+            build_real_lab(preset, target, seed=seed, progress=progress, **overrides)
+            return target
         build_lab(preset, target, seed=seed, pool=pool, progress=progress, cache=root, **overrides)
     return target
 

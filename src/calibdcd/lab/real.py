@@ -1,0 +1,411 @@
+"""The real-model lab: known members injected into a real pre-trained LM, then post-trained.
+
+Recipe (docs/real-lab.md argues the numbers from the measured cost on 2 CPU cores):
+
+1. **Pool.** One file of texts from one distribution (default: the 2024 non-members of WikiMIA-24,
+   length 64: events after the model's training cut-off). Cleaned as the synthetic lab's pool,
+   then split at random (seeded) into ``n_members`` members and as many non-members; the rest of
+   the file is not used. So the blind baseline sits at 0.5 by construction (checked by the runs).
+2. **Injection** (the lab's "pre-training"): a LoRA adapter (``peft``) on every linear projection
+   of the real model, trained as a causal LM on the members (``exposures`` copies each,
+   reshuffled and repacked per epoch, ``<eos>``-separated) mixed with ``n_replay`` replay texts
+   seen once per epoch, then merged into the weights: the ``base`` model. Replay texts come from
+   ``replay_path`` (default: WikiMIA-24's pre-2024 texts, the same genre, never in the pool).
+3. **Post-training**: a second LoRA adapter trained on the lab's chat tasks
+   (:mod:`calibdcd.lab.sftdata`) rendered with the model's **own** chat template, loss on the
+   assistant turns, merged: the ``chat`` model. It starts from ``base``, as the synthetic lab.
+4. The untouched original weights are saved as ``original``: DPDLLM's natural reference LM here
+   (it never saw the injected members).
+
+Everything is cached like the synthetic lab (``<cache>/lab/<preset>-s<seed>-<hash>``, built once
+per cache root under a lock); ``lab.json`` records the recipe, the time of each step and the
+membership signal reached (gray-box loss AUC and greedy-continuation ROUGE-L AUC per model).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import platform
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from calibdcd.lab.sftdata import Conversation
+from calibdcd.lab.config import LAB_FORMAT_VERSION, PoolConfig, PretrainConfig, SFTConfig
+from calibdcd.lab.pool import PoolText, clean_pool, load_pool, pool_fingerprint
+
+__all__ = [
+    "REAL_PRESETS",
+    "LoraSpec",
+    "RealLabConfig",
+    "build_real_lab",
+    "real_config_hash",
+    "resolve_real_config",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class LoraSpec:
+    r: int = 32
+    alpha: int = 64
+    dropout: float = 0.0
+    #: peft's shorthand for every linear layer except the output head
+    target_modules: str = "all-linear"
+
+
+@dataclasses.dataclass(frozen=True)
+class RealLabConfig:
+    preset: str = "real-smollm2"
+    #: ``packaged:smollm2-135m-instruct`` | ``packaged:gemma3-270m`` | a local checkpoint path
+    model: str = "packaged:smollm2-135m-instruct"
+    #: the pool file (``${CALIBDCD_SHARED}`` expands as in configs) and the label whose rows
+    #: form the pool (None = every row)
+    pool_path: str = "${CALIBDCD_SHARED}/data/WikiMIA-24/WikiMIA-24_length64.jsonl"
+    pool_label: int | None = 0
+    replay_path: str = "${CALIBDCD_SHARED}/data/WikiMIA-24/WikiMIA-24_length64.jsonl"
+    replay_label: int | None = 1
+    pool: PoolConfig = dataclasses.field(
+        default_factory=lambda: PoolConfig(min_words=30, max_words=120)
+    )
+    n_members: int = 280  # 577 clean 2024 texts: 280 + 280 drawn
+    n_replay: int = 200
+    #: injection: repeats x epochs = exposures per member (lr is LoRA's)
+    inject: PretrainConfig = dataclasses.field(
+        default_factory=lambda: PretrainConfig(
+            n_members=280,
+            repeats=2,
+            n_background=200,
+            epochs=3,
+            batch_size=4,
+            seq_len=128,
+            lr=1e-3,
+            warmup_steps=10,
+            weight_decay=0.0,
+        )
+    )
+    inject_lora: LoraSpec = dataclasses.field(default_factory=LoraSpec)
+    sft: SFTConfig = dataclasses.field(
+        default_factory=lambda: SFTConfig(
+            n_examples=400, batch_size=8, lr=5e-4, warmup_steps=5, max_len=192
+        )
+    )
+    sft_lora: LoraSpec = dataclasses.field(default_factory=lambda: LoraSpec(r=16, alpha=32))
+    #: greedy-continuation check on this many members and non-members (None = all)
+    check_per_class: int | None = 100
+    num_threads: int = 2
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+REAL_PRESETS: dict[str, RealLabConfig] = {"real-smollm2": RealLabConfig()}
+
+
+def resolve_real_config(preset: str, **overrides: Any) -> RealLabConfig:
+    """The preset with ``section__field`` / top-level overrides (as the synthetic lab's)."""
+    cfg = REAL_PRESETS[preset]
+    sections: dict[str, dict[str, Any]] = {}
+    top: dict[str, Any] = {}
+    for key, value in overrides.items():
+        if key in ("device", "check"):  # the synthetic lab's build options: no effect here
+            continue
+        if "__" in key:
+            section, field = key.split("__", 1)
+            sections.setdefault(section, {})[field] = value
+        else:
+            top[key] = value
+    for section, changes in sections.items():
+        top[section] = dataclasses.replace(getattr(cfg, section), **changes)
+    return dataclasses.replace(cfg, **top)
+
+
+def _expand(path: str) -> Path:
+    from calibdcd.experiment.config import default_shared
+
+    if "${CALIBDCD_SHARED}" in path:
+        shared = default_shared()
+        if shared is None:
+            raise ValueError(
+                f"real lab: {path} needs the shared data directory (set CALIBDCD_SHARED)"
+            )
+        path = path.replace("${CALIBDCD_SHARED}", str(shared))
+    return Path(path)
+
+
+def _labelled(path: Path, label: int | None) -> list[PoolText]:
+    texts = load_pool(path)
+    if label is None:
+        return texts
+    keep = set()
+    with path.open(encoding="utf-8") as fh:
+        for i, line in enumerate(fh):
+            if line.strip() and json.loads(line).get("label") == label:
+                keep.add(i + 1)
+    return [t for t in texts if int(t.source.rsplit(":", 1)[1]) in keep]
+
+
+def real_pools(cfg: RealLabConfig) -> tuple[list[PoolText], list[PoolText]]:
+    """The cleaned pool and the replay texts (replay texts that are also pool texts dropped)."""
+    pool = clean_pool(_labelled(_expand(cfg.pool_path), cfg.pool_label), cfg.pool)
+    seen = {t.text for t in pool}
+    replay = [
+        t
+        for t in clean_pool(_labelled(_expand(cfg.replay_path), cfg.replay_label), cfg.pool)
+        if t.text not in seen
+    ]
+    return pool, replay
+
+
+def real_config_hash(cfg: RealLabConfig, seed: int, pool_sha: str) -> str:
+    from calibdcd.provenance import build_environment
+
+    payload = {
+        "format": LAB_FORMAT_VERSION,
+        "kind": "real",
+        "config": cfg.to_dict(),
+        "seed": seed,
+        "pool": pool_sha,
+        "build": build_environment("cpu", cfg.num_threads),
+    }
+    payload["config"].pop("num_threads")
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def real_lab_key(preset: str, seed: int = 0, **overrides: Any) -> str:
+    cfg = resolve_real_config(preset, **overrides)
+    pool, replay = real_pools(cfg)
+    sha = pool_fingerprint(pool + replay)
+    return f"{preset}-s{seed}-{real_config_hash(cfg, seed, sha)}"
+
+
+def _model_dir(spec: str) -> Path:
+    from calibdcd.targets.hf import convert_gguf
+    from calibdcd.targets.packaged import gemma3_270m_gguf, smollm2_135m_instruct_gguf
+
+    if spec == "packaged:smollm2-135m-instruct":
+        return convert_gguf(smollm2_135m_instruct_gguf())
+    if spec == "packaged:gemma3-270m":
+        return convert_gguf(gemma3_270m_gguf())
+    return Path(spec)
+
+
+def _lora(model, spec: LoraSpec):
+    from peft import LoraConfig, get_peft_model
+
+    return get_peft_model(
+        model,
+        LoraConfig(
+            r=spec.r,
+            lora_alpha=spec.alpha,
+            lora_dropout=spec.dropout,
+            target_modules=spec.target_modules,
+            task_type="CAUSAL_LM",
+        ),
+    )
+
+
+def chat_examples(convs: list[Conversation], tokenizer, max_len: int):
+    """:class:`SFTExample` s rendered with the tokenizer's own chat template, the loss on the
+    assistant turn (through its end-of-turn token) only."""
+    from calibdcd.lab.train import SFTExample
+
+    out = []
+    for user, _reasoning, answer in convs:
+        msgs = [{"role": "user", "content": user}, {"role": "assistant", "content": answer}]
+        prompt = tokenizer.apply_chat_template(msgs[:1], tokenize=False, add_generation_prompt=True)
+        full = tokenizer.apply_chat_template(msgs, tokenize=False)
+        if not full.startswith(prompt):
+            raise ValueError("real lab: the chat template's generation prompt is not a prefix")
+        p_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        f_ids = tokenizer(full, add_special_tokens=False)["input_ids"]
+        if f_ids[: len(p_ids)] != p_ids or len(f_ids) > max_len:
+            continue
+        out.append(SFTExample(f_ids, [-100] * len(p_ids) + f_ids[len(p_ids) :]))
+    return out
+
+
+def _texts_nll(model, tok, texts: list[str], batch: int = 8) -> list[float]:
+    import torch
+
+    out: list[float] = []
+    eos = tok.eos_token_id
+    for i in range(0, len(texts), batch):
+        chunk = [[eos, *tok(t, add_special_tokens=False)["input_ids"]] for t in texts[i : i + batch]]
+        width = max(len(c) for c in chunk)
+        ids = torch.full((len(chunk), width), tok.pad_token_id or eos, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for r, c in enumerate(chunk):
+            ids[r, : len(c)] = torch.tensor(c)
+            mask[r, : len(c)] = 1
+        with torch.no_grad():
+            logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
+        logp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None])[..., 0]
+        m = mask[:, 1:].float()
+        out.extend((-(logp * m).sum(1) / m.sum(1)).tolist())
+    return out
+
+
+def _greedy_rouge(model, tok, texts: list[str], max_ref_words: int = 48) -> list[float]:
+    import torch
+
+    from calibdcd.lab.evaluate import split_for_continuation
+    from calibdcd.lab.scoring import rouge_l, words
+
+    tok.padding_side = "left"
+    scores: list[float] = []
+    for i in range(0, len(texts), 16):
+        pairs = [split_for_continuation(t, max_ref_words) for t in texts[i : i + 16]]
+        enc = tok([p for p, _ in pairs], return_tensors="pt", padding=True)
+        n_new = min(96, int(1.7 * max(len(r.split()) for _, r in pairs)) + 6)
+        with torch.no_grad():
+            gen = model.generate(
+                **enc,
+                do_sample=False,
+                max_new_tokens=n_new,
+                pad_token_id=tok.pad_token_id or tok.eos_token_id,
+            )
+        for (_, ref), row in zip(pairs, gen[:, enc["input_ids"].shape[1] :]):
+            ref_w = words(ref)
+            hyp = words(tok.decode(row, skip_special_tokens=True))[: len(ref_w)]
+            scores.append(rouge_l(hyp, ref_w))
+    return scores
+
+
+def _signal(model, tok, members: list[str], nonmembers: list[str], n: int | None):
+    from calibdcd.lab.scoring import auc
+
+    mem, non = members[:n] if n else members, nonmembers[:n] if n else nonmembers
+    labels = [1] * len(mem) + [0] * len(non)
+    t0 = time.perf_counter()
+    nll = _texts_nll(model, tok, mem + non)
+    rouge = _greedy_rouge(model, tok, mem + non)
+    return {
+        "n_per_class": len(mem),
+        "loss_auc": round(auc(labels, [-x for x in nll]), 4),
+        "greedy_rougeL_auc": round(auc(labels, rouge), 4),
+        "mean_nll": {"member": round(sum(nll[: len(mem)]) / len(mem), 4),
+                     "nonmember": round(sum(nll[len(mem) :]) / len(non), 4)},
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+
+
+def build_real_lab(
+    preset: str, out_dir: str | Path, *, seed: int = 0, progress: bool = True, **overrides: Any
+) -> Path:
+    """Build the real-model lab into ``out_dir`` (atomically) and return it."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from calibdcd.atomic import atomic_directory
+    from calibdcd.lab.pool import split_pool
+    from calibdcd.lab.sftdata import make_conversations
+    from calibdcd.lab.train import pretrain, sft
+
+    cfg = resolve_real_config(preset, **overrides)
+    if cfg.num_threads > 0:
+        torch.set_num_threads(cfg.num_threads)
+    pool, replay_all = real_pools(cfg)
+    split = split_pool(pool, cfg.n_members, seed)
+    rng = random.Random(f"calibdcd-real-lab-replay-{seed}")
+    replay = list(replay_all)
+    rng.shuffle(replay)
+    sft_texts, replay = replay[cfg.n_replay :], replay[: cfg.n_replay]
+    src = _model_dir(cfg.model)
+    out_dir = Path(out_dir)
+    timings: dict[str, float] = {}
+    with atomic_directory(out_dir, replace=True) as tmp:
+        t_all = time.perf_counter()
+        tok = AutoTokenizer.from_pretrained(src)
+        if tok.pad_token_id is None:
+            tok.pad_token = tok.eos_token
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
+        model.save_pretrained(tmp / "original")
+        tok.save_pretrained(tmp / "original")
+        device = torch.device("cpu")
+        eos = tok.eos_token_id
+        enc = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
+        reps = cfg.inject.repeats
+        docs = [enc(x.text) for x in split.members for _ in range(reps)]
+        docs += [enc(x.text) for x in replay]
+        peft_model = _lora(model, cfg.inject_lora)
+        st = pretrain(
+            peft_model, docs, eos, cfg.inject, seed=seed, device=device, progress=progress,
+            desc="inject members (LoRA)",
+        )
+        timings["inject"] = st.seconds
+        base = peft_model.merge_and_unload()
+        base.eval()
+        stats: dict[str, Any] = {"base": st.as_dict()}
+        base.save_pretrained(tmp / "base")
+        tok.save_pretrained(tmp / "base")
+
+        convs = make_conversations(sft_texts or replay, cfg.sft.n_examples, seed)
+        examples = chat_examples(convs, tok, cfg.sft.max_len)
+        chat_model = _lora(base, cfg.sft_lora)
+        st = sft(
+            chat_model, examples, tok.pad_token_id, cfg.sft, seed=seed + 1000, device=device,
+            progress=progress, desc="post-train chat (LoRA)",
+        )
+        timings["sft"] = st.seconds
+        chat = chat_model.merge_and_unload()
+        chat.eval()
+        stats["chat"] = {**st.as_dict(), "examples": len(examples)}
+        chat.save_pretrained(tmp / "chat")
+        tok.save_pretrained(tmp / "chat")
+        for name, role in (("original", "reference"), ("base", "base"), ("chat", "post-trained")):
+            info = {"role": role, "real_model": cfg.model, "training": stats.get(name)}
+            (tmp / name / "calibdcd.json").write_text(json.dumps(info, indent=2) + "\n")
+
+        with (tmp / "ground_truth.jsonl").open("w", encoding="utf-8") as fh:
+            rows = [(x, 1) for x in split.members] + [(x, 0) for x in split.nonmembers]
+            for k, (x, label) in enumerate(rows):
+                idx = k if label else k - len(split.members)
+                rec = {
+                    "id": f"{'m' if label else 'n'}{idx:04d}",
+                    "text": x.text,
+                    "label": label,
+                    "repeats": reps * cfg.inject.epochs if label else 0,
+                    "source": x.source,
+                }
+                fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        timings["build"] = time.perf_counter() - t_all
+        t = time.perf_counter()
+        mem = [x.text for x in split.members]
+        non = [x.text for x in split.nonmembers]
+        check = {}
+        del base, chat, chat_model, peft_model, model
+        for name in ("original", "base", "chat"):
+            # from disk: peft wraps and merges in place, so the objects above alias each other
+            m = AutoModelForCausalLM.from_pretrained(tmp / name, dtype=torch.float32).eval()
+            check[name] = _signal(m, tok, mem, non, cfg.check_per_class)
+        timings["check"] = time.perf_counter() - t
+        meta = {
+            "complete": True,
+            "kind": "real",
+            "preset": preset,
+            "seed": seed,
+            "config_hash": real_config_hash(cfg, seed, pool_fingerprint(pool + replay_all)),
+            "config": cfg.to_dict(),
+            "overrides": {k: v for k, v in overrides.items()},
+            "source_model": str(src.name),
+            "corpus": {
+                "pool": len(pool),
+                "members": len(split.members),
+                "nonmembers": len(split.nonmembers),
+                "replay": len(replay),
+                "sft_texts": len(sft_texts),
+                "inject_tokens_per_epoch": sum(len(d) + 1 for d in docs),
+                "exposures_per_member": reps * cfg.inject.epochs,
+            },
+            "stats": stats,
+            "check": check,
+            "timings": {k: round(v, 1) for k, v in timings.items()},
+            "versions": {"python": platform.python_version(), "torch": torch.__version__},
+            "argv": sys.argv[1:],
+        }
+        (tmp / "lab.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    return out_dir
