@@ -302,9 +302,7 @@ def test_build_is_deterministic_for_a_seed(tmp_path):
 
     digests = []
     for name in ("a", "b"):
-        out = build_lab(
-            "micro", tmp_path / name, seed=3, progress=False, reuse_base=False, **_TINY
-        )
+        out = build_lab("micro", tmp_path / name, seed=3, progress=False, reuse_base=False, **_TINY)
         digests.append(
             [
                 hashlib.sha256((out / d / "model.safetensors").read_bytes()).hexdigest()

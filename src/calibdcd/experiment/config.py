@@ -881,9 +881,10 @@ def labs_of(cfg: ExperimentConfig, *entries: Any) -> list[LabRef]:
 
 
 def resolve_lab_ref(spec: str, cache_dir: str | None = None) -> LabRef | str:
-    """The :class:`LabRef` of a lab (``<preset>[@<seed>]``, :func:`lab_spec`) under the run's cache root (``cache_dir``, else
-    :func:`calibdcd.paths.cache_root`'s default; nothing is built), or why it cannot be
-    resolved. A prebuilt ``$CALIBDCD_LAB_ROOT/lab-<preset>`` is identified by its ``lab.json``.
+    """The :class:`LabRef` of a lab (``<preset>[@<seed>]``, :func:`lab_spec`) under the run's
+    cache root (``cache_dir``, else :func:`calibdcd.paths.cache_root`'s default; nothing is
+    built), or why it cannot be resolved. A prebuilt ``$CALIBDCD_LAB_ROOT/lab-<spec>`` is
+    identified by its ``lab.json``.
     Computed once per process and environment (the lab's key hashes its text pool)."""
     from calibdcd.paths import cache_root
 

@@ -304,6 +304,10 @@ def build_lab(
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
+    from calibdcd.lab.real import REAL_PRESETS, build_real_lab
+
+    if preset in REAL_PRESETS:  # the real-model lab (calibdcd.lab.real) has its own recipe
+        return build_real_lab(preset, out_dir, seed=seed, progress=progress, **overrides)
     if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / "lab.json").exists():
         raise ValueError(f"out_dir {out_dir} exists, is not empty and is not a lab; refusing")
     cfg, split, pool_spec = prepare_split(preset, seed=seed, pool=pool, **overrides)
@@ -396,11 +400,6 @@ def ensure_lab(
             return target
         if target.exists():  # an incomplete leftover (should not happen: builds are atomic)
             shutil.rmtree(target)
-        from calibdcd.lab.real import REAL_PRESETS, build_real_lab
-
-        if preset in REAL_PRESETS:
-            build_real_lab(preset, target, seed=seed, progress=progress, **overrides)
-            return target
         build_lab(preset, target, seed=seed, pool=pool, progress=progress, cache=root, **overrides)
     return target
 

@@ -15,7 +15,12 @@ app = typer.Typer(help="The controlled contamination lab (tiny LMs with known me
 @app.command()
 def build(
     out: Annotated[Path, typer.Option("--out", help="Directory to write the lab into.")],
-    preset: Annotated[str, typer.Option(help="micro | small | base (GPU).")] = "micro",
+    preset: Annotated[
+        str,
+        typer.Option(
+            help="micro | small | base (GPU) | real-smollm2 (a real LM, calibdcd.lab.real)."
+        ),
+    ] = "micro",
     pool: Annotated[
         Optional[Path],  # noqa: UP045 - typer needs Optional on py3.10
         typer.Option(help="jsonl/json/csv of texts (default: prose from CPython's own docs)."),

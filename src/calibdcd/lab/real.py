@@ -34,9 +34,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from calibdcd.lab.sftdata import Conversation
-from calibdcd.lab.config import LAB_FORMAT_VERSION, PoolConfig, PretrainConfig, SFTConfig
+from calibdcd.lab.config import (
+    LAB_FORMAT_VERSION,
+    PoolConfig,
+    PretrainConfig,
+    SFTConfig,
+    _replace,
+)
 from calibdcd.lab.pool import PoolText, clean_pool, load_pool, pool_fingerprint
+from calibdcd.lab.sftdata import Conversation
 
 __all__ = [
     "REAL_PRESETS",
@@ -103,6 +109,7 @@ class RealLabConfig:
 
 
 REAL_PRESETS: dict[str, RealLabConfig] = {"real-smollm2": RealLabConfig()}
+_SECTIONS = ("pool", "inject", "inject_lora", "sft", "sft_lora")
 
 
 def resolve_real_config(preset: str, **overrides: Any) -> RealLabConfig:
@@ -119,8 +126,10 @@ def resolve_real_config(preset: str, **overrides: Any) -> RealLabConfig:
         else:
             top[key] = value
     for section, changes in sections.items():
-        top[section] = dataclasses.replace(getattr(cfg, section), **changes)
-    return dataclasses.replace(cfg, **top)
+        if section not in _SECTIONS:
+            raise ValueError(f"unknown real-lab config section {section!r}; valid: {_SECTIONS}")
+        top[section] = _replace(getattr(cfg, section), changes, section)
+    return _replace(cfg, top, "real lab")
 
 
 def _expand(path: str) -> Path:
@@ -234,7 +243,9 @@ def _texts_nll(model, tok, texts: list[str], batch: int = 8) -> list[float]:
     out: list[float] = []
     eos = tok.eos_token_id
     for i in range(0, len(texts), batch):
-        chunk = [[eos, *tok(t, add_special_tokens=False)["input_ids"]] for t in texts[i : i + batch]]
+        chunk = [
+            [eos, *tok(t, add_special_tokens=False)["input_ids"]] for t in texts[i : i + batch]
+        ]
         width = max(len(c) for c in chunk)
         ids = torch.full((len(chunk), width), tok.pad_token_id or eos, dtype=torch.long)
         mask = torch.zeros_like(ids)
@@ -268,7 +279,7 @@ def _greedy_rouge(model, tok, texts: list[str], max_ref_words: int = 48) -> list
                 max_new_tokens=n_new,
                 pad_token_id=tok.pad_token_id or tok.eos_token_id,
             )
-        for (_, ref), row in zip(pairs, gen[:, enc["input_ids"].shape[1] :]):
+        for (_, ref), row in zip(pairs, gen[:, enc["input_ids"].shape[1] :], strict=True):
             ref_w = words(ref)
             hyp = words(tok.decode(row, skip_special_tokens=True))[: len(ref_w)]
             scores.append(rouge_l(hyp, ref_w))
@@ -287,8 +298,10 @@ def _signal(model, tok, members: list[str], nonmembers: list[str], n: int | None
         "n_per_class": len(mem),
         "loss_auc": round(auc(labels, [-x for x in nll]), 4),
         "greedy_rougeL_auc": round(auc(labels, rouge), 4),
-        "mean_nll": {"member": round(sum(nll[: len(mem)]) / len(mem), 4),
-                     "nonmember": round(sum(nll[len(mem) :]) / len(non), 4)},
+        "mean_nll": {
+            "member": round(sum(nll[: len(mem)]) / len(mem), 4),
+            "nonmember": round(sum(nll[len(mem) :]) / len(non), 4),
+        },
         "seconds": round(time.perf_counter() - t0, 1),
     }
 
@@ -333,7 +346,13 @@ def build_real_lab(
         docs += [enc(x.text) for x in replay]
         peft_model = _lora(model, cfg.inject_lora)
         st = pretrain(
-            peft_model, docs, eos, cfg.inject, seed=seed, device=device, progress=progress,
+            peft_model,
+            docs,
+            eos,
+            cfg.inject,
+            seed=seed,
+            device=device,
+            progress=progress,
             desc="inject members (LoRA)",
         )
         timings["inject"] = st.seconds
@@ -347,8 +366,14 @@ def build_real_lab(
         examples = chat_examples(convs, tok, cfg.sft.max_len)
         chat_model = _lora(base, cfg.sft_lora)
         st = sft(
-            chat_model, examples, tok.pad_token_id, cfg.sft, seed=seed + 1000, device=device,
-            progress=progress, desc="post-train chat (LoRA)",
+            chat_model,
+            examples,
+            tok.pad_token_id,
+            cfg.sft,
+            seed=seed + 1000,
+            device=device,
+            progress=progress,
+            desc="post-train chat (LoRA)",
         )
         timings["sft"] = st.seconds
         chat = chat_model.merge_and_unload()

