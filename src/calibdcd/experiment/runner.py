@@ -375,11 +375,11 @@ def dry_run(cfg: ExperimentConfig, *, options: bool = True) -> tuple[list[str], 
             problems.extend(f"{key}.options: {m}" for m in bad_options)
             continue
         if t.lab is not None:
-            ok = _lab_preset_known(t.lab)
+            lab = resolve_lab(t.lab, build=False, root=root)
+            ok = True if lab is not None else _lab_preset_known(t.lab)  # prebuilt: any name
             if ok is not True:
                 problems.append(f"{key}.lab: {ok}")
                 continue
-            lab = resolve_lab(t.lab, build=False, root=root)
             if lab is not None and not (lab / t.model).exists():
                 problems.append(f"{key}.model: no checkpoint {t.model!r} in lab {lab}")
                 continue
