@@ -113,7 +113,7 @@ def main() -> None:
     rows = summary(args.out, args.lab_seeds)
     (args.out / "bands.json").write_text(json.dumps(rows, indent=2) + "\n")
     print(
-        "| lab seed | target | detector | AUC (uncalibrated, mean over split seeds) | band | in band |"
+        "| lab seed | target | detector | AUC (uncalibrated, split-seed mean) | band | in band |"
     )
     print("|---|---|---|---|---|---|")
     for r in rows:
