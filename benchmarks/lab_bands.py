@@ -112,9 +112,7 @@ def main() -> None:
             subprocess.run(cmd, check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     rows = summary(args.out, args.lab_seeds)
     (args.out / "bands.json").write_text(json.dumps(rows, indent=2) + "\n")
-    print(
-        "| lab seed | target | detector | AUC (uncalibrated, split-seed mean) | band | in band |"
-    )
+    print("| lab seed | target | detector | AUC (uncalibrated, split-seed mean) | band | in band |")
     print("|---|---|---|---|---|---|")
     for r in rows:
         band = "" if r["band"] is None else f"{r['band'][0]:.2f}–{r['band'][1]:.2f}"

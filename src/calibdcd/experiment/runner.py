@@ -387,7 +387,11 @@ def dry_run(cfg: ExperimentConfig, *, options: bool = True) -> tuple[list[str], 
                 "" if lab is not None else " (lab built on first run)"
             )
         elif t.backend == "hf":
-            p = Path(model_path(t, build_lab=False, root=root))
+            try:
+                p = Path(model_path(t, build_lab=False, root=root))
+            except ValueError as exc:  # a packaged model whose package is not installed
+                problems.append(f"{key}.{exc}")
+                continue
             looks_local = t.model.startswith(("/", ".", "~")) or p.suffix == ".gguf"
             if looks_local and not p.exists():
                 problems.append(f"{key}.model: no such local checkpoint {t.model!r}")

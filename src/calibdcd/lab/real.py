@@ -193,12 +193,10 @@ def real_lab_key(preset: str, seed: int = 0, **overrides: Any) -> str:
 
 def _model_dir(spec: str) -> Path:
     from calibdcd.targets.hf import convert_gguf
-    from calibdcd.targets.packaged import gemma3_270m_gguf, smollm2_135m_instruct_gguf
+    from calibdcd.targets.packaged import packaged_model
 
-    if spec == "packaged:smollm2-135m-instruct":
-        return convert_gguf(smollm2_135m_instruct_gguf())
-    if spec == "packaged:gemma3-270m":
-        return convert_gguf(gemma3_270m_gguf())
+    if spec.startswith("packaged:"):
+        return convert_gguf(packaged_model(spec))
     return Path(spec)
 
 

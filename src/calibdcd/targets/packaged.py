@@ -18,7 +18,7 @@ from pathlib import Path
 
 from calibdcd.paths import cache_root
 
-__all__ = ["gemma3_270m_gguf", "smollm2_135m_instruct_gguf"]
+__all__ = ["PACKAGED", "gemma3_270m_gguf", "packaged_model", "smollm2_135m_instruct_gguf"]
 
 
 def smollm2_135m_instruct_gguf() -> Path:
@@ -50,3 +50,17 @@ def gemma3_270m_gguf(cache_dir: str | Path | None = None) -> Path:
         if result and Path(result).exists() and Path(result) != target:
             return Path(result)
     return target
+
+
+#: the names a config's ``model: packaged:<name>`` may use
+PACKAGED = ("smollm2-135m-instruct", "gemma3-270m")
+
+
+def packaged_model(spec: str, cache_dir: str | Path | None = None) -> Path:
+    """The GGUF file of ``packaged:<name>`` (or ``<name>``), one of :data:`PACKAGED`."""
+    name = spec.removeprefix("packaged:")
+    if name == "smollm2-135m-instruct":
+        return smollm2_135m_instruct_gguf()
+    if name == "gemma3-270m":
+        return gemma3_270m_gguf(cache_dir)
+    raise ValueError(f"model: unknown packaged model {spec!r}; known: {list(PACKAGED)}")
