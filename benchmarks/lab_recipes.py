@@ -50,6 +50,36 @@ RECIPES: dict[str, tuple[str, dict[str, Any], str]] = {
         {**_POOL_1000, "pretrain__n_background": 600, "sft__n_examples": 1600, "sft__lr": 1e-3},
         "R2a with 1,600 SFT examples at lr 1e-3",
     ),
+    # R2b on the detectors (lab seed 0, split seeds 0-2): chat-qwen VeilProbe 0.64-0.69, DPDLLM
+    # 0.50-0.53 (chance), Overlap 0.86-0.88: DPDLLM reads *sampled* continuations (T = 0.7),
+    # which a partly forgotten member no longer reproduces. R3: a stronger memorisation (72
+    # exposures) so that sampling reproduces members too, with the SFT strengths of R2.
+    "R3a": (
+        "micro",
+        {**_POOL_1000, "pretrain__n_background": 600, "pretrain__repeats": 24},
+        "72 exposures (16 -> 24 repeats x 3 epochs); SFT as R2a (960 ex., 5e-4)",
+    ),
+    "R3b": (
+        "micro",
+        {
+            **_POOL_1000,
+            "pretrain__n_background": 600,
+            "pretrain__repeats": 24,
+            "sft__n_examples": 1600,
+        },
+        "72 exposures; SFT as R2b (1,600 ex., 5e-4)",
+    ),
+    "R3c": (
+        "micro",
+        {
+            **_POOL_1000,
+            "pretrain__n_background": 600,
+            "pretrain__repeats": 24,
+            "sft__n_examples": 1600,
+            "sft__lr": 1e-3,
+        },
+        "72 exposures; SFT as R2d (1,600 ex., 1e-3)",
+    ),
 }
 
 
