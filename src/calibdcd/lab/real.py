@@ -79,7 +79,8 @@ class RealLabConfig:
     )
     n_members: int = 280  # 577 clean 2024 texts: 280 + 280 drawn
     n_replay: int = 200
-    #: injection: repeats x epochs = exposures per member (lr is LoRA's)
+    #: injection: repeats x epochs = exposures per member (lr is LoRA's); its ``n_members`` and
+    #: ``n_background`` are not read (the top-level ``n_members`` and ``n_replay`` are)
     inject: PretrainConfig = dataclasses.field(
         default_factory=lambda: PretrainConfig(
             n_members=280,
