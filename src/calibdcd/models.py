@@ -202,14 +202,6 @@ def resolve_model(ref: str | Path, *, need: Need = "model") -> ResolvedModel:
     in :func:`hub_cache_dir` (``id@revision``: that branch, tag or commit); it must hold what
     ``need`` requires, else :class:`MissingModelError`."""
     text = str(ref)
-    if text.startswith("packaged:"):  # a GGUF inside a PyPI package: dequantised once, cached
-        from calibdcd.targets.hf import convert_gguf
-        from calibdcd.targets.packaged import packaged_model
-
-        try:
-            return ResolvedModel(ref=text, path=convert_gguf(packaged_model(text)))
-        except ValueError as exc:
-            raise MissingModelError(text, str(exc)) from None
     p = Path(text).expanduser()
     if p.exists():
         return ResolvedModel(ref=text, path=p)

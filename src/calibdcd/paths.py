@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["CACHE_ENV", "cache_root", "user_cache_root"]
+__all__ = ["CACHE_ENV", "cache_root", "default_shared", "user_cache_root"]
 
 #: the environment variable naming the cache root of runs whose config sets no ``cache_dir``
 CACHE_ENV = "CALIBDCD_CACHE"
@@ -29,3 +29,16 @@ def cache_root(configured: str | os.PathLike[str] | None = None) -> Path:
     """The cache root of a run: ``configured`` (the config's ``cache_dir``) when given, else
     :func:`user_cache_root`."""
     return Path(configured) if configured else user_cache_root()
+
+
+def default_shared() -> str | None:
+    """``$CALIBDCD_SHARED``, else the nearest directory named ``shared`` beside the repository
+    or beside one of its parent directories (a worktree's ``../../shared``), else None: where
+    the offline benchmark copies live (``<shared>/data``)."""
+    env = os.environ.get("CALIBDCD_SHARED")
+    if env:
+        return env
+    for parent in Path(__file__).resolve().parents[2].parents:
+        if (parent / "shared").is_dir():
+            return str(parent / "shared")
+    return None

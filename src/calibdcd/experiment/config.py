@@ -67,6 +67,7 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from calibdcd.calibration import CalibrationConfig
 from calibdcd.options import suggestion
+from calibdcd.paths import default_shared
 from calibdcd.redact import is_secret_var, register_secret
 
 __all__ = [
@@ -541,18 +542,6 @@ class ExperimentConfig:
 # --------------------------------------------------------------------------------------------
 # Environment variables, paths, lines
 # --------------------------------------------------------------------------------------------
-
-
-def default_shared() -> str | None:
-    """``$CALIBDCD_SHARED``, else the nearest directory named ``shared`` beside the repository
-    or beside one of its parent directories (a worktree's ``../../shared``), else None."""
-    env = os.environ.get("CALIBDCD_SHARED")
-    if env:
-        return env
-    for parent in Path(__file__).resolve().parents[3].parents:
-        if (parent / "shared").is_dir():
-            return str(parent / "shared")
-    return None
 
 
 def _expand_tree(v: Any, loc: Loc, problems: list[tuple[Loc, str]]) -> Any:

@@ -134,7 +134,7 @@ def resolve_real_config(preset: str, **overrides: Any) -> RealLabConfig:
 
 
 def _expand(path: str) -> Path:
-    from calibdcd.experiment.config import default_shared
+    from calibdcd.paths import default_shared
 
     if "${CALIBDCD_SHARED}" in path:
         shared = default_shared()

