@@ -223,13 +223,17 @@ def resolve_config(preset: str, **overrides: Any) -> LabConfig:
     return _replace(cfg, top, "lab")
 
 
-def config_hash(cfg: LabConfig, seed: int, pool_fingerprint: str) -> str:
-    """A short stable hash of everything that determines a built lab."""
+def _content_hash(cfg: LabConfig, seed: int, pool_fingerprint: str, drop: tuple[str, ...]) -> str:
+    """A short stable hash of ``cfg`` without the fields ``drop``, the seed, the pool and the
+    build environment (shared by :func:`config_hash` and :func:`pretrain_hash`)."""
     from calibdcd.provenance import build_environment
 
+    config = cfg.to_dict()
+    for key in drop:
+        config.pop(key, None)
     payload = {
         "format": LAB_FORMAT_VERSION,
-        "config": cfg.to_dict(),
+        "config": config,
         "seed": seed,
         # the pool's content (with the default pool it depends on the Python version, whose
         # standard library it reads; lab.json records that version)
@@ -239,13 +243,16 @@ def config_hash(cfg: LabConfig, seed: int, pool_fingerprint: str) -> str:
         # thread count (3 threads train different bytes than 1, 2 or 4: docs/reproducibility.md)
         "build": build_environment(cfg.device, cfg.num_threads),
     }
-    # ``check`` only adds a measurement to lab.json: keep it out of the key (a lab built without
-    # its check is the same lab; ``calibdcd lab check`` measures it later); device and threads
-    # enter through "build" above
-    for key in ("device", "num_threads", "check"):
-        payload["config"].pop(key, None)
     blob = json.dumps(payload, sort_keys=True, default=list).encode()
     return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def config_hash(cfg: LabConfig, seed: int, pool_fingerprint: str) -> str:
+    """A short stable hash of everything that determines a built lab."""
+    # ``check`` only adds a measurement to lab.json: keep it out of the key (a lab built without
+    # its check is the same lab; ``calibdcd lab check`` measures it later); device and threads
+    # enter through the build environment
+    return _content_hash(cfg, seed, pool_fingerprint, ("device", "num_threads", "check"))
 
 
 def pretrain_hash(cfg: LabConfig, seed: int, pool_fingerprint: str) -> str:
@@ -254,17 +261,5 @@ def pretrain_hash(cfg: LabConfig, seed: int, pool_fingerprint: str) -> str:
     strength, replay, styles) share one pre-trained base (:func:`calibdcd.lab.build.build_lab`
     reuses it from ``<cache>/lab-base``), so tuning the post-training costs minutes, not a new
     pre-training."""
-    from calibdcd.provenance import build_environment
-
-    config = cfg.to_dict()
-    for key in ("preset", "sft", "styles", "evaluation", "device", "num_threads", "check"):
-        config.pop(key, None)
-    payload = {
-        "format": LAB_FORMAT_VERSION,
-        "config": config,
-        "seed": seed,
-        "pool": pool_fingerprint,
-        "build": build_environment(cfg.device, cfg.num_threads),
-    }
-    blob = json.dumps(payload, sort_keys=True, default=list).encode()
-    return hashlib.sha256(blob).hexdigest()[:12]
+    drop = ("preset", "sft", "styles", "evaluation", "device", "num_threads", "check")
+    return _content_hash(cfg, seed, pool_fingerprint, drop)

@@ -79,11 +79,22 @@ def _select(items: Sequence[EvalItem], n_per_class: int | None) -> list[EvalItem
     return pos + neg
 
 
-def _nll(model, tok, texts: Sequence[str], device, batch_size: int) -> list[float]:
+def _nll(
+    model,
+    tok,
+    texts: Sequence[str],
+    device,
+    batch_size: int,
+    *,
+    sep: int | None = None,
+    pad: int | None = None,
+) -> list[float]:
+    """Mean token NLL of each text after the document separator ``sep`` (the lab's
+    ``<|endoftext|>`` by default; a real model's own end-of-text id in the real-model lab)."""
     import torch
 
-    sep = tok.convert_tokens_to_ids(ENDOFTEXT)
-    pad = tok.convert_tokens_to_ids(PAD)
+    sep = tok.convert_tokens_to_ids(ENDOFTEXT) if sep is None else sep
+    pad = tok.convert_tokens_to_ids(PAD) if pad is None else pad
     out: list[float] = []
     for b in range(0, len(texts), batch_size):
         seqs = [

@@ -193,12 +193,9 @@ def real_lab_key(preset: str, seed: int = 0, **overrides: Any) -> str:
 
 
 def _model_dir(spec: str) -> Path:
-    from calibdcd.targets.hf import convert_gguf
-    from calibdcd.targets.packaged import packaged_model
+    from calibdcd.targets.packaged import packaged_checkpoint
 
-    if spec.startswith("packaged:"):
-        return convert_gguf(packaged_model(spec))
-    return Path(spec)
+    return packaged_checkpoint(spec) if spec.startswith("packaged:") else Path(spec)
 
 
 def _lora(model, spec: LoraSpec):
@@ -236,29 +233,6 @@ def chat_examples(convs: list[Conversation], tokenizer, max_len: int):
     return out
 
 
-def _texts_nll(model, tok, texts: list[str], batch: int = 8) -> list[float]:
-    import torch
-
-    out: list[float] = []
-    eos = tok.eos_token_id
-    for i in range(0, len(texts), batch):
-        chunk = [
-            [eos, *tok(t, add_special_tokens=False)["input_ids"]] for t in texts[i : i + batch]
-        ]
-        width = max(len(c) for c in chunk)
-        ids = torch.full((len(chunk), width), tok.pad_token_id or eos, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for r, c in enumerate(chunk):
-            ids[r, : len(c)] = torch.tensor(c)
-            mask[r, : len(c)] = 1
-        with torch.no_grad():
-            logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
-        logp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None])[..., 0]
-        m = mask[:, 1:].float()
-        out.extend((-(logp * m).sum(1) / m.sum(1)).tolist())
-    return out
-
-
 def _greedy_rouge(model, tok, texts: list[str], max_ref_words: int = 48) -> list[float]:
     import torch
 
@@ -286,12 +260,14 @@ def _greedy_rouge(model, tok, texts: list[str], max_ref_words: int = 48) -> list
 
 
 def _signal(model, tok, members: list[str], nonmembers: list[str], n: int | None):
+    from calibdcd.lab.evaluate import _nll
     from calibdcd.lab.scoring import auc
 
     mem, non = members[:n] if n else members, nonmembers[:n] if n else nonmembers
     labels = [1] * len(mem) + [0] * len(non)
     t0 = time.perf_counter()
-    nll = _texts_nll(model, tok, mem + non)
+    eos = tok.eos_token_id
+    nll = _nll(model, tok, mem + non, "cpu", 8, sep=eos, pad=tok.pad_token_id or eos)
     rouge = _greedy_rouge(model, tok, mem + non)
     return {
         "n_per_class": len(mem),

@@ -18,7 +18,13 @@ from pathlib import Path
 
 from calibdcd.paths import cache_root
 
-__all__ = ["PACKAGED", "gemma3_270m_gguf", "packaged_model", "smollm2_135m_instruct_gguf"]
+__all__ = [
+    "PACKAGED",
+    "gemma3_270m_gguf",
+    "packaged_checkpoint",
+    "packaged_model",
+    "smollm2_135m_instruct_gguf",
+]
 
 
 def smollm2_135m_instruct_gguf() -> Path:
@@ -64,3 +70,12 @@ def packaged_model(spec: str, cache_dir: str | Path | None = None) -> Path:
     if name == "gemma3-270m":
         return gemma3_270m_gguf(cache_dir)
     raise ValueError(f"model: unknown packaged model {spec!r}; known: {list(PACKAGED)}")
+
+
+def packaged_checkpoint(spec: str, cache_dir: str | Path | None = None) -> Path:
+    """``packaged:<name>`` as a plain transformers checkpoint directory: its GGUF dequantised once
+    into ``<cache>/gguf`` (:func:`calibdcd.targets.hf.convert_gguf`); for what trains or scores
+    with the weights directly (DPDLLM's reference LM, the real-model lab)."""
+    from calibdcd.targets.hf import convert_gguf
+
+    return convert_gguf(packaged_model(spec, cache_dir), cache_dir)

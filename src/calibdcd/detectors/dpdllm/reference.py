@@ -134,11 +134,10 @@ def _base_dir(model_path: str) -> Path:
     from calibdcd.models import MissingModelError, resolve_model
 
     if model_path.startswith("packaged:"):
-        from calibdcd.targets.hf import convert_gguf
-        from calibdcd.targets.packaged import packaged_model
+        from calibdcd.targets.packaged import packaged_checkpoint
 
         try:
-            return convert_gguf(packaged_model(model_path))
+            return packaged_checkpoint(model_path)
         except ValueError as exc:
             raise MissingModelError(model_path, str(exc)) from None
     return resolve_model(model_path).path
