@@ -58,3 +58,21 @@ def test_inner_bar_shows_counts_and_eta_and_is_erased(capfd, target):
     with inner_bar(range(3), desc="x", enabled=False) as bar:
         assert list(bar) == [0, 1, 2]
     assert capfd.readouterr().err == ""
+
+
+def test_a_cached_target_shows_one_bar_over_all_its_chunks(capfd, target, tmp_path):
+    """The cache asks its target chunk by chunk; the user sees one bar over every missing
+    completion (its ETA is the whole call's), not a bar restarting with each chunk."""
+    from calibdcd.targets.cache import CachedTarget
+
+    prompts = [f"The number {i} is" for i in range(6)]
+    target.progress = True
+    try:
+        with CachedTarget(target, tmp_path / "gen.sqlite", chunk_size=2) as cached:
+            cached.generate(prompts, GenerationParams(max_new_tokens=2, temperature=0.0))
+            assert target.progress is True  # handed back after the call
+    finally:
+        target.progress = False
+    err = capfd.readouterr().err
+    assert "generate:" in err and "0/6 [" in err
+    assert "batch" not in err  # the target's own per-chunk bars stayed off

@@ -32,6 +32,7 @@ and completions are stored.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -45,6 +46,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from calibdcd.progress import inner_bar
 from calibdcd.targets.base import (
     INHERIT,
     GenerationParams,
@@ -406,11 +408,13 @@ class CachedTarget:
                         time.sleep(self.poll)  # the rest is being generated elsewhere
                         continue
                     work = [pending[k] for k in mine]
-                    for stored in self._generate_missing(work, params):
-                        self._store(stored)
-                        wanted = [k for k, *_ in stored if pending.pop(k, None) is not None]
-                        self._stats.misses += len(wanted)
-                        found.update(self._lookup(wanted))  # first writer wins across processes
+                    with self._one_bar(len(work)) as bar:
+                        for stored in self._generate_missing(work, params):
+                            self._store(stored)
+                            wanted = [k for k, *_ in stored if pending.pop(k, None) is not None]
+                            self._stats.misses += len(wanted)
+                            found.update(self._lookup(wanted))  # first writer wins
+                            bar.update(len(stored))
             except BaseException:
                 self._release()
                 raise
@@ -418,6 +422,21 @@ class CachedTarget:
             self._stats.served += len(out)
             self._stats.empty += sum(not t.strip() for t in out)
             return out
+
+    @contextlib.contextmanager
+    def _one_bar(self, total: int) -> Iterator[Any]:
+        """One bar over every missing completion of a call (count, rate, ETA), in place of the
+        wrapped target's own bar, which would restart with each chunk of ``chunk_size``."""
+        shown = bool(getattr(self.target, "progress", False)) and total > self.chunk_size
+        bar = inner_bar(total=total, desc="generate", unit="completion", enabled=shown)
+        if shown:
+            self.target.progress = False
+        try:
+            yield bar
+        finally:
+            if shown:
+                self.target.progress = True
+            bar.close()
 
     # -- misc --
 
