@@ -418,43 +418,15 @@ def test_kill9_resume_through_server(tmp_path):
 @pytest.fixture(scope="module")
 def served_model():
     pytest.importorskip("fastapi")
-    exe = Path(sys.executable).parent / "transformers"
-    if not exe.exists():
+    from calibdcd.targets.serve import transformers_serve
+
+    if not (Path(sys.executable).parent / "transformers").exists():
         pytest.skip("transformers CLI not installed (extra `serve`)")
     from calibdcd.targets.tiny import cached_tiny_lm
 
     model_dir = cached_tiny_lm()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(
-        [str(exe), "serve", "--host", "127.0.0.1", "--port", str(port), "--device", "cpu",
-         str(model_dir)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    import httpx
-
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None:
-            pytest.fail("transformers serve exited during start-up")
-        time.sleep(0.5)
-    else:
-        proc.kill()
-        pytest.fail("transformers serve did not become healthy in 120 s")
-    yield url, model_dir
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    with transformers_serve(model_dir, threads=1, startup_timeout=120) as url:
+        yield url, model_dir
 
 
 def test_transformers_serve_roundtrip(served_model, tmp_path):

