@@ -111,6 +111,13 @@ def test_pool_files_and_errors(tmp_path, shared_data_dir):
     nofield.write_text('{"body": "x"}\n')
     with pytest.raises(ValueError, match="no text field"):
         load_pool(nofield)
+    # a row filter keeps each text's own line as its source
+    mixed = tmp_path / "m.jsonl"
+    mixed.write_text('{"text": "a", "label": 1}\n\n{"text": "b", "label": 0}\n{"text": "c"}\n')
+    assert [(t.text, t.source) for t in load_pool(mixed, where={"label": 0})] == [
+        ("b", "m.jsonl:3")
+    ]
+    assert len(load_pool(mixed)) == 3
     # de-duplication on the opening words, length filter
     texts = [PoolText(" ".join(["w"] * 50), "a"), PoolText(" ".join(["w"] * 60), "b")]
     assert len(clean_pool(texts, PoolConfig())) == 1

@@ -117,13 +117,24 @@ def _nll(
 
 
 def _greedy(
-    model, tok, prompts: Sequence[str], budgets: Sequence[int], stop_ids, device, batch_size
+    model,
+    tok,
+    prompts: Sequence[str],
+    budgets: Sequence[int],
+    stop_ids,
+    device,
+    batch_size,
+    *,
+    pad: int | None = None,
 ):
-    """Greedy completions (decoded, special tokens kept, cut at the first stop token)."""
+    """Greedy completions (decoded, special tokens kept, cut at the first stop token or pad);
+    ``pad``: the padding id (the lab's ``<|pad|>`` by default; a real model's own in the
+    real-model lab)."""
     import torch
     from transformers import GenerationConfig
 
-    pad = tok.convert_tokens_to_ids(PAD)
+    pad = tok.convert_tokens_to_ids(PAD) if pad is None else pad
+    pad_token = tok.convert_ids_to_tokens(pad)
     stop_tokens = {tok.convert_ids_to_tokens(i) for i in stop_ids}
     order = sorted(range(len(prompts)), key=lambda i: budgets[i])
     out = [""] * len(prompts)
@@ -149,7 +160,9 @@ def _greedy(
         for r, i in enumerate(idx):
             new = gen[r, width:].tolist()
             toks = tok.convert_ids_to_tokens(new)
-            cut = next((k for k, t in enumerate(toks) if t in stop_tokens or t == PAD), len(new))
+            cut = next(
+                (k for k, t in enumerate(toks) if t in stop_tokens or t == pad_token), len(new)
+            )
             out[i] = tok.decode(new[:cut], skip_special_tokens=False)
     return out
 

@@ -28,6 +28,7 @@ import re
 import sysconfig
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from calibdcd.lab.config import PoolConfig
 
@@ -148,11 +149,15 @@ def _default_pool(min_words: int, max_words: int) -> tuple[PoolText, ...]:
 # --------------------------------------------------------------------------- user pools
 
 
-def load_pool(path: str | Path, text_field: str | None = None) -> list[PoolText]:
+def load_pool(
+    path: str | Path, text_field: str | None = None, where: dict[str, Any] | None = None
+) -> list[PoolText]:
     """Texts from a ``.jsonl`` (one object or string per line), ``.json`` (a list) or ``.csv``.
 
     ``text_field`` names the column; by default the first of ``text``, ``input``, ``snippet``,
-    ``passage``, ``content``, ``document``, ``Example_A`` that is present.
+    ``passage``, ``content``, ``document``, ``Example_A`` that is present. ``where`` keeps only
+    the objects whose fields equal its values (e.g. ``{"label": 0}``); a text keeps its line
+    as its source either way.
     """
     path = Path(path)
     if not path.is_file():
@@ -181,7 +186,9 @@ def load_pool(path: str | Path, text_field: str | None = None) -> list[PoolText]
         raise ValueError(f"pool file {path}: unsupported extension {suffix!r} (jsonl, json, csv)")
     out: list[PoolText] = []
     field = text_field
-    for where, row in rows:
+    if where:
+        rows = [(w, r) for w, r in rows if isinstance(r, dict) and _matches(r, where)]
+    for loc, row in rows:
         if isinstance(row, str):
             text = row
         elif isinstance(row, dict):
@@ -189,18 +196,21 @@ def load_pool(path: str | Path, text_field: str | None = None) -> list[PoolText]
                 field = next((f for f in _TEXT_FIELDS if f in row), None)
                 if field is None:
                     raise ValueError(
-                        f"{where}: no text field found (tried {list(_TEXT_FIELDS)}); "
-                        "pass text_field"
+                        f"{loc}: no text field found (tried {list(_TEXT_FIELDS)}); pass text_field"
                     )
             if field not in row:
-                raise ValueError(f"{where}: missing field {field!r}")
+                raise ValueError(f"{loc}: missing field {field!r}")
             text = row[field]
             if not isinstance(text, str):
-                raise ValueError(f"{where}: field {field!r} is not a string")
+                raise ValueError(f"{loc}: field {field!r} is not a string")
         else:
-            raise ValueError(f"{where}: expected a string or an object, got {type(row).__name__}")
-        out.append(PoolText(text, where))
+            raise ValueError(f"{loc}: expected a string or an object, got {type(row).__name__}")
+        out.append(PoolText(text, loc))
     return out
+
+
+def _matches(row: dict[str, Any], where: dict[str, Any]) -> bool:
+    return all(k in row and row[k] == v for k, v in where.items())
 
 
 # --------------------------------------------------------------------------- cleaning, split

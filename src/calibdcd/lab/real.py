@@ -147,15 +147,7 @@ def _expand(path: str) -> Path:
 
 
 def _labelled(path: Path, label: int | None) -> list[PoolText]:
-    texts = load_pool(path)
-    if label is None:
-        return texts
-    keep = set()
-    with path.open(encoding="utf-8") as fh:
-        for i, line in enumerate(fh):
-            if line.strip() and json.loads(line).get("label") == label:
-                keep.add(i + 1)
-    return [t for t in texts if int(t.source.rsplit(":", 1)[1]) in keep]
+    return load_pool(path, where=None if label is None else {"label": label})
 
 
 def real_pools(cfg: RealLabConfig) -> tuple[list[PoolText], list[PoolText]]:
@@ -237,28 +229,22 @@ def chat_examples(convs: list[Conversation], tokenizer, max_len: int):
 
 
 def _greedy_rouge(model, tok, texts: list[str], max_ref_words: int = 48) -> list[float]:
-    import torch
-
-    from calibdcd.lab.evaluate import split_for_continuation
+    """ROUGE-L of each text's greedy continuation (of its first part, by the lab's split)
+    against its true rest, the continuation cut to the rest's length."""
+    from calibdcd.lab.evaluate import _greedy, split_for_continuation
     from calibdcd.lab.scoring import rouge_l, words
 
-    tok.padding_side = "left"
-    scores: list[float] = []
-    for i in range(0, len(texts), 16):
-        pairs = [split_for_continuation(t, max_ref_words) for t in texts[i : i + 16]]
-        enc = tok([p for p, _ in pairs], return_tensors="pt", padding=True)
-        n_new = min(96, int(1.7 * max(len(r.split()) for _, r in pairs)) + 6)
-        with torch.no_grad():
-            gen = model.generate(
-                **enc,
-                do_sample=False,
-                max_new_tokens=n_new,
-                pad_token_id=tok.pad_token_id or tok.eos_token_id,
-            )
-        for (_, ref), row in zip(pairs, gen[:, enc["input_ids"].shape[1] :], strict=True):
-            ref_w = words(ref)
-            hyp = words(tok.decode(row, skip_special_tokens=True))[: len(ref_w)]
-            scores.append(rouge_l(hyp, ref_w))
+    pairs = [split_for_continuation(t, max_ref_words) for t in texts]
+    budgets = [min(96, int(1.7 * len(r.split())) + 6) for _, r in pairs]
+    eos = tok.eos_token_id
+    gens = _greedy(
+        model, tok, [p for p, _ in pairs], budgets, [eos], "cpu", 16,
+        pad=tok.pad_token_id if tok.pad_token_id is not None else eos,
+    )  # fmt: skip
+    scores = []
+    for (_, ref), gen in zip(pairs, gens, strict=True):
+        ref_w = words(ref)
+        scores.append(rouge_l(words(gen)[: len(ref_w)], ref_w))
     return scores
 
 
