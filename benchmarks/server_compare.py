@@ -11,10 +11,11 @@ in process. Measured, on the first halves of the lab's texts (members and non-me
    paired bootstrap intervals of the mean difference;
 3. client throughput (completions/s) on the same prompts: in process at two batch sizes, and
    through the server at several concurrencies (the server and the client share the cores);
-4. AUC: with ``--auc``, `calibdcd run` of a config with the Overlap detector (and CalibDCD) on
-   the in-process target and on the served one, seeds 0-2; the AUCs side by side.
+4. AUC: with ``--auc CONFIG``, `calibdcd run` of CONFIG's Overlap detector (and CalibDCD) on
+   its first target in process and on the served copy, CONFIG's seeds; the AUCs side by side.
 
-    python benchmarks/server_compare.py --model lab:real-smollm2/chat --out DIR [--auc]
+    python benchmarks/server_compare.py --model lab:real-smollm2/chat --out DIR \
+        [--auc configs/real-lab.yaml]
 
 Writes DIR/server_compare.json; `--markdown` prints the tables docs/serving.md shows. A single
 run on 2 cores takes ~15 min without `--auc` (measured times are in the JSON).
@@ -36,20 +37,19 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def resolve_model(spec: str) -> tuple[Path, dict]:
+def resolve_model(spec: str) -> Path:
     """A checkpoint directory for ``spec``: a path, ``lab:<preset>[@seed]/<model>`` or
-    ``packaged:<name>``; with the lab entry (or None) that names it in a config."""
+    ``packaged:<name>``."""
     if spec.startswith("lab:"):
         from calibdcd.experiment.components import resolve_lab
 
         lab, model = spec[4:].split("/", 1)
-        path = resolve_lab(lab)
-        return path / model, {"lab": lab, "model": model}
+        return resolve_lab(lab) / model
     if spec.startswith("packaged:"):
         from calibdcd.targets.packaged import packaged_checkpoint
 
-        return packaged_checkpoint(spec), {"model": spec}
-    return Path(spec), {"model": spec}
+        return packaged_checkpoint(spec)
+    return Path(spec)
 
 
 def prompt_set(lab_dir: Path | None, n: int, seed: int) -> list[tuple[str, list[str], int]]:
@@ -141,27 +141,20 @@ def throughput(make_local, make_server, prompts, max_new_tokens, batches, concur
     from calibdcd.targets.base import GenerationParams
 
     params = GenerationParams(max_new_tokens=max_new_tokens, temperature=1.0, top_p=1.0, seed=5)
+    runs = [("hf (in process)", f"batch {b}", lambda b=b: make_local(b)) for b in batches]
+    runs += [
+        ("openai (transformers serve)", f"concurrency {c}", lambda c=c: make_server(c))
+        for c in concurrencies
+    ]
     rows = []
-    for bs in batches:
-        t = make_local(bs)
+    for backend, setting, make in runs:
+        t = make()
         t.generate(prompts[:4], params)  # warm-up
         _, dt = timed(t.generate, prompts, params)
         rows.append(
             {
-                "backend": "hf (in process)",
-                "setting": f"batch {bs}",
-                "seconds": dt,
-                "completions_per_s": len(prompts) / dt,
-            }
-        )
-    for c in concurrencies:
-        t = make_server(c)
-        t.generate(prompts[:2], params)
-        _, dt = timed(t.generate, prompts, params)
-        rows.append(
-            {
-                "backend": "openai (transformers serve)",
-                "setting": f"concurrency {c}",
+                "backend": backend,
+                "setting": setting,
                 "seconds": dt,
                 "completions_per_s": len(prompts) / dt,
             }
@@ -169,37 +162,25 @@ def throughput(make_local, make_server, prompts, max_new_tokens, batches, concur
     return rows
 
 
-def run_auc(entry: dict, served: Path, url: str, out: Path) -> dict:
-    """`calibdcd run` of Overlap (+ CalibDCD) on the in-process target and on the served one."""
+def run_auc(config: Path, served: Path, url: str, out: Path) -> dict:
+    """`calibdcd run` of ``config`` (its benchmark, split and seeds) with its Overlap detector
+    on its first target in process and on the served copy of that target's model."""
     import yaml
 
-    lab = entry.get("lab")
-    hf = {"name": "chat", "backend": "hf", **entry, "options": {"device": "auto", "batch_size": 64}}
+    cfg = yaml.safe_load(config.read_text())
+    hf = dict(cfg["targets"][0])
     srv = {
-        "name": "chat-server",
+        "name": f"{hf['name']}-server",
         "backend": "openai",
         "model": str(served),
         "options": {"base_url": url, "concurrency": 4, "timeout": 600},
     }
-    cfg = {
-        "name": "server-compare",
-        "seeds": [0, 1, 2],
-        "detector_seed": "fixed",
-        "protocol": "paper",
-        "split": {
-            "subsample": "all",
-            "n_supervised_per_class": 50,
-            "calibration_fraction": 0.5,
-            "n_calibration": 25,
-        },
-        "benchmarks": [
-            {"name": "lab", "lab": lab, "path": "ground_truth.jsonl", "label": "real-lab"}
-        ],
-        "targets": [hf, srv],
-        "detectors": [{"name": "overlap", "label": "Overlap"}],
-        "evaluation": {"fpr": 0.05, "n_boot": 1000, "level": 0.95},
-        "output": str(out / "auc-run"),
-    }
+    cfg.update(
+        name=f"{cfg['name']}-server",
+        targets=[hf, srv],
+        detectors=[d for d in cfg["detectors"] if d["name"] == "overlap"],
+        output=str(out / "auc-run"),
+    )
     path = out / "server-compare.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     t0 = time.perf_counter()
@@ -229,7 +210,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batches", type=int, nargs="+", default=[16, 64])
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
     ap.add_argument("--server-args", default="", help="extra `transformers serve` arguments")
-    ap.add_argument("--auc", action="store_true", help="also run the Overlap config both ways")
+    ap.add_argument(
+        "--auc",
+        type=Path,
+        metavar="CONFIG",
+        help="also run CONFIG's Overlap detector on its first target, in process and served "
+        "(configs/real-lab.yaml: the target --model names)",
+    )
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--markdown", type=Path, help="print the tables of an existing JSON")
     args = ap.parse_args(argv)
@@ -243,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     from calibdcd.targets.serve import sampling_copy, served_model_id, transformers_serve
 
     args.out.mkdir(parents=True, exist_ok=True)
-    model_dir, entry = resolve_model(args.model)
+    model_dir = resolve_model(args.model)
     items = prompt_set(model_dir.parent, args.n, args.seed)
     prompts = [p for p, _, _ in items]
     truths = [t for _, t, _ in items]
@@ -296,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         print("throughput:", json.dumps(result["throughput"], indent=1), flush=True)
         if args.auc:
-            result["auc"] = run_auc(entry, served, url, args.out)
+            result["auc"] = run_auc(args.auc, served, url, args.out)
     result["seconds"] = time.perf_counter() - t_all
     (args.out / "server_compare.json").write_text(json.dumps(result, indent=1) + "\n")
     print(markdown(result))
