@@ -532,6 +532,26 @@ def test_subsample_equal_and_stratified():
         assert len(subsample(labels, 10_000)) == len(labels)
 
 
+def test_a_fixed_subsample_seed_keeps_the_texts_and_varies_the_split():
+    labels = labels_of(700, 700)
+    fixed = SplitConfig(subsample=400, subsample_seed=0)
+    a, b = (
+        make_split(labels, fixed, seed=1, subsample_size=400),
+        make_split(labels, fixed, seed=2, subsample_size=400),
+    )
+    np.testing.assert_array_equal(a.subsample, b.subsample)  # the same 400 texts
+    assert not np.array_equal(a.supervised, b.supervised)  # split differently
+    assert not np.array_equal(a.calibration, b.calibration)
+    # the paper's default: each seed draws its own subsample; the fixed one is seed 0's
+    per_seed = SplitConfig(subsample=400)
+    c = make_split(labels, per_seed, seed=2, subsample_size=400)
+    assert not np.array_equal(c.subsample, b.subsample)
+    zero = make_split(labels, per_seed, seed=0, subsample_size=400)
+    np.testing.assert_array_equal(zero.subsample, a.subsample)
+    with pytest.raises(ValueError, match="subsample_seed must be None or an int"):
+        SplitConfig(subsample_seed="0")  # type: ignore[arg-type]
+
+
 def test_subsample_config_resolution():
     labels = labels_of(1200, 1100)
     bench = Benchmark(

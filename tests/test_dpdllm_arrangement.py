@@ -131,7 +131,7 @@ def test_runner_passes_reference_texts_by_arrangement(lab_micro, tiny, tmp_path)
 
     bench = ctx.benchmark(bench_entry)
     setting = Setting(bench_entry, target_entry, cfg.detectors[0], 0)
-    split = split_benchmark(bench, split_config(setting, cfg), seed=0)
+    split = split_benchmark(bench, split_config(setting.benchmark, cfg), seed=0)
     sup = list(split.supervised)
     rest = [int(i) for i in split.subsample if i not in set(sup)]
     pool = [bench.texts[i] for i in split.subsample]

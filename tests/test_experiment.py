@@ -165,6 +165,22 @@ def test_dry_run_checks_the_group_aware_split():
                "meta 'author'" in p for p in problems)  # fmt: skip
 
 
+def test_a_fixed_subsample_is_a_setting_of_the_split():
+    from calibdcd.experiment.setting import setting_hash
+
+    plain = parse_config(_base(seeds=[0, 1]))
+    fixed = parse_config(_base(seeds=[0, 1], split={"subsample_seed": 0}))
+    assert plain.subsample_seed is None and fixed.subsample_seed == 0
+    assert load_config_roundtrip(fixed).subsample_seed == 0
+    assert "subsample_seed" not in plain.as_dict().get("split", {})  # old configs unchanged
+    # it changes what a setting is (and so its hash), and only when it is set
+    a, b = grid(plain)[0], grid(fixed)[0]
+    assert setting_hash(a, plain) != setting_hash(b, fixed)
+    assert setting_hash(a, plain) == setting_hash(a, parse_config(_base(seeds=[0, 1])))
+    with pytest.raises(ConfigError, match="subsample_seed"):
+        parse_config(_base(split={"subsample_seed": "zero"}))
+
+
 def load_config_roundtrip(cfg):
     import yaml
 
@@ -404,7 +420,7 @@ def test_seeds_vary_the_split_the_classifier_and_the_detector_state():
     from calibdcd.data import make_split
 
     labels = np.array([1] * 150 + [0] * 150)
-    sups = [tuple(make_split(labels, split_config(s, cfg), seed=s.seed).supervised)
+    sups = [tuple(make_split(labels, split_config(s.benchmark, cfg), seed=s.seed).supervised)
             for s in settings]  # fmt: skip
     assert len(set(sups)) == 3
 

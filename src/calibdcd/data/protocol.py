@@ -84,6 +84,11 @@ class SplitConfig:
     n_calibration: int | None = None
     #: sample meta field whose value is the text's group (book, paper); None = split by text
     group_by: str | None = None
+    #: the seed of step 1 (the subsample): None = the split's seed (the paper: each seed draws
+    #: its own subsample); an int = one subsample for every seed, so seeds vary the supervised
+    #: split, the calibration texts and the classifiers over the same texts (and share their
+    #: generations: a real model's run costs one subsample's queries, not one per seed)
+    subsample_seed: int | None = None
 
     def __post_init__(self) -> None:
         if self.protocol not in ("paper", "strict"):
@@ -115,6 +120,9 @@ class SplitConfig:
         g = self.group_by
         if g is not None and (not isinstance(g, str) or not g):
             raise ValueError(f"group_by must be None or a meta field name, got {g!r}")
+        s = self.subsample_seed
+        if s is not None and (isinstance(s, bool) or not isinstance(s, int)):
+            raise ValueError(f"subsample_seed must be None or an int, got {s!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -331,7 +339,8 @@ def make_split(
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise ValueError(f"seed must be an int, got {seed!r}")
     labels = _check_labels(labels, name)
-    sub = subsample(labels, subsample_size, seed=seed, balance=config.balance, name=name)
+    sub_seed = seed if config.subsample_seed is None else config.subsample_seed
+    sub = subsample(labels, subsample_size, seed=sub_seed, balance=config.balance, name=name)
     sub_labels = labels[sub]
     members, non_members = sub[sub_labels == 1], sub[sub_labels == 0]
     k = config.n_supervised_per_class

@@ -411,6 +411,7 @@ class SplitSection(BaseModel):
     n_calibration: Annotated[StrictInt, AfterValidator(_at_least(1))] | None = None
     group_by: Text | None = None
     subsample: Any = None
+    subsample_seed: StrictInt | None = None
 
 
 class ConfigFile(BaseModel):
@@ -469,6 +470,8 @@ class ExperimentConfig:
     #: group-aware split: the sample meta field holding a text's group (``group``: book/paper of
     #: the known benchmarks; the lab's ``source``); None = split by text (the paper)
     group_by: str | None = None
+    #: one subsample for every seed (its seed), or None: each seed its own (the paper)
+    subsample_seed: int | None = None
     #: "offset" (default): a setting's seed is added to every ``seed`` of its detector's config
     #: (generation sampling, perturbations, trained parts), so seeds vary the detector's random
     #: state as well as the split and the classifier; "fixed": only split and classifier vary
@@ -502,6 +505,8 @@ class ExperimentConfig:
             "n_calibration": self.n_calibration,
             "group_by": self.group_by,
         }
+        if self.subsample_seed is not None:
+            split["subsample_seed"] = self.subsample_seed
         return ConfigFile.model_construct(
             name=self.name,
             seeds=list(self.seeds),
@@ -1004,6 +1009,7 @@ def _resolve(
         n_calibration=s.n_calibration,
         balance=s.balance,
         group_by=s.group_by,
+        subsample_seed=s.subsample_seed,
         calibration=f.calibration,
         evaluation=f.evaluation,
         analyses=f.analyses,

@@ -46,7 +46,13 @@ from calibdcd.experiment.components import (
 from calibdcd.experiment.config import ExperimentConfig, lab_spec
 from calibdcd.experiment.model_uses import check_models
 from calibdcd.experiment.rundir import lock_run_dir, set_aside_stale
-from calibdcd.experiment.setting import RunContext, Setting, run_setting, setting_hash
+from calibdcd.experiment.setting import (
+    RunContext,
+    Setting,
+    run_setting,
+    setting_hash,
+    split_config,
+)
 from calibdcd.experiment.store import atomic_write_text, write_csv, write_json
 from calibdcd.integrity import checkpoint_problems
 from calibdcd.models import MissingModelsError, ModelUse, ResolvedModel, models_record
@@ -306,7 +312,7 @@ def dry_run(cfg: ExperimentConfig, *, options: bool = True) -> tuple[list[str], 
     detector names/presets/options, the models, the grid. Returns (report lines, problems); an
     empty problems list means the config can run. ``options=False``: the targets' and
     detectors' options were checked with the config (``read_config``) and are not repeated."""
-    from calibdcd.data import SplitConfig, split_benchmark
+    from calibdcd.data import split_benchmark
     from calibdcd.detectors.base import NeedsSupervised
     from calibdcd.experiment.components import load_benchmark_entry, model_path
     from calibdcd.targets.base import available_backends, unknown_options
@@ -334,19 +340,7 @@ def dry_run(cfg: ExperimentConfig, *, options: bool = True) -> tuple[list[str], 
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 bench = load_benchmark_entry(b, build_lab=False, root=root)
-                split = split_benchmark(
-                    bench,
-                    SplitConfig(
-                        protocol=cfg.protocol,
-                        subsample=b.subsample,  # type: ignore[arg-type]
-                        balance=cfg.balance,
-                        n_supervised_per_class=cfg.n_supervised_per_class,
-                        calibration_fraction=cfg.calibration_fraction,
-                        n_calibration=cfg.n_calibration,
-                        group_by=cfg.group_by,
-                    ),
-                    seed=cfg.seeds[0],
-                )
+                split = split_benchmark(bench, split_config(b, cfg), seed=cfg.seeds[0])
         except Exception as exc:
             problems.append(f"{key}: {exc}")
             continue

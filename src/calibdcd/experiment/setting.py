@@ -137,6 +137,8 @@ def setting_hash(setting: Setting, cfg: ExperimentConfig) -> str:
         dataclasses.asdict(cfg.analyses),
         cfg.view_system,
         cfg.calibration_space,
+        # (only when set, so that the hashes of configs without it stay as they were)
+        *(() if cfg.subsample_seed is None else (("subsample_seed", cfg.subsample_seed),)),
     )[:16]
 
 
@@ -430,17 +432,19 @@ class PreparedSetting:
     generation: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
-def split_config(setting: Setting, cfg: ExperimentConfig) -> Any:
+def split_config(benchmark: BenchmarkEntry, cfg: ExperimentConfig) -> Any:
+    """The data protocol's settings for ``benchmark`` under ``cfg``."""
     from calibdcd.data import SplitConfig
 
     return SplitConfig(
         protocol=cfg.protocol,
-        subsample=setting.benchmark.subsample,  # type: ignore[arg-type]
+        subsample=benchmark.subsample,  # type: ignore[arg-type]
         balance=cfg.balance,
         n_supervised_per_class=cfg.n_supervised_per_class,
         calibration_fraction=cfg.calibration_fraction,
         n_calibration=cfg.n_calibration,
         group_by=cfg.group_by,
+        subsample_seed=cfg.subsample_seed,
     )
 
 
@@ -459,7 +463,7 @@ def prepare_setting(
     bench = ctx.benchmark(setting.benchmark)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        split = split_benchmark(bench, split_config(setting, cfg), seed=setting.seed)
+        split = split_benchmark(bench, split_config(setting.benchmark, cfg), seed=setting.seed)
     texts = bench.texts
     labels = np.asarray(bench.labels)
     sup = np.asarray(split.supervised)
