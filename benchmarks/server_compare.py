@@ -168,7 +168,7 @@ def run_auc(config: Path, served: Path, url: str, out: Path) -> dict:
     import yaml
 
     cfg = yaml.safe_load(config.read_text())
-    hf = dict(cfg["targets"][0])
+    hf = {k: v for k, v in cfg["targets"][0].items() if k != "base"}  # its base is not run
     srv = {
         "name": f"{hf['name']}-server",
         "backend": "openai",
