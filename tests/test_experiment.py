@@ -242,6 +242,10 @@ def test_run_directory_contents(run):
         assert sorted(res["views"]) == sorted(
             ["U1", "U2", "U3", "U4", "U5", "U6", "U7", "U8", "T1", "T2"]
         )
+        # what the target decoded the detector's queries with (Overlap: greedy continuations)
+        gen = res["generation"]["continuation"]
+        assert gen["backend"] == "hf" and gen["source"] == "generation_config.json"
+        assert gen["requested"]["temperature"] == gen["used"]["temperature"] == 0.0
         with (d / "scores.csv").open() as fh:
             rows = list(csv.DictReader(fh))
         assert len(rows) == len(split["subsample"])

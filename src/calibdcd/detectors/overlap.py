@@ -221,6 +221,11 @@ class ContinuationOverlap:
         p = self.config.positions
         return {"match": slice(0, p), "overlap": slice(p, p + N_SUMMARY)}
 
+    @property
+    def generation_kinds(self) -> dict[str, GenerationParams]:
+        """The decoding of each kind of target query (a run records what the target used)."""
+        return {"continuation": self.config.generation_params()}
+
     def extract(self, texts: Sequence[str], target: Any, view: Any | None = None) -> Features:
         if isinstance(texts, str) or not texts:
             raise ValueError("texts must be a non-empty sequence of strings")

@@ -80,6 +80,7 @@ from calibdcd.results import (
     read_result,
     write_result,
 )
+from calibdcd.targets.base import generation_record
 
 __all__ = [
     "PreparedSetting",
@@ -349,6 +350,14 @@ class _Extractor:
             self._set_blocks(hit)
             if "generation" in hit:
                 self._add_generation(json.loads(str(hit["generation"])))
+            elif kinds := getattr(self.detector, "generation_kinds", None):
+                # features cached before runs recorded decoding: what was asked, not what was used
+                self._add_generation(
+                    {
+                        k: {"requested": p.as_dict(), "note": "cached before decoding was recorded"}
+                        for k, p in kinds.items()
+                    }
+                )
             return hit["values"]
         t0 = time.perf_counter()
         target = self.ctx.target(self.setting.target)
@@ -371,6 +380,9 @@ class _Extractor:
         bounds = np.array([[feats.blocks[n].start, feats.blocks[n].stop] for n in names])
         arrays = {"values": values, "block_names": np.array(names), "block_bounds": bounds}
         generation = dict(getattr(feats, "generation", None) or {})
+        kinds = getattr(self.detector, "generation_kinds", None)
+        if not generation and kinds:  # the detector names its queries' decoding instead
+            generation = {k: generation_record(target, p) for k, p in kinds.items()}
         if generation:
             arrays["generation"] = np.array(json.dumps(generation, sort_keys=True, default=str))
             self._add_generation(generation)

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from calibdcd.atomic import atomic_savez
+from calibdcd.targets.base import GenerationParams
 
 from ..base import (
     Features,
@@ -54,7 +55,7 @@ from .features import DELTA_BLOCKS, OUTPUT_BLOCKS, Preprocessor, block_slices, c
 from .mapping import MappingModel, load_mapping_model, pooled_features, train_mapping_model
 from .perturb import KeyTokenPerturber
 from .protonet import ProtoNetIB
-from .sampling import sample_suffixes
+from .sampling import generation_params, sample_suffixes
 
 __all__ = ["VeilProbe", "VeilProbeClassifier"]
 
@@ -158,6 +159,11 @@ class VeilProbe(PoolTrained, Timed, NeedsSupervised):
     @property
     def blocks(self) -> dict[str, slice]:
         return block_slices(self.config.mapping.block_width)
+
+    @property
+    def generation_kinds(self) -> dict[str, GenerationParams]:
+        """The decoding of each kind of target query (a run records what the target used)."""
+        return {"suffix": generation_params(self.config.sampling)}
 
     def new_classifier(self, seed: int = 0) -> VeilProbeClassifier:
         cols = Features(np.zeros((1, 4 * self.config.mapping.block_width)), self.blocks).columns(
