@@ -106,13 +106,18 @@ def completion_stats(local, prompts, truths, completions) -> dict[str, np.ndarra
     }
 
 
-def compare_sampled(local, server, prompts, truths, max_new_tokens: int) -> dict:
+def compare_sampled(local, server, prompts, truths, max_new_tokens: int, top_k) -> dict:
+    """``top_k``: ``"inherit"`` (both backends use the checkpoint's, here transformers' default
+    50) or None (in process: no top-k; the client then leaves the field out and the server
+    applies its own default: the two backends sample different distributions)."""
     from scipy.stats import ks_2samp
 
     from calibdcd.targets.base import GenerationParams
 
     def draw(target, seed):
-        p = GenerationParams(max_new_tokens=max_new_tokens, temperature=1.0, top_p=1.0, seed=seed)
+        p = GenerationParams(
+            max_new_tokens=max_new_tokens, temperature=1.0, top_p=1.0, top_k=top_k, seed=seed
+        )
         return [c[0] for c in target.generate(prompts, p)]
 
     a = completion_stats(local, prompts, truths, draw(local, 11))
@@ -217,6 +222,13 @@ def main(argv: list[str] | None = None) -> int:
         help="also run CONFIG's Overlap detector on its first target, in process and served "
         "(configs/real-lab.yaml: the target --model names)",
     )
+    ap.add_argument(
+        "--parts",
+        nargs="+",
+        default=["greedy", "sampled", "throughput"],
+        choices=["greedy", "sampled", "throughput"],
+        help="what to measure (an existing DIR/server_compare.json keeps the other parts)",
+    )
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--markdown", type=Path, help="print the tables of an existing JSON")
     args = ap.parse_args(argv)
@@ -224,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown(json.loads(args.markdown.read_text())))
         return 0
 
-    from calibdcd.targets.base import GenerationParams
+    from calibdcd.targets.base import INHERIT
     from calibdcd.targets.hf import HFTarget
     from calibdcd.targets.openai import OpenAITarget
     from calibdcd.targets.serve import sampling_copy, served_model_id, transformers_serve
@@ -236,7 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     truths = [t for _, t, _ in items]
     served = sampling_copy(model_dir, args.out / "served-model")
     t_all = time.perf_counter()
-    result: dict = {
+    out_json = args.out / "server_compare.json"
+    result: dict = json.loads(out_json.read_text()) if out_json.is_file() else {}
+    result |= {
         "model": args.model,
         "served_copy": str(served),
         "n_prompts": len(prompts),
@@ -254,40 +268,55 @@ def main(argv: list[str] | None = None) -> int:
         def server(c: int) -> OpenAITarget:
             return OpenAITarget(url, mid, concurrency=c, timeout=600)
 
-        g = GenerationParams(max_new_tokens=args.greedy_tokens, temperature=0.0)
-        lg = local.generate(prompts, g)
-        sg = server(4).generate(prompts, g)
-        same = [a[0] == b[0] for a, b in zip(lg, sg, strict=True)]
-        diffs = [
-            {"prompt": p, "local": a[0], "server": b[0]}
-            for p, a, b, ok in zip(prompts, lg, sg, same, strict=True)
-            if not ok
-        ]
-        result["greedy"] = {
-            "max_new_tokens": args.greedy_tokens,
-            "identical": int(sum(same)),
-            "n": len(same),
-            "rate": sum(same) / len(same),
-            "examples_differing": diffs[:3],
-        }
-        print(f"greedy: {sum(same)}/{len(same)} identical", flush=True)
-        result["sampled"] = compare_sampled(local, server(4), prompts, truths, args.sampled_tokens)
-        print("sampled:", json.dumps(result["sampled"], indent=1), flush=True)
-        result["throughput"] = throughput(
-            lambda bs: HFTarget(served, device="cpu", batch_size=bs),
-            server,
-            prompts[:64],
-            args.sampled_tokens,
-            args.batches,
-            args.concurrency,
-        )
-        print("throughput:", json.dumps(result["throughput"], indent=1), flush=True)
+        if "greedy" in args.parts:
+            result["greedy"] = compare_greedy(local, server(4), prompts, args.greedy_tokens)
+        if "sampled" in args.parts:
+            for key, top_k in (("sampled", INHERIT), ("sampled_topk_none", None)):
+                result[key] = compare_sampled(
+                    local, server(4), prompts, truths, args.sampled_tokens, top_k
+                )
+                print(key, json.dumps(result[key], indent=1), flush=True)
+        if "throughput" in args.parts:
+            result["throughput"] = throughput(
+                lambda bs: HFTarget(served, device="cpu", batch_size=bs),
+                server,
+                prompts[:64],
+                args.sampled_tokens,
+                args.batches,
+                args.concurrency,
+            )
+            print("throughput:", json.dumps(result["throughput"], indent=1), flush=True)
         if args.auc:
             result["auc"] = run_auc(args.auc, served, url, args.out)
-    result["seconds"] = time.perf_counter() - t_all
-    (args.out / "server_compare.json").write_text(json.dumps(result, indent=1) + "\n")
+    result["seconds"] = time.perf_counter() - t_all + result.get("seconds", 0.0)
+    result.setdefault("runs", []).append(
+        {"parts": args.parts, "auc": bool(args.auc), "commit": result["commit"]}
+    )
+    out_json.write_text(json.dumps(result, indent=1) + "\n")
     print(markdown(result))
     return 0
+
+
+def compare_greedy(local, server, prompts, max_new_tokens: int) -> dict:
+    from calibdcd.targets.base import GenerationParams
+
+    g = GenerationParams(max_new_tokens=max_new_tokens, temperature=0.0)
+    lg = local.generate(prompts, g)
+    sg = server.generate(prompts, g)
+    same = [a[0] == b[0] for a, b in zip(lg, sg, strict=True)]
+    diffs = [
+        {"prompt": p, "local": a[0], "server": b[0]}
+        for p, a, b, ok in zip(prompts, lg, sg, same, strict=True)
+        if not ok
+    ]
+    print(f"greedy: {sum(same)}/{len(same)} identical", flush=True)
+    return {
+        "max_new_tokens": max_new_tokens,
+        "identical": int(sum(same)),
+        "n": len(same),
+        "rate": sum(same) / len(same),
+        "examples_differing": diffs[:3],
+    }
 
 
 def _ci(x: dict) -> str:
@@ -298,21 +327,34 @@ def markdown(r: dict) -> str:
     g = r["greedy"]
     lines = [
         f"Model `{r['model']}`, {r['n_prompts']} prompts, commit {r['commit']}, "
-        f"{r['machine']['cpus']} CPUs; {r['seconds'] / 60:.1f} min in all.",
+        f"{r['machine']['cpus']} CPUs; {r['seconds'] / 60:.1f} min in all "
+        f"(over {max(1, len(r.get('runs', [])))} invocation(s)).",
         "",
         f"Greedy ({g['max_new_tokens']} new tokens): {g['identical']} of {g['n']} completions "
         f"identical ({100 * g['rate']:.0f}%).",
         "",
-        "| statistic | mean in process | mean server | server − in process (95% CI) "
-        "| in process − in process, other seeds (null) | KS p (server) | KS p (null) |",
-        "|---|---|---|---|---|---|---|",
     ]
-    for k, v in r["sampled"].items():
-        lines.append(
-            f"| {k} | {v['mean_local']:.3f} | {v['mean_server']:.3f} "
-            f"| {_ci(v['server_minus_local'])} | {_ci(v['local2_minus_local'])} "
-            f"| {v['ks_server_vs_local']['p']:.2f} | {v['ks_local2_vs_local']['p']:.2f} |"
-        )
+    titles = {
+        "sampled": "Sampled, top-k inherited by both (the checkpoint's: 50)",
+        "sampled_topk_none": "Sampled, top-k None (in process: no top-k; server: its own default)",
+    }
+    for key, title in titles.items():
+        if key not in r:
+            continue
+        lines += [
+            f"{title}, temperature 1, top-p 1:",
+            "",
+            "| statistic | mean in process | mean server | server − in process (95% CI) "
+            "| in process − in process, other seeds (null) | KS p (server) | KS p (null) |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for k, v in r[key].items():
+            lines.append(
+                f"| {k} | {v['mean_local']:.3f} | {v['mean_server']:.3f} "
+                f"| {_ci(v['server_minus_local'])} | {_ci(v['local2_minus_local'])} "
+                f"| {v['ks_server_vs_local']['p']:.2f} | {v['ks_local2_vs_local']['p']:.2f} |"
+            )
+        lines.append("")
     lines += ["", "| backend | setting | completions / s |", "|---|---|---|"]
     for t in r["throughput"]:
         lines.append(f"| {t['backend']} | {t['setting']} | {t['completions_per_s']:.2f} |")
