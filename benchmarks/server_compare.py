@@ -229,12 +229,14 @@ def main(argv: list[str] | None = None) -> int:
         choices=["greedy", "sampled", "throughput"],
         help="what to measure (an existing DIR/server_compare.json keeps the other parts)",
     )
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--out", type=Path, help="output directory (required unless --markdown)")
     ap.add_argument("--markdown", type=Path, help="print the tables of an existing JSON")
     args = ap.parse_args(argv)
     if args.markdown:
         print(markdown(json.loads(args.markdown.read_text())))
         return 0
+    if args.out is None:
+        ap.error("--out is required")
 
     from calibdcd.targets.base import INHERIT
     from calibdcd.targets.hf import HFTarget
