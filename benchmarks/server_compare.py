@@ -254,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict = json.loads(out_json.read_text()) if out_json.is_file() else {}
     result |= {
         "model": args.model,
-        "served_copy": str(served),
+        "served_copy": served.name,  # (inside --out; no machine path in results)
         "n_prompts": len(prompts),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
         "commit": subprocess.run(
