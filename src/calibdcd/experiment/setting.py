@@ -334,6 +334,8 @@ class _Extractor:
         self.steps: dict[str, float] = {}  #: the detector's own per-step seconds, summed
         #: the target's decoding per kind of query (the detector's features' ``generation``)
         self.generation: dict[str, Any] = {}
+        #: {kind: GenerationParams} of a detector whose features do not carry the record
+        self.kinds: dict[str, Any] = dict(getattr(detector, "generation_kinds", None) or {})
 
     def __call__(self, texts: list[str], view: Any | None, reference: list[str]) -> np.ndarray:
         key = digest(
@@ -350,12 +352,12 @@ class _Extractor:
             self._set_blocks(hit)
             if "generation" in hit:
                 self._add_generation(json.loads(str(hit["generation"])))
-            elif kinds := getattr(self.detector, "generation_kinds", None):
+            elif self.kinds:
                 # features cached before runs recorded decoding: what was asked, not what was used
                 self._add_generation(
                     {
                         k: {"requested": p.as_dict(), "note": "cached before decoding was recorded"}
-                        for k, p in kinds.items()
+                        for k, p in self.kinds.items()
                     }
                 )
             return hit["values"]
@@ -380,9 +382,8 @@ class _Extractor:
         bounds = np.array([[feats.blocks[n].start, feats.blocks[n].stop] for n in names])
         arrays = {"values": values, "block_names": np.array(names), "block_bounds": bounds}
         generation = dict(getattr(feats, "generation", None) or {})
-        kinds = getattr(self.detector, "generation_kinds", None)
-        if not generation and kinds:  # the detector names its queries' decoding instead
-            generation = {k: generation_record(target, p) for k, p in kinds.items()}
+        if not generation and self.kinds:  # the detector names its queries' decoding instead
+            generation = {k: generation_record(target, p) for k, p in self.kinds.items()}
         if generation:
             arrays["generation"] = np.array(json.dumps(generation, sort_keys=True, default=str))
             self._add_generation(generation)
