@@ -106,10 +106,29 @@ def completion_stats(local, prompts, truths, completions) -> dict[str, np.ndarra
     }
 
 
+#: result key -> (--parts name, top_k, the client's dialect, table title)
+SAMPLED = {
+    "sampled": (
+        "sampled", "inherit", "transformers",
+        "Sampled, top-k inherited by both (the checkpoint's: 50), dialect `transformers`",
+    ),
+    "sampled_topk_none": (
+        "sampled", None, "transformers",
+        "Sampled, top-k None (no top-k on both: the client sends `top_k: 0` inside "
+        "`generation_config`), dialect `transformers`",
+    ),
+    "sampled_topk_none_openai": (
+        "sampled-openai", None, "openai",
+        "Sampled, top-k None, dialect `openai` (the client cannot send it, so the server's "
+        "default top-k 50 applies; in process: no top-k)",
+    ),
+}  # fmt: skip
+
+
 def compare_sampled(local, server, prompts, truths, max_new_tokens: int, top_k) -> dict:
     """``top_k``: ``"inherit"`` (both backends use the checkpoint's, here transformers' default
-    50) or None (in process: no top-k; the client then leaves the field out and the server
-    applies its own default: the two backends sample different distributions)."""
+    50) or None (no top-k: what the server does with it depends on the client's dialect,
+    ``SAMPLED``)."""
     from scipy.stats import ks_2samp
 
     from calibdcd.targets.base import GenerationParams
@@ -178,7 +197,7 @@ def run_auc(config: Path, served: Path, url: str, out: Path) -> dict:
         "name": f"{hf['name']}-server",
         "backend": "openai",
         "model": str(served),
-        "options": {"base_url": url, "concurrency": 4, "timeout": 600},
+        "options": {"base_url": url, "concurrency": 4, "timeout": 600, "dialect": "transformers"},
     }
     cfg.update(
         name=f"{cfg['name']}-server",
@@ -226,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         "--parts",
         nargs="+",
         default=["greedy", "sampled", "throughput"],
-        choices=["greedy", "sampled", "throughput"],
+        choices=["greedy", "sampled", "sampled-openai", "throughput"],
         help="what to measure (an existing DIR/server_compare.json keeps the other parts)",
     )
     ap.add_argument("--out", type=Path, help="output directory (required unless --markdown)")
@@ -238,7 +257,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is None:
         ap.error("--out is required")
 
-    from calibdcd.targets.base import INHERIT
     from calibdcd.targets.hf import HFTarget
     from calibdcd.targets.openai import OpenAITarget
     from calibdcd.targets.serve import sampling_copy, served_model_id, transformers_serve
@@ -267,15 +285,15 @@ def main(argv: list[str] | None = None) -> int:
     with transformers_serve(served, extra_args=extra, log=args.out / "server.log") as url:
         mid = served_model_id(served)
 
-        def server(c: int) -> OpenAITarget:
-            return OpenAITarget(url, mid, concurrency=c, timeout=600)
+        def server(c: int, dialect: str = "transformers") -> OpenAITarget:
+            return OpenAITarget(url, mid, concurrency=c, timeout=600, dialect=dialect)
 
         if "greedy" in args.parts:
             result["greedy"] = compare_greedy(local, server(4), prompts, args.greedy_tokens)
-        if "sampled" in args.parts:
-            for key, top_k in (("sampled", INHERIT), ("sampled_topk_none", None)):
+        for key, (part, top_k, dialect, _) in SAMPLED.items():
+            if part in args.parts:
                 result[key] = compare_sampled(
-                    local, server(4), prompts, truths, args.sampled_tokens, top_k
+                    local, server(4, dialect), prompts, truths, args.sampled_tokens, top_k
                 )
                 print(key, json.dumps(result[key], indent=1), flush=True)
         if "throughput" in args.parts:
@@ -336,11 +354,7 @@ def markdown(r: dict) -> str:
         f"identical ({100 * g['rate']:.0f}%).",
         "",
     ]
-    titles = {
-        "sampled": "Sampled, top-k inherited by both (the checkpoint's: 50)",
-        "sampled_topk_none": "Sampled, top-k None (in process: no top-k; server: its own default)",
-    }
-    for key, title in titles.items():
+    for key, (*_, title) in SAMPLED.items():
         if key not in r:
             continue
         lines += [

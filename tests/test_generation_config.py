@@ -248,3 +248,41 @@ def test_openai_leaves_inherited_fields_to_the_server_and_records_what_it_sent(t
     # a server's cache entry is keyed on what the request said: "inherit" (the field was left out)
     rows = sqlite3.connect(tmp_path / "gen.sqlite").execute("SELECT params FROM completions")
     assert {json.loads(r[0])["top_p"] for r in rows} == {INHERIT}
+
+
+def test_openai_dialects_say_no_top_k_each_in_their_own_way(tmp_path):
+    from test_openai_target import FaultServer
+
+    plain = GenerationParams(max_new_tokens=5, temperature=0.7, seed=3)  # top_k None, penalty 1
+    bodies = {}
+    with FaultServer(lambda p, a: "ok") as srv:
+        for dialect in ("openai", "vllm", "transformers"):
+            t = OpenAITarget(srv.url, "m", dialect=dialect)
+            srv.bodies.clear()
+            if dialect == "openai":
+                with pytest.warns(UserWarning, match="top_k None .*dialect 'openai'"):
+                    with CachedTarget(t, tmp_path / "gen.sqlite") as cached:
+                        cached.generate(["prompt-0"], plain)
+                        rec = generation_record(cached, plain)
+                assert rec["left_to_server"] == ["top_k", "repetition_penalty"]
+            else:
+                t.generate(["prompt-0"], plain)
+                rec = t.generation_record(plain)
+                assert rec["left_to_server"] == []
+            (body,) = srv.bodies
+            assert {k: v for k, v in body.items() if k not in ("prompt", "seed")} == rec["sent"]
+            bodies[dialect] = body
+    assert "top_k" not in bodies["openai"] and "repetition_penalty" not in bodies["openai"]
+    assert bodies["vllm"]["top_k"] == -1 and bodies["vllm"]["repetition_penalty"] == 1.0
+    tf = bodies["transformers"]
+    assert "top_k" not in tf and json.loads(tf["generation_config"]) == {
+        "do_sample": True, "top_k": 0, "repetition_penalty": 1.0,
+    }  # fmt: skip
+    # in the openai dialect the cache says what the request said: the server decided top_k
+    rows = sqlite3.connect(tmp_path / "gen.sqlite").execute("SELECT params FROM completions")
+    assert {json.loads(r[0])["top_k"] for r in rows} == {INHERIT}
+    # greedy decoding has no top-k to lose; an unknown dialect is refused
+    greedy = GenerationParams(max_new_tokens=5, temperature=0.0)
+    assert "top_k" not in OpenAITarget("http://x", "m").generation_record(greedy)["left_to_server"]
+    with pytest.raises(ValueError, match="dialect must be one of"):
+        OpenAITarget("http://x", "m", dialect="tgi")

@@ -456,3 +456,21 @@ def test_transformers_serve_roundtrip(served_model, tmp_path):
     g = GenerationParams(max_new_tokens=8, temperature=0.0)
     local = HFTarget(model_dir, device="cpu").generate(prompts, g)
     assert t.generate(prompts, g) == local
+
+
+def test_transformers_dialect_reaches_the_servers_sampler(served_model):
+    """transformers serve takes top_k only inside ``generation_config``: top-k 1 there turns
+    sampling into greedy decoding; the same field at the top level is refused with 422."""
+    url, model_dir = served_model
+    prompts = ["The river", "A small bird walked"]
+    greedy = OpenAITarget(url, str(model_dir)).generate(
+        prompts, GenerationParams(max_new_tokens=8, temperature=0.0)
+    )
+    top1 = GenerationParams(max_new_tokens=8, temperature=1.0, top_k=1, n=3, seed=5)
+    t = OpenAITarget(url, str(model_dir), dialect="transformers", concurrency=2)
+    assert t.generate(prompts, top1) == [[g[0]] * 3 for g in greedy]
+    with pytest.raises(OpenAITargetError, match="422"):
+        OpenAITarget(url, str(model_dir), dialect="vllm").generate(prompts, top1)
+    # no top-k (None) is sent as top_k 0, which transformers reads as "all tokens": it samples
+    free = GenerationParams(max_new_tokens=8, temperature=1.0, top_k=None, n=3, seed=5)
+    assert any(len(set(o)) > 1 for o in t.generate(prompts, free))

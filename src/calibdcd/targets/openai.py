@@ -10,12 +10,27 @@
   request's own generator; ``transformers serve`` seeds torch's global RNG per request, so its
   samples are reproducible only with ``concurrency=1``). Greedy requests (``temperature == 0``)
   are sent once per prompt and their result repeated ``n`` times.
-* Decoding fields: ``max_tokens`` always; ``temperature`` and ``top_p`` unless ``"inherit"``;
-  ``top_k`` and ``repetition_penalty`` (not OpenAI fields; vLLM, SGLang, llama.cpp's server
-  accept them) only when they truncate or penalise (not None / 1.0), so a hosted API that rejects
-  unknown fields still works; a field left out is decided by the server (vLLM applies the model's
-  ``generation_config`` by default, ``--generation-config vllm`` turns that off). A field left as
-  ``"inherit"`` is never sent: that is how a detector inherits the served model's decoding.
+* Decoding fields: ``max_tokens`` always; ``temperature`` and ``top_p`` unless ``"inherit"``.
+  ``top_k`` and ``repetition_penalty`` are not OpenAI fields, and how a server takes them (and
+  how it says "no top-k") depends on the server, so ``dialect`` names it:
+
+  - ``"openai"`` (default; hosted APIs that reject unknown fields): sent only when they truncate
+    or penalise (an integer top-k, a penalty other than 1.0). "No top-k" and "no penalty" cannot
+    be said, so they are resolved to ``"inherit"`` (:meth:`OpenAITarget.resolve_params`; the
+    cache key and the run's record show it) and the server's default applies, with a warning
+    once per field: transformers serve and SGLang default to the model's generation config
+    (transformers: top-k 50 when it sets none), llama.cpp to top-k 40.
+  - ``"vllm"``, ``"sglang"``, ``"llama.cpp"``: both top-level fields, always sent unless
+    ``"inherit"``; no top-k is sent as ``-1``, which all three read as "all tokens".
+  - ``"transformers"`` (``transformers serve``): it rejects unknown top-level fields with 422 but
+    takes a ``generation_config`` JSON string, whose unset fields generate() fills from the
+    model's. calibdcd sends ``do_sample`` (true when the temperature is explicit and > 0, so no
+    sampling copy of the checkpoint is needed), ``top_k`` (0 = none) and
+    ``repetition_penalty`` there, each unless ``"inherit"``.
+
+  A field left out is decided by the server (vLLM applies the model's ``generation_config`` by
+  default, ``--generation-config vllm`` turns that off). A field left as ``"inherit"`` is never
+  sent: that is how a detector inherits the served model's decoding.
   :meth:`OpenAITarget.generation_record` says exactly which fields a request carries.
   ``extra_body`` adds server-specific fields (and overrides the ones above).
 * Bounded concurrency (``asyncio`` + ``httpx``, ``concurrency`` requests in flight).
@@ -47,8 +62,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import email.utils
 import hashlib
+import json
 import logging
 import os
 import random
@@ -62,7 +79,10 @@ from urllib.parse import urlparse
 from calibdcd.progress import inner_bar
 from calibdcd.targets.base import INHERIT, GenerationParams, register_backend, validate_prompts
 
-__all__ = ["OpenAITarget", "OpenAITargetError", "request_seed"]
+__all__ = ["DIALECTS", "OpenAITarget", "OpenAITargetError", "request_seed"]
+
+#: how a server takes the non-OpenAI decoding fields (``top_k``, ``repetition_penalty``)
+DIALECTS = ("openai", "vllm", "sglang", "llama.cpp", "transformers")
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +137,7 @@ class OpenAITarget:
         name: str | None = None,
         extra_body: dict[str, Any] | None = None,
         model_aliases: Sequence[str] = (),
+        dialect: str = "openai",
         progress: bool = False,
     ) -> None:
         if not isinstance(base_url, str) or urlparse(base_url).scheme not in ("http", "https"):
@@ -137,6 +158,8 @@ class OpenAITarget:
             isinstance(a, str) and a for a in model_aliases
         ):
             raise ValueError(f"model_aliases must be a list of model names, got {model_aliases!r}")
+        if dialect not in DIALECTS:
+            raise ValueError(f"dialect must be one of {', '.join(DIALECTS)}, got {dialect!r}")
         url = base_url.rstrip("/")
         self.url = url + ("/completions" if url.endswith("/v1") else "/v1/completions")
         _register_url_credentials(self.url)
@@ -149,6 +172,8 @@ class OpenAITarget:
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         self.extra_body = dict(extra_body or {})
+        self.dialect = dialect
+        self._warned_unsendable: set[str] = set()
         self.progress = progress
         self.name = name or f"openai:{model}"
         if family is None:
@@ -183,21 +208,60 @@ class OpenAITarget:
     # -- decoding parameters --
 
     def resolve_params(self, params: GenerationParams) -> GenerationParams:
-        """Unchanged: ``"inherit"`` fields stay open and are left out of the request."""
+        """``"inherit"`` fields stay open and are left out of the request. In the ``"openai"``
+        dialect, "no top-k" (None) and "no penalty" (1.0) cannot be sent either: they become
+        ``"inherit"`` (the server's default applies), with a warning once per field."""
         _check_params(params)
-        return params
+        if self.dialect != "openai":
+            return params
+        unsendable = {}
+        if params.top_k is None and not params.greedy:  # greedy decoding has no top-k
+            unsendable["top_k"] = "None (no top-k)"
+        if params.repetition_penalty == 1.0:
+            unsendable["repetition_penalty"] = "1.0 (no penalty)"
+        for f, what in unsendable.items():
+            if f not in self._warned_unsendable:
+                self._warned_unsendable.add(f)
+                warnings.warn(
+                    f"{self.name}: {f} {what} cannot be sent in dialect 'openai', so the server's "
+                    f"default decides it (transformers serve: the model's generation config, "
+                    f"top-k 50 if it sets none; llama.cpp: top-k 40; vLLM: the model's "
+                    f"generation config); the run records {f} as left to the server. Set the "
+                    f"target's options.dialect to one of {', '.join(DIALECTS[1:])} to send it.",
+                    stacklevel=2,
+                )
+        return dataclasses.replace(params, **dict.fromkeys(unsendable, INHERIT))
 
     def request_fields(self, params: GenerationParams) -> dict[str, Any]:
-        """The decoding fields of every request for ``params`` (without prompt and seed)."""
+        """The decoding fields of every request for ``params`` (without prompt and seed), in
+        this target's ``dialect`` (module docstring)."""
+        params = self.resolve_params(params)
         fields: dict[str, Any] = {"model": self.model, "max_tokens": params.max_new_tokens}
         for name in ("temperature", "top_p"):
             v = getattr(params, name)
             if v != INHERIT:
                 fields[name] = float(v)
-        if params.top_k not in (None, INHERIT):
-            fields["top_k"] = params.top_k
-        if params.repetition_penalty not in (1.0, INHERIT):
-            fields["repetition_penalty"] = float(params.repetition_penalty)
+        k, r = params.top_k, params.repetition_penalty
+        if self.dialect == "transformers":
+            gc: dict[str, Any] = {}
+            if params.temperature not in (0.0, INHERIT):
+                gc["do_sample"] = True
+            if k != INHERIT:
+                gc["top_k"] = 0 if k is None else k
+            if r != INHERIT:
+                gc["repetition_penalty"] = float(r)
+            if gc:
+                fields["generation_config"] = json.dumps(gc, sort_keys=True)
+        elif self.dialect == "openai":  # resolve_params made 1.0 (and sampled None) inherit
+            if k not in (None, INHERIT):  # None is left here only when greedy: irrelevant
+                fields["top_k"] = k
+            if r != INHERIT:
+                fields["repetition_penalty"] = float(r)
+        else:  # vllm, sglang, llama.cpp: -1 = all tokens
+            if k != INHERIT:
+                fields["top_k"] = -1 if k is None else k
+            if r != INHERIT:
+                fields["repetition_penalty"] = float(r)
         fields.update(self.extra_body)
         return fields
 
@@ -208,12 +272,11 @@ class OpenAITarget:
         sent = self.request_fields(params)
         return {
             "backend": "openai",
+            "dialect": self.dialect,
             "requested": params.as_dict(),
             "sent": sent,
             "seed": f"request_seed({params.seed}, sample index)",
-            "left_to_server": [
-                f for f in ("temperature", "top_p", "top_k", "repetition_penalty") if f not in sent
-            ],
+            "left_to_server": list(self.resolve_params(params).inherited()),
         }
 
     # -- the Target API --
