@@ -151,6 +151,9 @@ def test_save_load_round_trip_keeps_every_part(bundle, experiment, tmp_path):
     assert a.summary() == b.summary()
     head = json.loads((bundle / "bundle.json").read_text())
     assert head["format_version"] == 1 and head["views"] and head["feature_blocks"]
+    # the decoding of the detector's queries (Overlap names it, its features do not carry it)
+    rec = head["generation"]["continuation"]
+    assert rec["requested"]["temperature"] == 0.0 and rec["used"]["max_new_tokens"] == 16
     assert not any(os.path.isabs(str(v)) for v in _strings(head)), "absolute path in bundle.json"
 
 

@@ -56,6 +56,7 @@ __all__ = [
     "ReferenceTrained",
     "Timed",
     "block_columns",
+    "decoding_record",
 ]
 
 
@@ -220,3 +221,17 @@ class ReferenceTrained(Protocol):
     def learnt_parts(self, reference_texts: Sequence[str]) -> dict[str, Path]: ...
 
     def restore_parts(self, parts: Mapping[str, Path], reference_texts: Sequence[str]) -> None: ...
+
+
+def decoding_record(detector: Any, target: Any, features: Any = None) -> dict[str, Any]:
+    """What ``target`` decoded each kind of ``detector``'s queries with, for a run directory or a
+    fitted bundle: the features' own ``generation`` when they carry one (DPDLLM), otherwise the
+    target's :func:`~calibdcd.targets.base.generation_record` of every entry of the detector's
+    ``generation_kinds`` (VeilProbe, Overlap); ``{}`` for a detector that names neither."""
+    from calibdcd.targets.base import generation_record
+
+    own = dict(getattr(features, "generation", None) or {})
+    if own:
+        return own
+    kinds = getattr(detector, "generation_kinds", None) or {}
+    return {str(k): generation_record(target, p) for k, p in kinds.items()}

@@ -40,7 +40,13 @@ from typing import Any
 import numpy as np
 
 from calibdcd.calibration import Calibration
-from calibdcd.detectors.base import PoolTrained, ReferenceTrained, Timed, block_columns
+from calibdcd.detectors.base import (
+    PoolTrained,
+    ReferenceTrained,
+    Timed,
+    block_columns,
+    decoding_record,
+)
 from calibdcd.experiment.analyses import (
     CONTROLS,
     CalibrationProblem,
@@ -80,7 +86,6 @@ from calibdcd.results import (
     read_result,
     write_result,
 )
-from calibdcd.targets.base import generation_record
 
 __all__ = [
     "PreparedSetting",
@@ -381,9 +386,7 @@ class _Extractor:
         names = list(feats.blocks)
         bounds = np.array([[feats.blocks[n].start, feats.blocks[n].stop] for n in names])
         arrays = {"values": values, "block_names": np.array(names), "block_bounds": bounds}
-        generation = dict(getattr(feats, "generation", None) or {})
-        if not generation and self.kinds:  # the detector names its queries' decoding instead
-            generation = {k: generation_record(target, p) for k, p in self.kinds.items()}
+        generation = decoding_record(self.detector, target, feats)
         if generation:
             arrays["generation"] = np.array(json.dumps(generation, sort_keys=True, default=str))
             self._add_generation(generation)
@@ -441,7 +444,7 @@ class PreparedSetting:
     extractions: int
     #: wall seconds per step of the detector's own ``timings`` (when it keeps them) spent here
     detector_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
-    #: the target's decoding per kind of detector query (see :func:`generation_record`)
+    #: the target's decoding per kind of detector query (detectors.base.decoding_record)
     generation: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 

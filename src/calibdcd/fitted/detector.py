@@ -62,6 +62,7 @@ from calibdcd.detectors.base import (
     PoolTrained,
     ReferenceTrained,
     block_columns,
+    decoding_record,
 )
 from calibdcd.fitted.audit import (
     distribution_check,
@@ -291,7 +292,7 @@ def _fit_pipeline(
     """Features of every part, the classifier, CalibDCD and the held-out null."""
     say("features: supervised")
     f_sup = _extract(detector, target, texts.supervised, None, pool)
-    generation = dict(getattr(f_sup, "generation", None) or {})
+    generation = decoding_record(detector, target, f_sup)
     z_sup = np.asarray(f_sup.values, dtype=np.float64)
     y_sup = np.asarray(texts.labels)
     ok = _finite_rows(z_sup)
