@@ -99,7 +99,8 @@ def test_split_is_deterministic_iid_and_disjoint():
 
 def test_pool_files_and_errors(tmp_path, shared_data_dir):
     wiki = load_pool(shared_data_dir / "WikiMIA" / "WikiMIA_length64.jsonl")
-    wiki_csv = load_pool(shared_data_dir / "WikiMIA" / "WikiMIA_length64.csv")
+    wiki_csv_path = shared_data_dir / "WikiMIA" / "WikiMIA_length64.csv"
+    wiki_csv = load_pool(wiki_csv_path)
     assert len(wiki) == len(wiki_csv) == 542
     assert [w.text for w in wiki[:5]] == [w.text for w in wiki_csv[:5]]
     assert len(clean_pool(wiki, PoolConfig())) > 500
@@ -118,6 +119,13 @@ def test_pool_files_and_errors(tmp_path, shared_data_dir):
         ("b", "m.jsonl:3")
     ]
     assert len(load_pool(mixed)) == 3
+    # a CSV field is a string: {"label": 0} still matches "0"; no match at all is an error
+    zeros_csv = load_pool(wiki_csv_path, where={"label": 0})
+    zeros = load_pool(shared_data_dir / "WikiMIA" / "WikiMIA_length64.jsonl", where={"label": 0})
+    assert 0 < len(zeros_csv) == len(zeros) < len(wiki)
+    assert [t.text for t in zeros_csv] == [t.text for t in zeros]
+    with pytest.raises(ValueError, match=r"no row has \{'label': 7\}"):
+        load_pool(mixed, where={"label": 7})
     # de-duplication on the opening words, length filter
     texts = [PoolText(" ".join(["w"] * 50), "a"), PoolText(" ".join(["w"] * 60), "b")]
     assert len(clean_pool(texts, PoolConfig())) == 1

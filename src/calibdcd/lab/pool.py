@@ -156,8 +156,8 @@ def load_pool(
 
     ``text_field`` names the column; by default the first of ``text``, ``input``, ``snippet``,
     ``passage``, ``content``, ``document``, ``Example_A`` that is present. ``where`` keeps only
-    the objects whose fields equal its values (e.g. ``{"label": 0}``); a text keeps its line
-    as its source either way.
+    the objects whose fields equal its values (e.g. ``{"label": 0}``, which also matches a CSV
+    field ``"0"``; no matching row is an error); a text keeps its line as its source either way.
     """
     path = Path(path)
     if not path.is_file():
@@ -188,6 +188,8 @@ def load_pool(
     field = text_field
     if where:
         rows = [(w, r) for w, r in rows if isinstance(r, dict) and _matches(r, where)]
+        if not rows:
+            raise ValueError(f"pool file {path}: no row has {where}")
     for loc, row in rows:
         if isinstance(row, str):
             text = row
@@ -210,7 +212,11 @@ def load_pool(
 
 
 def _matches(row: dict[str, Any], where: dict[str, Any]) -> bool:
-    return all(k in row and row[k] == v for k, v in where.items())
+    """Field equality; a CSV field is a string, so ``"0"`` matches ``0`` (its ``str``)."""
+    return all(
+        k in row and (row[k] == v or (isinstance(row[k], str) and row[k] == str(v)))
+        for k, v in where.items()
+    )
 
 
 # --------------------------------------------------------------------------- cleaning, split
