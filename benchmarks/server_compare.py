@@ -221,7 +221,7 @@ def run_auc(config: Path, served: Path, url: str, out: Path) -> dict:
         }
         for r in rows
     ]
-    return {"seconds": seconds, "config": str(path), "results": table}
+    return {"seconds": seconds, "config": path.name, "results": table}  # no machine path
 
 
 def main(argv: list[str] | None = None) -> int:
