@@ -280,6 +280,10 @@ def main(argv: list[str] | None = None) -> int:
         ).stdout.strip(),
         "server": "transformers serve " + args.server_args,
     }
+
+    def save() -> None:  # after every part: a crash (or a killed session) keeps what was measured
+        out_json.write_text(json.dumps(result, indent=1) + "\n")
+
     local = HFTarget(served, device="cpu", batch_size=64)
     extra = args.server_args.split()
     with transformers_serve(served, extra_args=extra, log=args.out / "server.log") as url:
@@ -290,12 +294,14 @@ def main(argv: list[str] | None = None) -> int:
 
         if "greedy" in args.parts:
             result["greedy"] = compare_greedy(local, server(4), prompts, args.greedy_tokens)
+            save()
         for key, (part, top_k, dialect, _) in SAMPLED.items():
             if part in args.parts:
                 result[key] = compare_sampled(
                     local, server(4, dialect), prompts, truths, args.sampled_tokens, top_k
                 )
                 print(key, json.dumps(result[key], indent=1), flush=True)
+                save()
         if "throughput" in args.parts:
             result["throughput"] = throughput(
                 lambda bs: HFTarget(served, device="cpu", batch_size=bs),
@@ -306,13 +312,14 @@ def main(argv: list[str] | None = None) -> int:
                 args.concurrency,
             )
             print("throughput:", json.dumps(result["throughput"], indent=1), flush=True)
+            save()
         if args.auc:
             result["auc"] = run_auc(args.auc, served, url, args.out)
     result["seconds"] = time.perf_counter() - t_all + result.get("seconds", 0.0)
     result.setdefault("runs", []).append(
         {"parts": args.parts, "auc": bool(args.auc), "commit": result["commit"]}
     )
-    out_json.write_text(json.dumps(result, indent=1) + "\n")
+    save()
     print(markdown(result))
     return 0
 
