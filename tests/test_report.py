@@ -229,3 +229,24 @@ def test_paired_table_flags_an_estimate_outside_its_interval():
     assert row[4] == "[-1.0, +2.0]"  # AUC: inside, unflagged
     assert row[9] == "[-8.0, +4.7]‡"
     assert row[11] == "–"  # not resolved either way
+
+
+def test_a_base_model_run_on_its_own_gets_its_own_column_outside_the_average(report):
+    """A base model that is no post-trained target's `base` (e.g. Gemma-3-270M base in
+    configs/real-wikimia24.yaml) has no base-vs-post row, so the main and paired tables show it,
+    labelled as a base model and outside Avg.; a base paired with its chat model stays out."""
+    run_dir, _ = report
+    results = load_results(run_dir)
+    paired_base = {t.key: t for t in build_tables(results)}
+    assert all("base" not in h for h in paired_base["auc_main"].header)
+    alone = [r.model_copy(update={"base": None}) for r in results]  # the same run, unpaired
+    tables = {t.key: t for t in build_tables(alone)}
+    header = tables["auc_main"].header
+    chat = next(r for r in results if r.target == "chat-qwen")
+    base = next(r for r in results if r.target == "base")
+    assert header[1:] == ["lab / chat-qwen", "lab / base (base model)", "Avg."]
+    row = tables["auc_main"].rows[0]
+    assert row[2].rstrip("▲▼†") == f"{100 * base.before.auc.estimate:.1f}"
+    assert row[3] == f"{100 * chat.before.auc.estimate:.1f}"  # Avg. = the chat column alone
+    assert "lab / base (base model)" in {r[1] for r in tables["paired"].rows}
+    assert "base_vs_post" not in tables

@@ -163,6 +163,15 @@ def post_trained(results: list[SettingResult]) -> list[dict[str, Any]]:
     return keep or results
 
 
+def main_targets(results: list[SettingResult]) -> set[str]:
+    """The targets of the main and paired tables: every post-trained target, and every base
+    model that is no post-trained target's ``base`` in the run (a base model run on its own,
+    e.g. as a control, has no base-vs-post-trained row to appear in). All targets when the run
+    has no post-trained one."""
+    bases = {r.base for r in results if r.post_trained and r.base}
+    return {r.target for r in results if r.post_trained or r.target not in bases}
+
+
 def _mean(xs: Iterable[float]) -> float:
     xs = [x for x in xs if x is not None]
     return float(np.mean(xs)) if xs else float("nan")
@@ -172,14 +181,14 @@ def _spread(xs: list[float]) -> float | None:
     return float(np.std(xs, ddof=1)) if len(xs) > 1 else None
 
 
-def main_cells(results: list[SettingResult], *, post_trained_only: bool = True) -> dict[str, Any]:
+def main_cells(results: list[SettingResult]) -> dict[str, Any]:
     """``{(detector, benchmark, target): {auc_before, auc_after, tpr_before, tpr_after, n,
-    methods}}`` (seed means; ``methods[m][metric]`` = {mean, sd, n} over seeds for every method
+    methods}}`` over the :func:`main_targets` (seed means; ``methods[m][metric]`` = {mean, sd, n} over seeds for every method
     of :data:`METHODS` present) plus the ordered benchmark / target / detector labels."""
+    shown = main_targets(results)
+    keep = [r for r in results if r.target in shown]
     cells: dict[tuple[str, str, str], list[SettingResult]] = defaultdict(list)
-    for r in results:
-        if post_trained_only and not r.post_trained:
-            continue
+    for r in keep:
         cells[(r.detector, r.benchmark, r.target)].append(r)
     out = {}
     for k, rs in cells.items():
@@ -199,7 +208,6 @@ def main_cells(results: list[SettingResult], *, post_trained_only: bool = True) 
                     out[k]["methods"].setdefault(method, {})[metric] = {
                         "mean": float(np.mean(xs)), "sd": _spread(xs), "n": len(xs),
                     }  # fmt: skip
-    keep = [r for r in results if not post_trained_only or r.post_trained]
     return {
         "cells": out,
         "detectors": list(dict.fromkeys(r.detector for r in keep)),
@@ -211,7 +219,6 @@ def main_cells(results: list[SettingResult], *, post_trained_only: bool = True) 
 def paired_cells(
     results: list[SettingResult],
     *,
-    post_trained_only: bool = True,
     n_boot: int | None = None,
     level: float | None = None,
     seed: int = 0,
@@ -221,12 +228,14 @@ def paired_cells(
     for every comparison of :data:`COMPARISONS` whose two methods have per-text scores in every
     seed. ``n_boot`` defaults to the run's ``evaluation.n_boot`` but at least
     :data:`~calibdcd.stats.MIN_PAIRED_BOOT` (the marks of the tables rest on these intervals, and
-    the vectorised bootstrap is cheap); ``level`` to the run's ``evaluation.level``."""
+    the vectorised bootstrap is cheap); ``level`` to the run's ``evaluation.level``. Over the
+    :func:`main_targets`."""
     from calibdcd.stats import MIN_PAIRED_BOOT, compare
 
+    shown = main_targets(results)
     cells: dict[tuple[str, str, str], list[SettingResult]] = defaultdict(list)
     for r in results:
-        if post_trained_only and not r.post_trained:
+        if r.target not in shown:
             continue
         if r.pool is not None:
             cells[(r.detector, r.benchmark, r.target)].append(r)

@@ -140,6 +140,14 @@ def _mark(paired: dict[str, Any] | None, metric: str) -> int:
     return 0 if d is None else d.verdict
 
 
+def _column(bench: str, target: str, results: list[SettingResult]) -> str:
+    """``benchmark / target``, with "(base model)" for a target that is not post-trained (a base
+    model shown on its own, :func:`aggregate.main_targets`: CalibDCD has no post-training
+    shift to remove there, so its rows are a control)."""
+    base = any(r.get("target") == target and not r.get("post_trained", True) for r in results)
+    return f"{bench} / {target}" + (" (base model)" if base else "")
+
+
 def _main_table(
     results: list[SettingResult],
     metric: str,
@@ -153,12 +161,16 @@ def _main_table(
     paired = agg.paired_cells(results) if paired is None else paired
     cols = [(b, t) for b in m["benchmarks"] for t in m["targets"]]
     cols = [c for c in cols if any((d, *c) in m["cells"] for d in m["detectors"])]
-    header = ["Method"] + [f"{b} / {t}" for b, t in cols] + ["Avg."]
+    header = ["Method"] + [_column(b, t, results) for b, t in cols] + ["Avg."]
+    # the average is over the post-trained columns (the paper's); a base model shown on its
+    # own is a control and enters it only in a run of base models alone
+    post = {r.target for r in results if r.post_trained}
+    in_avg = [not post or t in post for _, t in cols]
     rows: list[list[Any]] = []
     bold: set[tuple[int, int]] = set()
 
     def add_row(label: str, vals: list[dict[str, Any] | None], marks: list[str]) -> None:
-        means = [v["mean"] for v in vals if v is not None]
+        means = [v["mean"] for v, a in zip(vals, in_avg, strict=True) if v is not None and a]
         avg = sum(means) / len(means) if means else None
         cells = [
             None if s is None else s + mk
@@ -212,7 +224,8 @@ def _main_table(
             "baseline (paired ΔAUC interval vs the blind baseline not above 0). Placebo: a "
             "random basis of CalibDCD's size; noise floor: the classifier retrained on a "
             "bootstrap resample; centred: a variant beyond the paper; blind baseline: TF-IDF + "
-            "logistic regression on the texts alone, never querying the model."
+            "logistic regression on the texts alone, never querying the model. A base model "
+            "shown on its own is a control, outside Avg. when post-trained targets are present."
         ),
     )
 
@@ -243,7 +256,7 @@ def _paired_table(
             rows.append(
                 [
                     labels[key].format(d=det),
-                    f"{bench} / {tgt}",
+                    _column(bench, tgt, results),
                     a.n_seeds,
                     pct(a.estimate, True),
                     interval(a),
