@@ -93,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--clean-texts", type=int, default=600)
     ap.add_argument("--clean-epochs", type=int, default=2)
+    ap.add_argument("--clean-hidden-size", type=int, default=None, help="default: the lab's")
+    ap.add_argument("--clean-layers", type=int, default=None, help="default: the lab's")
     ap.add_argument(
         "--cache",
         type=Path,
@@ -125,7 +127,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.reference_model == "clean":
         ref_base = ensure_clean_reference(
             lab,
-            CleanReferenceConfig(n_texts=args.clean_texts, epochs=args.clean_epochs),
+            CleanReferenceConfig(
+                n_texts=args.clean_texts,
+                epochs=args.clean_epochs,
+                hidden_size=args.clean_hidden_size,
+                num_layers=args.clean_layers,
+            ),
         )  # in the calibdcd cache, shared with the tests
     elif args.reference_model == "base":
         ref_base = lab / "base"

@@ -407,3 +407,19 @@ def test_clean_reference_never_saw_a_candidate(micro, clean_reference):
     assert len(texts) >= 600 and not candidates & set(texts)
     info = json.loads((clean_reference / "reference.json").read_text())
     assert info["n_texts"] == 600 and info["lab_config_hash"] == meta["config_hash"]
+
+
+def test_a_resized_clean_reference_keeps_the_labs_head_size_and_mlp_ratio():
+    from calibdcd.lab.clean_reference import reference_model_config
+    from calibdcd.lab.config import ModelConfig
+
+    lab = ModelConfig(hidden_size=192, num_layers=3, num_heads=3, intermediate_size=512)
+    assert reference_model_config(lab, CleanReferenceConfig()) == lab
+    wide = reference_model_config(lab, CleanReferenceConfig(hidden_size=384, num_layers=6))
+    assert (wide.hidden_size, wide.num_heads, wide.num_layers) == (384, 6, 6)
+    assert wide.intermediate_size == 1024  # 512/192 x 384, a multiple of 64
+    assert wide.vocab_size == lab.vocab_size
+    deep = reference_model_config(lab, CleanReferenceConfig(num_layers=5))
+    assert (deep.hidden_size, deep.intermediate_size, deep.num_layers) == (192, 512, 5)
+    with pytest.raises(ValueError, match="multiple of the lab's head size 64"):
+        reference_model_config(lab, CleanReferenceConfig(hidden_size=200))

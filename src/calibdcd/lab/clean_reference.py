@@ -30,14 +30,19 @@ from calibdcd.atomic import file_lock
 from calibdcd.paths import cache_root
 from calibdcd.provenance import build_environment
 
-__all__ = ["CleanReferenceConfig", "clean_reference_dir", "ensure_clean_reference"]
+__all__ = [
+    "CleanReferenceConfig",
+    "clean_reference_dir",
+    "ensure_clean_reference",
+    "reference_model_config",
+]
 
 
 @dataclasses.dataclass(frozen=True)
 class CleanReferenceConfig:
     """Budget of the clean reference LM: ``n_texts`` background texts (seeded sample; 0 = all),
     ``epochs`` passes, the lab's pre-training optimiser settings otherwise. ``hidden_size`` /
-    ``num_layers`` None = the lab's model size."""
+    ``num_layers`` None = the lab's model size (:func:`reference_model_config`)."""
 
     n_texts: int = 600
     epochs: int = 2
@@ -49,6 +54,31 @@ class CleanReferenceConfig:
     def __post_init__(self) -> None:
         if self.n_texts < 0 or self.epochs < 1:
             raise ValueError(f"n_texts must be >= 0 and epochs >= 1, got {self}")
+
+
+def reference_model_config(lab_model: Any, cfg: CleanReferenceConfig) -> Any:
+    """The lab's :class:`~calibdcd.lab.config.ModelConfig` resized to ``cfg``: another width
+    keeps the lab's head size and MLP ratio (heads and intermediate size scale with it, the
+    intermediate size rounded to a multiple of 64), another depth only adds layers."""
+    width = cfg.hidden_size or lab_model.hidden_size
+    head = lab_model.hidden_size // lab_model.num_heads
+    if width % head:
+        raise ValueError(
+            f"clean reference hidden_size={width} must be a multiple of the lab's head size "
+            f"{head} (hidden_size {lab_model.hidden_size} / {lab_model.num_heads} heads)"
+        )
+    ratio = lab_model.intermediate_size / lab_model.hidden_size
+    return dataclasses.replace(
+        lab_model,
+        hidden_size=width,
+        num_heads=width // head,
+        intermediate_size=(
+            lab_model.intermediate_size
+            if width == lab_model.hidden_size
+            else max(64, round(width * ratio / 64) * 64)
+        ),
+        num_layers=cfg.num_layers or lab_model.num_layers,
+    )
 
 
 def _section(cls: Any, data: dict[str, Any]) -> Any:
@@ -167,11 +197,7 @@ def _train_clean_reference(
         texts = texts[: cfg.n_texts]
     tok = AutoTokenizer.from_pretrained(lab_dir / "base")
     docs = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
-    model_cfg = dataclasses.replace(
-        model_cfg,
-        hidden_size=cfg.hidden_size or model_cfg.hidden_size,
-        num_layers=cfg.num_layers or model_cfg.num_layers,
-    )
+    model_cfg = reference_model_config(model_cfg, cfg)
     special = {"bos": tok.bos_token_id, "eos": tok.eos_token_id, "pad": tok.pad_token_id}
     vocab = ((len(tok) + 63) // 64) * 64
     model = build_model(model_cfg, vocab, special, cfg.seed)

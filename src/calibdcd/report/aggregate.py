@@ -183,8 +183,9 @@ def _spread(xs: list[float]) -> float | None:
 
 def main_cells(results: list[SettingResult]) -> dict[str, Any]:
     """``{(detector, benchmark, target): {auc_before, auc_after, tpr_before, tpr_after, n,
-    methods}}`` over the :func:`main_targets` (seed means; ``methods[m][metric]`` = {mean, sd, n} over seeds for every method
-    of :data:`METHODS` present) plus the ordered benchmark / target / detector labels."""
+    methods}}`` over the :func:`main_targets` (seed means; ``methods[m][metric]`` = {mean, sd,
+    n} over seeds for every method of :data:`METHODS` present) plus the ordered benchmark /
+    target / detector labels."""
     shown = main_targets(results)
     keep = [r for r in results if r.target in shown]
     cells: dict[tuple[str, str, str], list[SettingResult]] = defaultdict(list)
