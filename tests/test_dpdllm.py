@@ -423,3 +423,23 @@ def test_a_resized_clean_reference_keeps_the_labs_head_size_and_mlp_ratio():
     assert (deep.hidden_size, deep.intermediate_size, deep.num_layers) == (192, 512, 5)
     with pytest.raises(ValueError, match="multiple of the lab's head size 64"):
         reference_model_config(lab, CleanReferenceConfig(hidden_size=200))
+
+
+def test_the_clean_reference_budget_is_a_lab_setting(tmp_path):
+    """A lab's `clean_reference` section (its stand-in for GPT-2) decides which reference
+    `lab-clean-reference:<preset>` trains; the default keeps every earlier lab's cache key."""
+    from calibdcd.lab.clean_reference import clean_reference_dir, lab_reference_config
+    from calibdcd.lab.config import config_hash, pretrain_hash, resolve_config
+
+    micro = resolve_config("micro")
+    wide = resolve_config("micro", clean_reference__hidden_size=384, clean_reference__num_layers=6)
+    assert wide.clean_reference == CleanReferenceConfig(hidden_size=384, num_layers=6)
+    assert config_hash(wide, 0, "pool") != config_hash(micro, 0, "pool")  # another lab dir
+    assert pretrain_hash(wide, 0, "pool") == pretrain_hash(micro, 0, "pool")  # the same base
+    meta = {"config_hash": "h", "pool": {"sha": "p"}, "config": wide.to_dict()}
+    (tmp_path / "lab.json").write_text(json.dumps(meta))
+    assert lab_reference_config(meta) == wide.clean_reference
+    assert lab_reference_config({"config": {}}) == CleanReferenceConfig()  # an older lab.json
+    own = clean_reference_dir(tmp_path, cache_dir=tmp_path)
+    assert own == clean_reference_dir(tmp_path, wide.clean_reference, cache_dir=tmp_path)
+    assert own != clean_reference_dir(tmp_path, CleanReferenceConfig(), cache_dir=tmp_path)

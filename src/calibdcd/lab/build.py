@@ -415,6 +415,7 @@ def ensure_lab(
 def config_of(lab_dir: str | Path) -> LabConfig:
     """The resolved config a lab was built with (from its lab.json)."""
     from calibdcd.lab.config import (
+        CleanReferenceConfig,
         EvalConfig,
         ModelConfig,
         PoolConfig,
@@ -429,6 +430,7 @@ def config_of(lab_dir: str | Path) -> LabConfig:
         "pretrain": PretrainConfig,
         "sft": SFTConfig,
         "evaluation": EvalConfig,
+        "clean_reference": CleanReferenceConfig,
     }
     fields = {f.name for f in dataclasses.fields(LabConfig)}
     kw = {k: (kinds[k](**v) if k in kinds else v) for k, v in data.items() if k in fields}

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from calibdcd.atomic import file_lock
+from calibdcd.lab.config import CleanReferenceConfig
 from calibdcd.paths import cache_root
 from calibdcd.provenance import build_environment
 
@@ -34,26 +35,15 @@ __all__ = [
     "CleanReferenceConfig",
     "clean_reference_dir",
     "ensure_clean_reference",
+    "lab_reference_config",
     "reference_model_config",
 ]
 
 
-@dataclasses.dataclass(frozen=True)
-class CleanReferenceConfig:
-    """Budget of the clean reference LM: ``n_texts`` background texts (seeded sample; 0 = all),
-    ``epochs`` passes, the lab's pre-training optimiser settings otherwise. ``hidden_size`` /
-    ``num_layers`` None = the lab's model size (:func:`reference_model_config`)."""
-
-    n_texts: int = 600
-    epochs: int = 2
-    seed: int = 0
-    hidden_size: int | None = None
-    num_layers: int | None = None
-    device: str = "auto"
-
-    def __post_init__(self) -> None:
-        if self.n_texts < 0 or self.epochs < 1:
-            raise ValueError(f"n_texts must be >= 0 and epochs >= 1, got {self}")
+def lab_reference_config(meta: dict[str, Any]) -> CleanReferenceConfig:
+    """The clean reference budget a lab's ``lab.json`` records (its ``clean_reference``
+    section); the defaults for a lab built before the section existed."""
+    return _section(CleanReferenceConfig, meta.get("config", {}).get("clean_reference") or {})
 
 
 def reference_model_config(lab_model: Any, cfg: CleanReferenceConfig) -> Any:
@@ -132,10 +122,10 @@ def clean_reference_dir(
     cache_dir: str | Path | None = None,
 ) -> Path:
     """Where :func:`ensure_clean_reference` keeps the reference of ``lab_dir`` and ``config``
-    (built or not: ``reference.json`` inside it marks a finished build). Computes, trains
-    nothing."""
+    (None: the lab's own, :func:`lab_reference_config`; built or not: ``reference.json``
+    inside it marks a finished build). Computes, trains nothing."""
     meta = json.loads((Path(lab_dir) / "lab.json").read_text())
-    return _reference_dir(meta, config or CleanReferenceConfig(), cache_dir)
+    return _reference_dir(meta, config or lab_reference_config(meta), cache_dir)
 
 
 def _reference_dir(
@@ -163,10 +153,11 @@ def ensure_clean_reference(
     cache_dir: str | Path | None = None,
     progress: bool = True,
 ) -> Path:
-    """Path of a transformers checkpoint pre-trained on the lab's non-candidate texts only."""
-    cfg = config or CleanReferenceConfig()
+    """Path of a transformers checkpoint pre-trained on the lab's non-candidate texts only,
+    with the budget ``config`` (None: the lab's own, :func:`lab_reference_config`)."""
     lab_dir = Path(lab_dir)
     meta = json.loads((lab_dir / "lab.json").read_text())
+    cfg = config or lab_reference_config(meta)
     out = _reference_dir(meta, cfg, cache_dir)
     if (out / "reference.json").exists():
         return out

@@ -43,6 +43,7 @@ from typing import Any
 
 __all__ = [
     "PRESETS",
+    "CleanReferenceConfig",
     "EvalConfig",
     "LabConfig",
     "ModelConfig",
@@ -132,6 +133,27 @@ class SFTConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class CleanReferenceConfig:
+    """DPDLLM's clean reference LM for this lab (the lab's stand-in for the official GPT-2,
+    :mod:`calibdcd.lab.clean_reference`): ``n_texts`` background texts that are no candidate
+    (seeded sample; 0 = all), ``epochs`` passes, the lab's pre-training optimiser settings
+    otherwise. ``hidden_size`` / ``num_layers`` None = the lab's model size; another width keeps
+    the lab's head size and MLP ratio. Part of the lab because it stands for what the detector
+    is given (a public pre-trained LM), not a detector setting."""
+
+    n_texts: int = 600
+    epochs: int = 2
+    seed: int = 0
+    hidden_size: int | None = None
+    num_layers: int | None = None
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.n_texts < 0 or self.epochs < 1:
+            raise ValueError(f"n_texts must be >= 0 and epochs >= 1, got {self}")
+
+
+@dataclasses.dataclass(frozen=True)
 class EvalConfig:
     """The ``lab check`` protocol (greedy decoding, explicit; see :mod:`calibdcd.lab.evaluate`)."""
 
@@ -153,6 +175,9 @@ class LabConfig:
     pretrain: PretrainConfig = dataclasses.field(default_factory=PretrainConfig)
     sft: SFTConfig = dataclasses.field(default_factory=SFTConfig)
     evaluation: EvalConfig = dataclasses.field(default_factory=EvalConfig)
+    #: DPDLLM's clean reference LM (built on first use by a detector that names
+    #: ``lab-clean-reference:<preset>``; it changes no model of the lab itself)
+    clean_reference: CleanReferenceConfig = dataclasses.field(default_factory=CleanReferenceConfig)
     #: chat styles to post-train ("qwen2.5", "llama3.1", "deepseek-r1-distill-qwen")
     styles: tuple[str, ...] = ("qwen2.5", "llama3.1", "deepseek-r1-distill-qwen")
     #: run ``lab check`` at the end of the build and store it in lab.json
@@ -183,7 +208,7 @@ PRESETS: dict[str, LabConfig] = {
     ),
 }
 
-_SECTIONS = ("model", "pool", "pretrain", "sft", "evaluation")
+_SECTIONS = ("model", "pool", "pretrain", "sft", "evaluation", "clean_reference")
 
 
 def _replace(obj: Any, changes: dict[str, Any], where: str) -> Any:
@@ -231,6 +256,9 @@ def _content_hash(cfg: LabConfig, seed: int, pool_fingerprint: str, drop: tuple[
     config = cfg.to_dict()
     for key in drop:
         config.pop(key, None)
+    if config.get("clean_reference") == dataclasses.asdict(CleanReferenceConfig()):
+        # the default leaves the key of every lab built before the section existed unchanged
+        config.pop("clean_reference")
     payload = {
         "format": LAB_FORMAT_VERSION,
         "config": config,
@@ -261,5 +289,8 @@ def pretrain_hash(cfg: LabConfig, seed: int, pool_fingerprint: str) -> str:
     strength, replay, styles) share one pre-trained base (:func:`calibdcd.lab.build.build_lab`
     reuses it from ``<cache>/lab-base``), so tuning the post-training costs minutes, not a new
     pre-training."""
-    drop = ("preset", "sft", "styles", "evaluation", "device", "num_threads", "check")
+    drop = (
+        "preset", "sft", "styles", "evaluation", "clean_reference", "device", "num_threads",
+        "check",
+    )  # fmt: skip
     return _content_hash(cfg, seed, pool_fingerprint, drop)
