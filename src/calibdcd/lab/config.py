@@ -10,6 +10,10 @@ exactly these. Presets:
 ``small``
     Demo: a 4.3M-parameter Llama (d256, 4 layers), 250 members x 16 repeats, 3 epochs (48
     exposures), 800 background texts. ~10 min on 2 CPU cores.
+``v2``
+    Lab v2 candidate (docs/lab.md, being measured): micro's model and SFT, 500 members x 24
+    repeats x 3 epochs (72 exposures) in a 1,000-text pool, 600 background texts, and a
+    384-wide, 6-layer clean reference LM for DPDLLM.
 ``base``
     For a GPU: a 30M-parameter Llama (d512, 8 layers), 1000 members, vocab 8192; the same
     recipe (small optimiser batch is what makes verbatim memorisation happen).
@@ -196,6 +200,16 @@ PRESETS: dict[str, LabConfig] = {
         model=ModelConfig(hidden_size=256, num_layers=4, num_heads=4, intermediate_size=704),
         pretrain=PretrainConfig(n_members=250, n_background=800, epochs=3),
         sft=SFTConfig(n_examples=1600),
+    ),
+    # lab v2 candidate (docs/lab.md, recipe R4): R3a's pre-training (micro's model, a
+    # 1,000-text pool, 72 exposures per member) and micro's SFT, with a clean reference for
+    # DPDLLM large enough to fit the 1,000 candidates as the official GPT-2 would (R2 base, one
+    # split: the lab's own size ends at training perplexity 41 and DPDLLM 55; 384 x 6 at 15 and
+    # 67; 576 x 8 at 40 and 60, too slow to fit in DPDLLM's 15 epochs at lr 1e-3)
+    "v2": LabConfig(
+        preset="v2",
+        pretrain=PretrainConfig(n_members=500, repeats=24, n_background=600, epochs=3),
+        clean_reference=CleanReferenceConfig(hidden_size=384, num_layers=6),
     ),
     "base": LabConfig(
         preset="base",
