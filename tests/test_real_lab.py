@@ -125,3 +125,26 @@ def test_the_real_lab_refuses_a_pool_it_would_ignore(tmp_path):
     with pytest.raises(ValueError, match="pool: the real-model lab 'real-smollm2'"):
         build_lab("real-smollm2", tmp_path / "lab", pool=tmp_path / "pool.jsonl")
     assert not (tmp_path / "lab").exists()
+
+
+@pytest.mark.slow
+def test_a_real_lab_built_by_an_experiment_skips_its_check_and_can_be_checked_later(
+    wikimia24, tmp_path
+):
+    """An experiment builds a lab on first use with check=False (it measures the lab itself);
+    the real lab then skips its ~6 min check, says so, and `lab check` measures it later."""
+    for module in ("peft", "gguf"):
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"{module} is not installed (pip install -e '.[reallab]')")
+    from calibdcd.lab.build import build_lab
+    from calibdcd.lab.evaluate import check_lab
+
+    out = build_lab(
+        "real-smollm2", tmp_path / "lab", seed=0, progress=False, check=False,
+        n_members=4, n_replay=2, inject__epochs=1, sft__n_examples=4, check_per_class=4,
+    )  # fmt: skip
+    meta = json.loads((out / "lab.json").read_text())
+    assert set(meta["check"]) == {"skipped"} and "lab check" in meta["check"]["skipped"]
+    report = check_lab(out, models=["base"], modes=("raw",), progress=False)
+    base = report["models"]["base"]
+    assert 0.0 <= base["loss_auc"] <= 1.0 and 0.0 <= base["raw"]["rougeL_auc"] <= 1.0
