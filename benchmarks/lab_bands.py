@@ -13,6 +13,13 @@ CalibDCD's numbers are not looked at here: the lab is tuned only against these r
     python benchmarks/lab_bands.py configs/lab-v2.yaml --lab-seeds 0 1 2 --out runs/lab-v2-bands
     python benchmarks/lab_bands.py configs/lab-v2.yaml --lab-seeds 0 1 2 --out runs/lab-v2-bands \\
         --summary   # only the table, from the runs already there
+    python benchmarks/lab_bands.py configs/lab-v2.yaml --lab-seeds 1 2 --out runs/lab-v2-bands \\
+        --bands-only   # only what the bands read: VeilProbe and DPDLLM, no analyses or controls
+
+``--bands-only`` keeps the config's VeilProbe and DPDLLM entries and turns every analysis off
+(ablations, controls, the blind baseline, ...). CalibDCD itself still runs in each setting (a
+run always calibrates), but the bands never read it. It is the cheap way to put a recipe on more
+lab seeds once one full study has shown the rest.
 """
 
 from __future__ import annotations
@@ -54,9 +61,25 @@ def _reseed(value: Any, seed: int) -> Any:
     return value
 
 
-def seeded_config(config: Path, seed: int, out: Path) -> Path:
+#: the detectors the bands are about (``DetectorEntry.name``)
+BAND_DETECTORS = ("veilprobe", "dpdllm")
+#: every analysis of ``AnalysisSpec`` that can be switched off
+_ANALYSES_OFF = {
+    "ablations": False,
+    "adaptive_vs_fixed": False,
+    "fp_recovery": False,
+    "space_comparison": False,
+    "controls": False,
+    "blind": False,
+}
+
+
+def seeded_config(config: Path, seed: int, out: Path, *, bands_only: bool = False) -> Path:
     data = yaml.safe_load(config.read_text())
     data = _reseed(data, seed)
+    if bands_only:
+        data["detectors"] = [d for d in data["detectors"] if d["name"] in BAND_DETECTORS]
+        data["analyses"] = {**(data.get("analyses") or {}), **_ANALYSES_OFF}
     data["name"] = f"{data.get('name', config.stem)}-lab{seed}"
     data["output"] = str((out / f"lab{seed}").resolve())
     # relative paths in the config stay relative to the original's directory
@@ -103,10 +126,15 @@ def main() -> None:
     ap.add_argument("--lab-seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--summary", action="store_true", help="only tabulate existing runs")
+    ap.add_argument(
+        "--bands-only",
+        action="store_true",
+        help="only VeilProbe and DPDLLM, every analysis and control off",
+    )
     args = ap.parse_args()
     if not args.summary:
         for s in args.lab_seeds:
-            cfg = seeded_config(args.config, s, args.out)
+            cfg = seeded_config(args.config, s, args.out, bands_only=args.bands_only)
             cmd = [sys.executable, "-m", "calibdcd", "run", str(cfg), "--no-report"]
             print("$", " ".join(cmd), flush=True)
             subprocess.run(cmd, check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})

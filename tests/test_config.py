@@ -97,6 +97,33 @@ def test_shipped_configs_round_trip_through_the_schema(name, tmp_path):
     ]
 
 
+def test_lab_bands_reseeds_every_lab_and_bands_only_keeps_what_the_bands_read(tmp_path):
+    """benchmarks/lab_bands.py's per-lab-seed config: every lab reference (targets, benchmark,
+    DPDLLM's clean reference) at the new seed, and ``--bands-only`` down to the two paper
+    detectors with every analysis off; the result still passes the schema."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("lab_bands", REPO / "benchmarks" / "lab_bands.py")
+    lab_bands = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lab_bands)
+    src = REPO / "configs" / "lab-v2.yaml"
+    full = load_config(lab_bands.seeded_config(src, 1, tmp_path / "full"))
+    cfg = load_config(lab_bands.seeded_config(src, 1, tmp_path / "bands", bands_only=True))
+    for c in (full, cfg):
+        assert {t.lab for t in c.targets} == {"v2@1"}
+        assert [b.lab for b in c.benchmarks] == ["v2@1"]
+    assert [d.name for d in full.detectors] == ["veilprobe", "dpdllm", "overlap"]
+    assert full.analyses.controls and full.analyses.blind
+    assert [d.name for d in cfg.detectors] == ["veilprobe", "dpdllm"]
+    dpdllm = cfg.detectors[1].options["reference"]["model_path"]
+    assert dpdllm == "lab-clean-reference:v2@1"
+    a = cfg.analyses
+    assert not any(
+        (a.ablations, a.adaptive_vs_fixed, a.fp_recovery, a.space_comparison, a.controls, a.blind)
+    )
+    assert cfg.name == "lab-v2-lab1" and cfg.seeds == full.seeds
+
+
 def _grid(cfg):
     from calibdcd.experiment.runner import grid
 
