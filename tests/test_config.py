@@ -122,6 +122,8 @@ def test_lab_bands_reseeds_every_lab_and_bands_only_keeps_what_the_bands_read(tm
         (a.ablations, a.adaptive_vs_fixed, a.fp_recovery, a.space_comparison, a.controls, a.blind)
     )
     assert cfg.name == "lab-v2-lab1" and cfg.seeds == full.seeds
+    one = load_config(lab_bands.seeded_config(src, 2, tmp_path / "one", split_seeds=[0]))
+    assert list(one.seeds) == [0] and {t.lab for t in one.targets} == {"v2@2"}
 
 
 def _grid(cfg):
