@@ -7,8 +7,8 @@ base model x VeilProbe (``cpu`` preset, first-half queries), DPDLLM and the over
 and without CalibDCD, the controls and the blind baseline, the paper's protocol on the lab's ground
 truth. A cold first run (lab build included) fits in about 10 minutes on 2 CPU cores. It is a
 reduced, illustrative version of the lab study (one chat model of three, a 300-text lab):
-``chat_models`` adds the others, ``preset="small"`` with ``configs/lab-small.yaml``'s grid is the
-full study.
+``chat_models`` adds the others; the full study is ``configs/lab-v2.yaml`` (the ``v2`` lab, all
+three chat models and the base, ablations).
 
 :func:`run_demo` builds the lab if needed (``calibdcd.lab.ensure_lab``), runs the grid
 (resumable; a re-run is served from the caches), writes the report and returns the comparison
@@ -37,8 +37,8 @@ DEMO_CHAT_MODELS = ("chat-qwen",)
 FULL_STUDY = (
     "This is the demo: a reduced, illustrative version of the lab study (the micro lab, one "
     "post-trained model of three, 3 seeds). The full study is `calibdcd run "
-    "configs/lab-small.yaml` (all chat models, ablations); the numbers the README reports, and "
-    "from which runs, are under 'Measured results' in README.md."
+    "configs/lab-v2.yaml` (the v2 lab's 1,000-text pool, all three chat models and the base, "
+    "ablations); its numbers, and from which run, are under 'Measured results' in README.md."
 )
 
 
