@@ -18,7 +18,8 @@ def build(
     preset: Annotated[
         str,
         typer.Option(
-            help="micro | small | base (GPU) | real-smollm2 (a real LM, calibdcd.lab.real)."
+            help="micro | small | v2 (the lab study's, configs/lab-v2.yaml) | base (GPU) | "
+            "real-smollm2 (a real LM, calibdcd.lab.real)."
         ),
     ] = "micro",
     pool: Annotated[
