@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import os
 import re
@@ -39,6 +40,8 @@ from statistics import mean
 from typing import Any
 
 import yaml
+
+from calibdcd.experiment.config import AnalysisSpec
 
 BANDS = {
     ("base", "VeilProbe"): (0.90, 1.0),
@@ -66,14 +69,9 @@ def _reseed(value: Any, seed: int) -> Any:
 
 #: the detectors the bands are about (``DetectorEntry.name``)
 BAND_DETECTORS = ("veilprobe", "dpdllm")
-#: every analysis of ``AnalysisSpec`` that can be switched off
+#: every analysis of ``AnalysisSpec`` switched off (its boolean fields, so a new one is too)
 _ANALYSES_OFF = {
-    "ablations": False,
-    "adaptive_vs_fixed": False,
-    "fp_recovery": False,
-    "space_comparison": False,
-    "controls": False,
-    "blind": False,
+    f.name: False for f in dataclasses.fields(AnalysisSpec) if isinstance(f.default, bool)
 }
 
 
