@@ -9,6 +9,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from calibdcd.lab import KNOWN_PRESETS
+
 app = typer.Typer(help="The controlled contamination lab (tiny LMs with known members).")
 
 
@@ -18,8 +20,8 @@ def build(
     preset: Annotated[
         str,
         typer.Option(
-            help="micro | small | v2 (the lab study's, configs/lab-v2.yaml) | base (GPU) | "
-            "real-smollm2 (a real LM, calibdcd.lab.real)."
+            help=f"{' | '.join(KNOWN_PRESETS)} (src/calibdcd/lab/config.py; base needs a GPU, "
+            "real-* are real LMs, calibdcd.lab.real)."
         ),
     ] = "micro",
     pool: Annotated[
