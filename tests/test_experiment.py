@@ -228,6 +228,11 @@ def test_run_directory_contents(run):
     env = json.loads((run_dir / "environment.json").read_text())
     assert len(env["git"]["commit"]) == 40
     assert env["versions"]["numpy"] == np.__version__
+    import torch
+
+    # the machine, as lab.json records it too: the CPU's torch kernel level can change bytes
+    assert env["cpu"] and env["cpu_count"] >= 1
+    assert env["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     resolved = load_config(run_dir / "config.yaml")  # the resolved config loads back
     assert resolved.grid_size == 2
     ids = [g["id"] for g in json.loads((run_dir / "grid.json").read_text())]

@@ -11,7 +11,13 @@ from calibdcd.lab import CHAT_STYLES, render_chat, split_reasoning
 from calibdcd.lab.build import build_lab, config_of, ensure_lab, is_complete_lab, prepare_split
 from calibdcd.lab.chat import SPECIAL_TOKENS
 from calibdcd.lab.config import EvalConfig, PoolConfig, pretrain_hash, resolve_config
-from calibdcd.lab.evaluate import check_model, load_ground_truth, split_for_continuation
+from calibdcd.lab.evaluate import (
+    CHECK_SKIPPED,
+    check_model,
+    format_check,
+    load_ground_truth,
+    split_for_continuation,
+)
 from calibdcd.lab.pool import PoolText, clean_pool, load_pool
 from calibdcd.lab.scoring import auc, prefix_match, rouge_l, words
 
@@ -175,6 +181,19 @@ def test_lab_layout_and_metadata(lab_micro):
     for key in ("config", "seed", "versions", "timings", "sizes", "pool", "seeds", "check"):
         assert key in meta, key
     assert meta["versions"]["torch"] and meta["versions"]["transformers"]
+    # whoever built the shared lab first decides whether its check ran: the conftest fixture
+    # builds with it, an experiment (or a test going through one) without; the cache key
+    # ignores check, so either is this lab, and lab.json says which
+    check = meta["check"]
+    if meta["overrides"].get("check") is False:
+        assert check == {"skipped": CHECK_SKIPPED}
+        assert format_check(check).startswith("lab check: not run at build time")
+    else:
+        assert set(check["models"]) == {"base", *STYLE_DIRS}
+    # the machine it was built on, to trace a difference between two builds to the hardware
+    hw = meta.get("hardware")
+    if hw is not None:  # labs built before hardware was recorded keep their key and lack it
+        assert hw["cpu"] and hw["cpu_count"] >= 1 and hw["cpu_capability"]
     rows = [json.loads(line) for line in (lab_micro / "ground_truth.jsonl").open()]
     n = meta["config"]["pretrain"]["n_members"]
     assert sum(r["label"] for r in rows) == n and len(rows) == 2 * n
@@ -375,3 +394,10 @@ def test_ensure_lab_builds_once(tmp_path):
     assert again == first and (again / "lab.json").stat().st_mtime_ns == stamp
     assert first.parent == tmp_path / "lab" and first.name.startswith("micro-s0-")
     assert [p.name for p in first.parent.iterdir() if not p.name.startswith(".")] == [first.name]
+    meta = json.loads((first / "lab.json").read_text())
+    # built without its check (as experiments build labs): lab.json says so, and how to run it
+    assert meta["check"] == {"skipped": CHECK_SKIPPED}
+    assert "calibdcd lab check" in format_check(meta["check"])
+    from calibdcd.provenance import hardware_info
+
+    assert meta["hardware"] == hardware_info()

@@ -23,7 +23,13 @@ from typing import Any
 
 from calibdcd.device import default_device_type
 
-__all__ = ["build_environment", "git_commit", "library_versions", "run_environment"]
+__all__ = [
+    "build_environment",
+    "git_commit",
+    "hardware_info",
+    "library_versions",
+    "run_environment",
+]
 
 #: the packages whose versions a run records
 RECORDED_PACKAGES = (
@@ -112,6 +118,30 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def _cpu_capability() -> str | None:
+    """The SIMD level torch's CPU kernels dispatch to (``"AVX2"``, ``"AVX512"``, ...): two CPUs
+    with different levels can train different bytes from the same inputs."""
+    try:
+        import torch
+
+        return str(torch.backends.cpu.get_cpu_capability())
+    except (ImportError, AttributeError, RuntimeError):
+        return None
+
+
+def hardware_info() -> dict[str, Any]:
+    """The machine an artefact was made on: CPU model, core count and torch's CPU kernel level.
+    Recorded beside trained artefacts (``lab.json``) but kept out of their cache keys, so a cache
+    copied between machines stays usable; comparing it is how a difference between two builds
+    of one lab is traced to the hardware."""
+    return {
+        "machine": platform.machine(),
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "cpu_capability": _cpu_capability(),
+    }
+
+
 def _torch_info() -> dict[str, Any]:
     try:
         import torch
@@ -132,9 +162,7 @@ def run_environment() -> dict[str, Any]:
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),
         "platform": platform.platform(),
-        "machine": platform.machine(),
-        "cpu": _cpu_model(),
-        "cpu_count": os.cpu_count(),
+        **hardware_info(),
         "versions": library_versions(),
         "torch": _torch_info(),
         "env": {

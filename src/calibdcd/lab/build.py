@@ -22,6 +22,7 @@ from typing import Any
 from calibdcd.atomic import atomic_directory, file_lock
 from calibdcd.lab.chat import ENDOFTEXT, PAD, SPECIAL_TOKENS, get_style
 from calibdcd.lab.config import LabConfig, config_hash, pretrain_hash, resolve_config
+from calibdcd.lab.evaluate import CHECK_SKIPPED
 from calibdcd.lab.pool import (
     PoolText,
     Split,
@@ -32,7 +33,7 @@ from calibdcd.lab.pool import (
     split_pool,
 )
 from calibdcd.paths import cache_root
-from calibdcd.provenance import build_environment, portable_arg
+from calibdcd.provenance import build_environment, hardware_info, portable_arg
 
 __all__ = ["build_lab", "ensure_lab", "is_complete_lab", "prepare_split"]
 
@@ -345,6 +346,7 @@ def build_lab(
             },
             "versions": _versions(),
             "build_environment": build_environment(cfg.device, cfg.num_threads),
+            "hardware": hardware_info(),
             "platform": platform.platform(),
             "argv": [portable_arg(a) for a in sys.argv],
             **info,
@@ -356,6 +358,8 @@ def build_lab(
             meta["check"] = check_lab(tmp, cfg.evaluation, device=cfg.device, progress=progress)
             meta["timings"]["check"] = round(time.perf_counter() - t, 2)
             meta["peak_rss_mb"]["check"] = _peak_rss_mb()
+        else:
+            meta["check"] = {"skipped": CHECK_SKIPPED}
         meta["timings"]["total"] = round(time.perf_counter() - t0, 2)
         meta["sizes"] = {p.name: _dir_size(p) for p in sorted(tmp.iterdir()) if p.is_dir()}
         meta["sizes"]["total"] = _dir_size(tmp)

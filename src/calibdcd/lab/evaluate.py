@@ -332,8 +332,19 @@ def lab_eval_config(lab_dir: Path) -> EvalConfig:
     return EvalConfig()
 
 
+#: ``lab.json``'s ``check`` when a lab was built without its check (``check=False``: experiments
+#: build their labs so, as they measure the lab themselves); the cache key ignores ``check``, so
+#: such a lab is the same lab and is reused by builds that would have checked it
+CHECK_SKIPPED = (
+    "not run at build time (built with check off, e.g. on first use by an experiment, which "
+    "measures the lab itself); `calibdcd lab check LAB_DIR` measures its signal"
+)
+
+
 def format_check(report: dict[str, Any]) -> str:
-    """A plain-text table of a :func:`check_lab` report."""
+    """A plain-text table of a :func:`check_lab` report (or the line saying it was skipped)."""
+    if "skipped" in report:
+        return f"lab check: {report['skipped']}"
     lines = [
         f"{'model':<16}{'loss AUC':>9}  {'mode':<5}{'ROUGE-L AUC':>12}{'prefix AUC':>11}"
         f"{'ROUGE-L m/nm':>15}{'exact m':>8}"

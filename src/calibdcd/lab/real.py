@@ -41,8 +41,10 @@ from calibdcd.lab.config import (
     SFTConfig,
     _replace,
 )
+from calibdcd.lab.evaluate import CHECK_SKIPPED
 from calibdcd.lab.pool import PoolText, clean_pool, load_pool, pool_fingerprint
 from calibdcd.lab.sftdata import Conversation
+from calibdcd.provenance import hardware_info
 
 __all__ = [
     "REAL_PRESETS",
@@ -110,10 +112,6 @@ class RealLabConfig:
 
 
 REAL_PRESETS: dict[str, RealLabConfig] = {"real-smollm2": RealLabConfig()}
-_CHECK_SKIPPED = (
-    "built on first use by an experiment, which measures the lab itself; "
-    "`calibdcd lab check LAB_DIR` measures its signal"
-)
 _SECTIONS = ("pool", "inject", "inject_lora", "sft", "sft_lora")
 
 
@@ -404,9 +402,10 @@ def build_real_lab(
                 "exposures_per_member": reps * cfg.inject.epochs,
             },
             "stats": stats,
-            "check": check or {"skipped": _CHECK_SKIPPED},
+            "check": check or {"skipped": CHECK_SKIPPED},
             "timings": {k: round(v, 1) for k, v in timings.items()},
             "versions": {"python": platform.python_version(), "torch": torch.__version__},
+            "hardware": hardware_info(),
             "argv": sys.argv[1:],
         }
         (tmp / "lab.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
