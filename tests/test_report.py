@@ -165,6 +165,51 @@ def test_seed_axis_mean_spread_and_pooled_paired_statistics(tmp_path_factory):
     )
 
 
+def test_lab_pooled_pools_the_settings_of_several_runs(tmp_path_factory):
+    """benchmarks/lab_pooled.py: a cell's paired interval over the pools of every run given
+    (here the two-seed run and the one-seed run of chat-qwen: three pools), the same bootstrap
+    as a run's own report, fed each run's scores.csv."""
+    import importlib.util
+
+    from experiment_support import REPO
+
+    spec = importlib.util.spec_from_file_location(
+        "lab_pooled", REPO / "benchmarks" / "lab_pooled.py"
+    )
+    lab_pooled = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lab_pooled)
+    _, one = micro_run(tmp_path_factory)
+    _, two = micro_seeds_run(tmp_path_factory)
+    rows = lab_pooled.pooled([two, one], comparisons=("placebo",))
+    row = next(r for r in rows if r["target"] == "chat-qwen")
+    assert row["pools"] == [f"{two.name}/s0", f"{two.name}/s1", f"{one.name}/s0"]
+    pools = []
+    for run in (two, one):
+        results = sorted(
+            (r for r in load_results(run) if r.target == "chat-qwen"), key=lambda r: r.seed
+        )
+        for r in results:
+            with (run / "settings" / r.id / "scores.csv").open() as fh:
+                xs = [x for x in csv.DictReader(fh) if x["in_pool"] == "1"]
+            pools.append((np.array([int(x["label"]) for x in xs]),
+                          np.array([float(x["score_placebo"]) for x in xs]),
+                          np.array([float(x["score_before"]) for x in xs])))  # fmt: skip
+    want = compare(pools, n_boot=1000, seed=0)["auc"]
+    assert row["comparison"] == "Overlap + placebo vs Overlap"
+    assert row["n_texts"] == sum(len(p[0]) for p in pools)
+    assert (row["delta_auc"], row["low"], row["high"]) == (
+        round(100 * want.estimate, 2),
+        round(100 * want.low, 2),
+        round(100 * want.high, 2),
+    )
+    assert row["per_pool"] == [round(100 * x, 2) for x in want.per_seed]
+    assert not row["meets_power"]  # the power criterion is about "+ CalibDCD vs X" only
+    where = lab_pooled.provenance([two, one])
+    assert where.count("`micro-test` (commit ") == 2
+    assert "seeds [0, 1])" in where and "seeds [0])" in where  # its targets name no `lab:`
+    assert "| Overlap + placebo vs Overlap | chat-qwen | 3 |" in lab_pooled.table(rows)
+
+
 def test_analysis_aggregates(report):
     run_dir, html = report
     everything = load_results(run_dir)
