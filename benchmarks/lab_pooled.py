@@ -5,11 +5,16 @@ seeds).
 A run pools its own split seeds (``calibdcd report``); this pools the settings of several run
 directories as well, e.g. the full study on lab seed 0 and ``benchmarks/lab_bands.py`` runs on
 lab seeds 1 and 2. Every (lab seed, split seed) setting is one pool of the hierarchical paired
-bootstrap of :func:`calibdcd.stats.compare`, exactly as a run's own seeds are: the intervals then
-cover the spread over lab seeds too, not only over texts and splits.
+bootstrap of :func:`calibdcd.stats.compare`, as a run's own seeds are: each replicate draws
+pools, then texts within them, so the spread between lab builds enters through the pools drawn.
+Lab seeds are not a level of their own (with two or three of them a separate level would be
+mostly noise); the per-pool Δ in the output shows the lab seeds side by side.
 
     python benchmarks/lab_pooled.py runs/lab-v2 runs/lab-v2-bands/lab1 --out pooled.json \\
         --readme README.md --name lab-v2-pooled   # rewrites that README block from the runs
+
+The two runs behind the README's numbers are committed, trimmed to what this needs, in
+``benchmarks/results/runs/`` (its README says how to unpack and re-run them).
 
 Settings are matched by (detector, benchmark, target) names, which ``lab_bands.py`` keeps when it
 rebuilds a config's labs at another seed. Only the comparisons every pooled setting can make are
