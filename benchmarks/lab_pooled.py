@@ -17,9 +17,9 @@ The two runs behind the README's numbers are committed, trimmed to what this nee
 ``benchmarks/results/runs/`` (its README says how to unpack and re-run them).
 
 Settings are matched by (detector, benchmark, target) names, which ``lab_bands.py`` keeps when it
-rebuilds a config's labs at another seed. Only the comparisons every pooled setting can make are
-reported (a ``--bands-only`` run has no placebo, so the placebo row pools the full study only and
-says so through its ``pools`` count).
+rebuilds a config's labs at another seed. The pooling is the run report's own
+(``calibdcd.report.aggregate.paired_cells``) over the settings of all runs; only comparisons
+every pooled setting can make are reported.
 """
 
 from __future__ import annotations
@@ -32,56 +32,58 @@ from typing import Any
 
 import yaml
 
-from calibdcd.report.aggregate import COMPARISONS, load_results, main_targets
+from calibdcd.report.aggregate import COMPARISONS, load_results, main_targets, paired_cells
 from calibdcd.report.readme import replace_block
 from calibdcd.results import SettingResult
-from calibdcd.stats import MIN_PAIRED_BOOT, compare
 
 #: the issue's power criterion on the half-width of "X + CalibDCD vs X", in AUC points
 POWER_HALF_WIDTH = 1.5
 
 
 def pooled(
-    runs: list[Path], *, comparisons: tuple[str, ...] = ("calibdcd", "calibdcd_vs_placebo")
+    runs: list[Path], *, comparisons: tuple[str, ...] = ("calibdcd",)
 ) -> list[dict[str, Any]]:
-    """One row per (detector, target, comparison) over every run's post-trained settings."""
-    cells: dict[tuple[str, str, str], list[tuple[str, SettingResult]]] = defaultdict(list)
+    """One row per (detector, target, comparison) over the settings of every run: the run
+    report's own :func:`~calibdcd.report.aggregate.paired_cells`, fed the results of all runs.
+    A comparison is made where every pooled setting has both methods' scores (a ``--bands-only``
+    run has no placebo, so a placebo comparison is left to the full study's own report)."""
+    results, names = [], []
     for run in runs:
-        results = load_results(run)
-        shown = main_targets(results)
-        for r in results:
-            if r.pool is not None and r.target in shown and r.post_trained:
-                cells[(r.detector, r.benchmark, r.target)].append((run.name, r))
+        for r in load_results(run):
+            results.append(r)
+            names.append(f"{run.name}/s{r.seed}")
+    source = {id(r): name for r, name in zip(results, names, strict=True)}
+    shown = main_targets(results)
+    members: dict[tuple[str, str, str], list[SettingResult]] = defaultdict(list)
+    for r in results:
+        if r.pool is not None and r.target in shown:
+            members[(r.detector, r.benchmark, r.target)].append(r)
+    labels = {key: label for key, label, _, _ in COMPARISONS}
     rows = []
-    for (detector, benchmark, target), members in sorted(cells.items()):
-        for key, label, a, b in COMPARISONS:
-            if key not in comparisons:
+    for (detector, benchmark, target), cell in sorted(paired_cells(results).items()):
+        # the pools in paired_cells' order (its cell's settings sorted by split seed)
+        used = sorted(members[(detector, benchmark, target)], key=lambda r: r.seed)
+        for key in comparisons:
+            if key not in cell:
                 continue
-            usable = [(name, r) for name, r in members if a in r.pool and b in r.pool]
-            if not usable:
-                continue
-            first = usable[0][1]
-            pools = [(r.pool["label"], r.pool[a], r.pool[b]) for _, r in usable]
-            n_boot = max(first.before.auc.n_boot or 0, MIN_PAIRED_BOOT)
-            level = first.before.auc.level or 0.95
-            delta = compare(pools, fpr=first.fpr, n_boot=n_boot, level=level, seed=0)["auc"]
+            delta = cell[key]["auc"]
             half = 100 * delta.half_width
             rows.append(
                 {
                     "detector": detector,
                     "benchmark": benchmark,
                     "target": target,
-                    "comparison": label.format(d=detector),
-                    "pools": [f"{name}/s{r.seed}" for name, r in usable],
-                    "n_texts": int(sum(len(p[0]) for p in pools)),
+                    "comparison": labels[key].format(d=detector),
+                    "pools": [source[id(r)] for r in used],
+                    "n_texts": int(sum(len(r.pool["label"]) for r in used)),
                     "delta_auc": round(100 * delta.estimate, 2),
                     "low": round(100 * delta.low, 2),
                     "high": round(100 * delta.high, 2),
                     "half_width": round(half, 2),
                     "per_pool": [round(100 * x, 2) for x in delta.per_seed],
                     "p_value": delta.p_value,
-                    "level": level,
-                    "n_boot": n_boot,
+                    "level": delta.level,
+                    "n_boot": delta.n_boot,
                     "verdict": {1: "better", -1: "worse", 0: "not resolved"}[delta.verdict],
                     "meets_power": key == "calibdcd" and half <= POWER_HALF_WIDTH,
                 }

@@ -182,18 +182,16 @@ def test_lab_pooled_pools_the_settings_of_several_runs(tmp_path_factory):
     _, two = micro_seeds_run(tmp_path_factory)
     rows = lab_pooled.pooled([two, one], comparisons=("placebo",))
     row = next(r for r in rows if r["target"] == "chat-qwen")
-    assert row["pools"] == [f"{two.name}/s0", f"{two.name}/s1", f"{one.name}/s0"]
+    # the report's pool order: the cell's settings by split seed, runs in the order given
+    assert row["pools"] == [f"{two.name}/s0", f"{one.name}/s0", f"{two.name}/s1"]
     pools = []
-    for run in (two, one):
-        results = sorted(
-            (r for r in load_results(run) if r.target == "chat-qwen"), key=lambda r: r.seed
-        )
-        for r in results:
-            with (run / "settings" / r.id / "scores.csv").open() as fh:
-                xs = [x for x in csv.DictReader(fh) if x["in_pool"] == "1"]
-            pools.append((np.array([int(x["label"]) for x in xs]),
-                          np.array([float(x["score_placebo"]) for x in xs]),
-                          np.array([float(x["score_before"]) for x in xs])))  # fmt: skip
+    for run, seed in ((two, 0), (one, 0), (two, 1)):
+        (r,) = (r for r in load_results(run) if r.target == "chat-qwen" and r.seed == seed)
+        with (run / "settings" / r.id / "scores.csv").open() as fh:
+            xs = [x for x in csv.DictReader(fh) if x["in_pool"] == "1"]
+        pools.append((np.array([int(x["label"]) for x in xs]),
+                      np.array([float(x["score_placebo"]) for x in xs]),
+                      np.array([float(x["score_before"]) for x in xs])))  # fmt: skip
     want = compare(pools, n_boot=1000, seed=0)["auc"]
     assert row["comparison"] == "Overlap + placebo vs Overlap"
     assert row["n_texts"] == sum(len(p[0]) for p in pools)
