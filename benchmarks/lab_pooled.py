@@ -26,15 +26,19 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from calibdcd.report.aggregate import COMPARISONS, load_results, main_targets, paired_cells
+from calibdcd.atomic import atomic_write_text
+from calibdcd.report.aggregate import (
+    COMPARISONS,
+    load_results,
+    paired_cell_settings,
+    paired_cells,
+)
 from calibdcd.report.readme import replace_block
-from calibdcd.results import SettingResult
 
 #: the issue's power criterion on the half-width of "X + CalibDCD vs X", in AUC points
 POWER_HALF_WIDTH = 1.5
@@ -47,22 +51,16 @@ def pooled(
     report's own :func:`~calibdcd.report.aggregate.paired_cells`, fed the results of all runs.
     A comparison is made where every pooled setting has both methods' scores (a ``--bands-only``
     run has no placebo, so a placebo comparison is left to the full study's own report)."""
-    results, names = [], []
+    results, names = [], {}
     for run in runs:
         for r in load_results(run):
             results.append(r)
-            names.append(f"{run.name}/s{r.seed}")
-    source = {id(r): name for r, name in zip(results, names, strict=True)}
-    shown = main_targets(results)
-    members: dict[tuple[str, str, str], list[SettingResult]] = defaultdict(list)
-    for r in results:
-        if r.pool is not None and r.target in shown:
-            members[(r.detector, r.benchmark, r.target)].append(r)
+            names[id(r)] = f"{run.name}/s{r.seed}"
+    settings = paired_cell_settings(results)
     labels = {key: label for key, label, _, _ in COMPARISONS}
     rows = []
     for (detector, benchmark, target), cell in sorted(paired_cells(results).items()):
-        # the pools in paired_cells' order (its cell's settings sorted by split seed)
-        used = sorted(members[(detector, benchmark, target)], key=lambda r: r.seed)
+        used = settings[(detector, benchmark, target)]  # the cell's pools, in their order
         for key in comparisons:
             if key not in cell:
                 continue
@@ -74,7 +72,7 @@ def pooled(
                     "benchmark": benchmark,
                     "target": target,
                     "comparison": labels[key].format(d=detector),
-                    "pools": [source[id(r)] for r in used],
+                    "pools": [names[id(r)] for r in used],
                     "n_texts": int(sum(len(r.pool["label"]) for r in used)),
                     "delta_auc": round(100 * delta.estimate, 2),
                     "low": round(100 * delta.low, 2),
@@ -132,16 +130,13 @@ def main() -> None:
     ap.add_argument("--name", default="lab-v2-pooled", help="the README block's name")
     args = ap.parse_args()
     rows = pooled(args.runs)
-    text = provenance(args.runs) + "\n\n" + table(rows)
+    where = provenance(args.runs)
+    text = where + "\n\n" + table(rows)
     if args.out:
-        args.out.write_text(
-            json.dumps({"provenance": provenance(args.runs), "rows": rows}, indent=2) + "\n"
-        )
+        args.out.write_text(json.dumps({"provenance": where, "rows": rows}, indent=2) + "\n")
     if args.readme:
         old = args.readme.read_text(encoding="utf-8")
-        args.readme.write_text(
-            replace_block(old, args.name, text, source=str(args.readme)), encoding="utf-8"
-        )
+        atomic_write_text(args.readme, replace_block(old, args.name, text, source=str(args.readme)))
     print(text)
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "grid_ids",
     "load_results",
     "main_cells",
+    "paired_cell_settings",
     "paired_cells",
     "selection_distribution",
     "space_comparison",
@@ -217,6 +218,20 @@ def main_cells(results: list[SettingResult]) -> dict[str, Any]:
     }
 
 
+def paired_cell_settings(
+    results: list[SettingResult],
+) -> dict[tuple[str, str, str], list[SettingResult]]:
+    """``{(detector, benchmark, target): settings}``: the settings whose per-text scores
+    :func:`paired_cells` pools for each cell, in its pool order (by seed, stable), over the
+    :func:`main_targets`."""
+    shown = main_targets(results)
+    cells: dict[tuple[str, str, str], list[SettingResult]] = defaultdict(list)
+    for r in results:
+        if r.target in shown and r.pool is not None:
+            cells[(r.detector, r.benchmark, r.target)].append(r)
+    return {k: sorted(rs, key=lambda r: r.seed) for k, rs in cells.items()}
+
+
 def paired_cells(
     results: list[SettingResult],
     *,
@@ -233,20 +248,12 @@ def paired_cells(
     :func:`main_targets`."""
     from calibdcd.stats import MIN_PAIRED_BOOT, compare
 
-    shown = main_targets(results)
-    cells: dict[tuple[str, str, str], list[SettingResult]] = defaultdict(list)
-    for r in results:
-        if r.target not in shown:
-            continue
-        if r.pool is not None:
-            cells[(r.detector, r.benchmark, r.target)].append(r)
     out: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
-    for k, rs in cells.items():
+    for k, rs in paired_cell_settings(results).items():
         ev = rs[0].before.auc
         nb = n_boot if n_boot is not None else max(ev.n_boot or 0, MIN_PAIRED_BOOT)
         lv = level if level is not None else (ev.level or 0.95)
         fpr = rs[0].fpr
-        rs = sorted(rs, key=lambda r: r.seed)
         res: dict[str, dict[str, Any]] = {}
         for key, _, a, b in COMPARISONS:
             if not all(a in r.pool and b in r.pool for r in rs):
