@@ -13,7 +13,7 @@ mostly noise); the per-pool Δ in the output shows the lab seeds side by side.
     python benchmarks/lab_pooled.py runs/lab-v2 runs/lab-v2-bands/lab1 --out pooled.json \\
         --readme README.md --name lab-v2-pooled   # rewrites that README block from the runs
 
-The two runs behind the README's numbers are committed, trimmed to what this needs, in
+The three runs behind the README's numbers are committed, trimmed to what this needs, in
 ``benchmarks/results/runs/`` (its README says how to unpack and re-run them).
 
 Settings are matched by (detector, benchmark, target) names, which ``lab_bands.py`` keeps when it
