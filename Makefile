@@ -34,8 +34,8 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/ruff format --check src tests benchmarks
 
-# builds the micro lab on first use, runs every detector with and without CalibDCD on its
-# chat-qwen and base models, prints the comparison, writes runs/lab-micro/report/index.html
+# builds the demo lab (micro's base and chat-qwen) on first use, runs every detector with and
+# without CalibDCD on both models (seed 0), prints the comparison, writes runs/lab-demo/report/
 demo: $(VENV)/.installed
 	$(PY) -m calibdcd demo
 

@@ -79,7 +79,9 @@ def test_wrong_option_types_and_structure_are_collected(tmp_path):
     assert "got 'many'" in problems["detectors[0].options.max_new_tokens"]
 
 
-@pytest.mark.parametrize("name", ["lab-micro", "lab-small", "lab-v2", "paper", "paper-vllm"])
+@pytest.mark.parametrize(
+    "name", ["demo", "lab-micro", "lab-small", "lab-v2", "paper", "paper-vllm"]
+)
 def test_shipped_configs_round_trip_through_the_schema(name, tmp_path):
     import yaml
 

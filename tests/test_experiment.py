@@ -521,24 +521,78 @@ def test_resume_after_kill_recomputes_only_missing_settings(tmp_path):
     ]
 
 
-def test_demo_config_is_configs_lab_micro():
+def test_demo_config_is_configs_demo_and_on_three_seeds_configs_lab_micro():
     import dataclasses
 
     from calibdcd.experiment.demo import demo_config
 
-    # the demo (embedded, so an installed package has it) is configs/lab-micro.yaml
+    # the demo (embedded, so an installed package has it) is configs/demo.yaml: the demo lab,
+    # one seed
     demo = demo_config(cache_dir="/c", output="/o")
-    yaml_cfg = load_config(REPO / "configs" / "lab-micro.yaml")
+    yaml_cfg = load_config(REPO / "configs" / "demo.yaml")
     assert demo == dataclasses.replace(yaml_cfg, source=None, cache_dir="/c", output="/o")
+    assert demo.seeds == (0,) and {t.lab for t in demo.targets} == {"demo"}
     assert [t.name for t in demo.targets] == ["chat-qwen", "base"]
     assert [d.name for d in demo.detectors] == ["veilprobe", "dpdllm", "overlap"]
+    # the same grid on the micro lab with seeds 0-2 is the reproducibility config
+    micro = demo_config("micro", seeds=(0, 1, 2), cache_dir="/c", output="/o")
+    yaml_micro = load_config(REPO / "configs" / "lab-micro.yaml")
+    assert micro == dataclasses.replace(yaml_micro, source=None, cache_dir="/c", output="/o")
+    # other chat models than the demo lab's: the micro lab, which has them
     every = demo_config(chat_models=("chat-qwen", "chat-llama", "chat-reasoning"))
     assert [t.name for t in every.targets] == ["chat-qwen", "chat-llama", "chat-reasoning", "base"]
+    assert {t.lab for t in every.targets} == {"micro"}
     assert {t.base for t in every.targets if t.post_trained} == {"base"}
     with pytest.raises(ValueError, match="unknown demo detector"):
         demo_config(detectors=("nope",))
     with pytest.raises(ValueError, match="unknown lab model"):
         demo_config(chat_models=("chat-nope",))
+    with pytest.raises(ValueError, match="the demo lab has only"):
+        demo_config("demo", chat_models=("chat-llama",))
+
+
+def test_the_demo_lab_is_micro_with_one_chat_model():
+    """The demo lab shares micro's pre-training (so one base serves both) and gives chat-qwen
+    micro's SFT: the same config, seed and position among the styles."""
+    from calibdcd.lab.config import PRESETS, lab_models, pretrain_hash, resolve_config
+
+    demo, micro = resolve_config("demo"), resolve_config("micro")
+    assert pretrain_hash(demo, 0, "p") == pretrain_hash(micro, 0, "p")
+    assert demo.sft == micro.sft and demo.styles == micro.styles[:1]
+    assert lab_models(PRESETS["demo"]) == ("base", "chat-qwen")
+    assert lab_models(PRESETS["micro"]) == ("base", "chat-qwen", "chat-llama", "chat-reasoning")
+
+
+def test_loading_a_model_the_built_lab_lacks_names_what_it_has(tmp_path, monkeypatch):
+    """A lab whose directory has base and chat-qwen only (the demo lab's models, here micro's
+    own files): asking it for chat-llama fails before any load, naming the lab's models."""
+    from calibdcd.experiment.components import build_target
+    from calibdcd.experiment.config import TargetEntry
+
+    micro = lab_micro()
+    lab = tmp_path / "labs" / "lab-demo"
+    lab.mkdir(parents=True)
+    for name in ("lab.json", "ground_truth.jsonl", "base", "chat-qwen"):
+        (lab / name).symlink_to(micro / name)
+    monkeypatch.setenv("CALIBDCD_LAB_ROOT", str(tmp_path / "labs"))
+    entry = TargetEntry(name="t", backend="hf", model="chat-llama", lab="demo")
+    with pytest.raises(ValueError, match=r"has no model 'chat-llama'; it has base, chat-qwen"):
+        build_target(entry, tmp_path / "g.sqlite", tmp_path / "cache")
+
+
+def test_a_dry_run_names_a_model_the_unbuilt_lab_will_not_have(tmp_path):
+    from calibdcd.experiment.runner import dry_run
+
+    text = (REPO / "configs" / "demo.yaml").read_text()
+    p = tmp_path / "demo.yaml"
+    p.write_text(
+        text.replace("model: chat-qwen,", "model: chat-llama,") + f"cache_dir: {tmp_path}/c\n"
+    )
+    _, problems = dry_run(load_config(p))
+    assert (
+        "targets[0] (chat-qwen).model: lab preset 'demo' has no model 'chat-llama'; it has "
+        "base, chat-qwen" in problems
+    ), problems
 
 
 @pytest.mark.slow

@@ -143,8 +143,12 @@ def report_command(
 def demo_command(
     out: Annotated[Path | None, typer.Option("--out", help="run directory")] = None,
     preset: Annotated[
-        str, typer.Option(help="lab preset (micro: the demo's; small: the study's lab)")
-    ] = "micro",
+        str | None,
+        typer.Option(
+            help="lab preset (default: demo, micro's base and chat-qwen; micro when --chat-model "
+            "names another chat model; v2: the study's lab)"
+        ),
+    ] = None,
     chat_model: Annotated[
         list[str] | None,
         typer.Option(
@@ -161,6 +165,14 @@ def demo_command(
             help="veilprobe / dpdllm / overlap (repeat; default all three)",
         ),
     ] = None,
+    seed: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--seed",
+            help="split seed(s) (repeat; default 0: one seed, illustrative; 0 1 2 is "
+            "configs/lab-micro.yaml's)",
+        ),
+    ] = None,
     cache_dir: Annotated[
         Path | None,
         typer.Option(help="cache root: lab, generations, features (default: the user cache)"),
@@ -168,8 +180,8 @@ def demo_command(
     progress: Annotated[bool, typer.Option(help="progress bars")] = True,
 ) -> None:
     """Build the lab, run every detector with and without CalibDCD on its post-trained and base
-    models (configs/lab-micro.yaml by default), print the comparison and write the HTML report."""
-    from calibdcd.experiment.demo import DEMO_CHAT_MODELS, DEMO_DETECTORS, run_demo
+    models (configs/demo.yaml by default), print the comparison and write the HTML report."""
+    from calibdcd.experiment.demo import DEMO_CHAT_MODELS, DEMO_DETECTORS, DEMO_SEEDS, run_demo
 
     try:
         html, text = run_demo(
@@ -177,6 +189,7 @@ def demo_command(
             preset=preset,
             chat_models=tuple(chat_model) if chat_model else DEMO_CHAT_MODELS,
             detectors=tuple(detector) if detector else DEMO_DETECTORS,
+            seeds=tuple(seed) if seed else DEMO_SEEDS,
             cache_dir=cache_dir,
             progress=progress,
             log=typer.echo,

@@ -284,6 +284,13 @@ def build_target(
     if progress is not None and not unknown_options(entry.backend, {"progress": progress}):
         kwargs.setdefault("progress", progress)  # a backend that shows progress: the run's
     kwargs["model"] = model_path(entry, root=root)
+    if entry.lab is not None and not Path(kwargs["model"]).exists():
+        lab = Path(kwargs["model"]).parent
+        has = sorted(p.name for p in lab.iterdir() if (p / "config.json").is_file())
+        raise ValueError(
+            f"targets ({entry.name}).model: lab {entry.lab!r} ({lab}) has no model "
+            f"{entry.model!r}; it has {', '.join(has) or 'none'}"
+        )
     if entry.backend == "hf":  # GGUF conversions and checkpoint digests
         kwargs.setdefault("cache_dir", str(cache_root(root)))
     if entry.family is not None:

@@ -1,14 +1,16 @@
 """``calibdcd demo``: the lab experiment end to end in one call.
 
-:func:`demo_config` is the programmatic twin of ``configs/lab-micro.yaml`` (so the demo also works
+:func:`demo_config` is the programmatic twin of ``configs/demo.yaml`` (so the demo also works
 from an installed package without the repository's ``configs/``; a test checks they are equal):
-the ``micro`` lab, seeds 0-2 (``detector_seed: fixed``), its post-trained ``chat-qwen`` and its
-base model x VeilProbe (``cpu`` preset, first-half queries), DPDLLM and the overlap baseline, with
-and without CalibDCD, the controls and the blind baseline, the paper's protocol on the lab's ground
-truth. A cold first run (lab build included) fits in about 10 minutes on 2 CPU cores. It is a
-reduced, illustrative version of the lab study (one chat model of three, a 300-text lab):
-``chat_models`` adds the others; the full study is ``configs/lab-v2.yaml`` (the ``v2`` lab, all
-three chat models and the base, ablations).
+the ``demo`` lab (micro's base and its post-trained ``chat-qwen``, without micro's two other chat
+models), seed 0, both models x VeilProbe (``cpu`` preset, first-half queries), DPDLLM and the
+overlap baseline, with and without CalibDCD, the controls and the blind baseline, the paper's
+protocol on the lab's ground truth. It is a reduced, illustrative version of the lab study (one
+chat model of three, a 300-text lab, one seed): its intervals are over texts only.
+``configs/lab-micro.yaml`` is the same grid on the micro lab with seeds 0-2
+(``demo_config("micro", seeds=(0, 1, 2))``, also checked by a test); ``chat_models`` adds the
+other chat models (on the micro lab, which has them); the full study is ``configs/lab-v2.yaml``
+(the ``v2`` lab, all three chat models and the base, ablations).
 
 :func:`run_demo` builds the lab if needed (``calibdcd.lab.ensure_lab``), runs the grid
 (resumable; a re-run is served from the caches), writes the report and returns the comparison
@@ -23,41 +25,76 @@ from typing import Any
 
 from calibdcd.experiment.config import ExperimentConfig, parse_config
 
-__all__ = ["DEMO_CHAT_MODELS", "DEMO_DETECTORS", "DEMO_PRESET", "demo_config", "run_demo"]
+__all__ = [
+    "DEMO_CHAT_MODELS",
+    "DEMO_DETECTORS",
+    "DEMO_PRESET",
+    "DEMO_SEEDS",
+    "demo_config",
+    "demo_preset",
+    "full_study_note",
+    "run_demo",
+]
 
 #: the detectors of the demo, in table order
 DEMO_DETECTORS = ("veilprobe", "dpdllm", "overlap")
-#: the lab of the demo (``configs/lab-micro.yaml``'s)
-DEMO_PRESET = "micro"
-#: the post-trained models of the demo (every lab has these three)
+#: the lab of the demo (``configs/demo.yaml``'s): micro with only its chat-qwen
+DEMO_PRESET = "demo"
+#: the lab of the demo when it is asked for other chat models than the demo lab's
+FULL_PRESET = "micro"
+#: the post-trained models of the micro lab (and of every synthetic lab but ``demo``)
 ALL_CHAT_MODELS = ("chat-qwen", "chat-llama", "chat-reasoning")
 DEMO_CHAT_MODELS = ("chat-qwen",)
+#: the demo's seed: one, so a cold demo fits in 15 minutes on 2 CPU cores (README); the
+#: reproducibility config ``configs/lab-micro.yaml`` runs seeds 0-2
+DEMO_SEEDS = (0,)
 
-#: what the demo prints after its tables
-FULL_STUDY = (
-    "This is the demo: a reduced, illustrative version of the lab study (the micro lab, one "
-    "post-trained model of three, 3 seeds). The full study is `calibdcd run "
-    "configs/lab-v2.yaml` (the v2 lab's 1,000-text pool, all three chat models and the base, "
-    "ablations); its numbers, and from which run, are under 'Measured results' in README.md."
-)
+
+def full_study_note(n_seeds: int, n_chat: int) -> str:
+    """What the demo prints after its tables: that it is reduced, and where the study is."""
+    seeds = (
+        "one seed, so its intervals are over texts only and say nothing about another split"
+        if n_seeds == 1
+        else f"{n_seeds} seeds"
+    )
+    return (
+        f"This is the demo: a reduced, illustrative version of the lab study (a 300-text lab, "
+        f"{n_chat} post-trained model(s) of three, {seeds}). The full study is `calibdcd run "
+        "configs/lab-v2.yaml` (the v2 lab's 1,000-text pool, all three chat models and the "
+        "base, 3 seeds, ablations); its numbers, and from which run, are under 'Measured "
+        "results' in README.md."
+    )
+
+
+def demo_preset(chat_models: Sequence[str]) -> str:
+    """The lab the demo runs on for ``chat_models``: the demo lab when it has them all (it has
+    chat-qwen only), else micro (all three chat models; the same base)."""
+    return DEMO_PRESET if set(chat_models) <= set(DEMO_CHAT_MODELS) else FULL_PRESET
 
 
 def demo_config(
-    preset: str = DEMO_PRESET,
+    preset: str | None = None,
     *,
     chat_models: Sequence[str] = DEMO_CHAT_MODELS,
     detectors: Sequence[str] = DEMO_DETECTORS,
-    seeds: Sequence[int] = (0, 1, 2),
+    seeds: Sequence[int] = DEMO_SEEDS,
     cache_dir: str | Path | None = None,
     output: str | Path | None = None,
     n_boot: int = 1000,
 ) -> ExperimentConfig:
-    """The demo grid on lab ``preset``; the defaults are ``configs/lab-micro.yaml``."""
+    """The demo grid on lab ``preset`` (None: :func:`demo_preset`); the defaults are
+    ``configs/demo.yaml``, ``("micro", seeds=(0, 1, 2))`` is ``configs/lab-micro.yaml``."""
     hf = {"device": "cpu", "dtype": "float32", "batch_size": 64}
     unknown_chat = [m for m in chat_models if m not in ALL_CHAT_MODELS]
     if unknown_chat:
         raise ValueError(
             f"chat_models: unknown lab model(s) {unknown_chat}; choose from {list(ALL_CHAT_MODELS)}"
+        )
+    preset = preset or demo_preset(chat_models)
+    if preset == DEMO_PRESET and not set(chat_models) <= set(DEMO_CHAT_MODELS):
+        raise ValueError(
+            f"chat_models: the {DEMO_PRESET} lab has only {list(DEMO_CHAT_MODELS)}; use the "
+            f"{FULL_PRESET} lab (the default for other chat models) for {list(chat_models)}"
         )
     targets: list[dict[str, Any]] = [
         {"name": m, "backend": "hf", "lab": preset, "model": m, "base": "base", "options": hf}
@@ -128,10 +165,10 @@ def demo_config(
 def run_demo(
     out_dir: str | Path | None = None,
     *,
-    preset: str = DEMO_PRESET,
+    preset: str | None = None,
     chat_models: Sequence[str] = DEMO_CHAT_MODELS,
     detectors: Sequence[str] = DEMO_DETECTORS,
-    seeds: Sequence[int] = (0, 1, 2),
+    seeds: Sequence[int] = DEMO_SEEDS,
     cache_dir: str | Path | None = None,
     progress: bool = True,
     log: Callable[[str], None] | None = None,
@@ -147,9 +184,9 @@ def run_demo(
     from calibdcd.report.tables import build_tables
 
     say = log or (lambda s: None)
+    preset = preset or demo_preset(chat_models)
     out = Path(out_dir) if out_dir is not None else Path("runs") / f"lab-{preset}"
-    say(f"lab {preset}: {resolve_lab(preset, root=cache_dir)}")
-    cfg = demo_config(
+    cfg = demo_config(  # first: a bad argument fails before the lab is built
         preset,
         chat_models=chat_models,
         detectors=detectors,
@@ -157,9 +194,10 @@ def run_demo(
         cache_dir=cache_dir,
         output=out,
     )
+    say(f"lab {preset}: {resolve_lab(preset, root=cache_dir)}")
     run_dir = run_experiment(cfg, out, progress=progress, log=say)
     html = write_report(run_dir)
     keys = ("auc_main", "paired", "base_vs_post")
     tables = {t.key: t for t in build_tables(load_results(run_dir))}
     text = "\n".join(tables[k].markdown() for k in keys if k in tables)
-    return html, f"{text}\n{FULL_STUDY}"
+    return html, f"{text}\n{full_study_note(len(seeds), len(chat_models))}"

@@ -374,6 +374,10 @@ def dry_run(cfg: ExperimentConfig, *, options: bool = True) -> tuple[list[str], 
             if ok is not True:
                 problems.append(f"{key}.lab: {ok}")
                 continue
+            has = True if lab is not None else _lab_model_known(t.lab, t.model)
+            if has is not True:
+                problems.append(f"{key}.model: {has}")
+                continue
             if lab is not None and not (lab / t.model).exists():
                 problems.append(f"{key}.model: no checkpoint {t.model!r} in lab {lab}")
                 continue
@@ -555,6 +559,21 @@ def _lab_preset_known(spec: str) -> bool | str:
         if preset in KNOWN_PRESETS
         else f"unknown lab preset {preset!r}; known: {list(KNOWN_PRESETS)}"
     )
+
+
+def _lab_model_known(spec: str, model: str) -> bool | str:
+    """Whether an unbuilt lab ``spec`` (a known preset) will hold ``model``: a synthetic
+    preset's ``base`` and chat styles; the real-model lab's models are not checked before it is
+    built."""
+    try:
+        from calibdcd.lab.config import PRESETS, lab_models  # type: ignore[attr-defined]
+    except ImportError:
+        return True
+    preset, _ = lab_spec(spec)
+    if preset not in PRESETS or model in lab_models(PRESETS[preset]):
+        return True
+    has = ", ".join(lab_models(PRESETS[preset]))
+    return f"lab preset {preset!r} has no model {model!r}; it has {has}"
 
 
 def describe_grid(cfg: ExperimentConfig) -> list[str]:

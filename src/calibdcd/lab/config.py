@@ -7,6 +7,11 @@ exactly these. Presets:
     Test fixture: a 2.1M-parameter Llama (d192, 3 layers), 150 members x 16 repeats, 3 epochs at
     2 x 256 tokens per step (48 exposures per member; the measured cliff is at ~24-32), 200
     background texts, three short chat SFTs. Built in ~3 min on 2 CPU cores.
+``demo``
+    ``make demo``'s lab: micro with one chat style (Qwen) instead of three. Its base and its
+    ``chat-qwen`` are micro's, bit for bit (the same pre-training config, so a build reuses or
+    leaves micro's base in ``<cache>/lab-base``, and the same SFT seed); it skips the two other
+    SFTs (about 80 s of the cold demo on 2 CPU cores).
 ``small``
     Demo: a 4.3M-parameter Llama (d256, 4 layers), 250 members x 16 repeats, 3 epochs (48
     exposures), 800 background texts. ~10 min on 2 CPU cores.
@@ -55,6 +60,7 @@ __all__ = [
     "PretrainConfig",
     "SFTConfig",
     "config_hash",
+    "lab_models",
     "pretrain_hash",
     "resolve_config",
 ]
@@ -195,6 +201,9 @@ class LabConfig:
 
 PRESETS: dict[str, LabConfig] = {
     "micro": LabConfig(preset="micro"),
+    # the demo's lab: micro with only the first chat style (styles keep micro's order, so
+    # chat-qwen gets micro's SFT seed and is micro's chat-qwen)
+    "demo": LabConfig(preset="demo", styles=("qwen2.5",)),
     "small": LabConfig(
         preset="small",
         model=ModelConfig(hidden_size=256, num_layers=4, num_heads=4, intermediate_size=704),
@@ -221,6 +230,15 @@ PRESETS: dict[str, LabConfig] = {
         num_threads=0,
     ),
 }
+
+
+def lab_models(cfg: LabConfig) -> tuple[str, ...]:
+    """The checkpoint directories a lab built with ``cfg`` holds: ``base`` and one per chat
+    style (``chat-qwen``, ``chat-llama``, ``chat-reasoning``)."""
+    from calibdcd.lab.chat import get_style
+
+    return ("base", *(get_style(s).dirname for s in cfg.styles))
+
 
 _SECTIONS = ("model", "pool", "pretrain", "sft", "evaluation", "clean_reference")
 
