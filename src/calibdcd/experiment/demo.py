@@ -59,7 +59,8 @@ def full_study_note(n_seeds: int, n_chat: int) -> str:
     )
     return (
         f"This is the demo: a reduced, illustrative version of the lab study (a 300-text lab, "
-        f"{n_chat} post-trained model(s) of three, {seeds}). The full study is `calibdcd run "
+        f"{'one post-trained model' if n_chat == 1 else f'{n_chat} post-trained models'} of "
+        f"three, {seeds}). The full study is `calibdcd run "
         "configs/lab-v2.yaml` (the v2 lab's 1,000-text pool, all three chat models and the "
         "base, 3 seeds, ablations); its numbers, and from which run, are under 'Measured "
         "results' in README.md."
