@@ -56,7 +56,10 @@ def shared_data_dir() -> Path:
 @pytest.fixture(scope="session")
 def lab_micro() -> Path:
     """The micro lab (base + chat-qwen/chat-llama/chat-reasoning), built once into the cache
-    (``$CALIBDCD_CACHE`` or ``~/.cache/calibdcd``) and reused by every test and later runs."""
+    (``$CALIBDCD_CACHE`` or ``~/.cache/calibdcd``) and reused by every test and later runs.
+    Built without its ``lab check`` (64 s of a cold suite's 11 min on 2 cores), as experiments
+    build it: the check's measurements are tested on their own (test_lab.py), and the cache key
+    ignores ``check``."""
     from calibdcd.lab import ensure_lab
 
-    return ensure_lab("micro", progress=False)
+    return ensure_lab("micro", progress=False, check=False)

@@ -341,7 +341,9 @@ def test_build_is_deterministic_for_a_seed(tmp_path):
 
     digests = []
     for name in ("a", "b"):
-        out = build_lab("micro", tmp_path / name, seed=3, progress=False, reuse_base=False, **_TINY)
+        # b also runs the build's own lab check, which only adds a measurement to lab.json
+        opts = {**_TINY, "check": name == "b"}
+        out = build_lab("micro", tmp_path / name, seed=3, progress=False, reuse_base=False, **opts)
         digests.append(
             [
                 hashlib.sha256((out / d / "model.safetensors").read_bytes()).hexdigest()
@@ -352,6 +354,12 @@ def test_build_is_deterministic_for_a_seed(tmp_path):
             (tmp_path / "a" / "ground_truth.jsonl").read_text()
         )
     assert digests[0] == digests[1]
+    checked = json.loads((tmp_path / "b" / "lab.json").read_text())["check"]
+    assert set(checked["models"]) == {"base", "chat-qwen"}
+    assert 0.0 <= checked["models"]["base"]["loss_auc"] <= 1.0
+    assert json.loads((tmp_path / "a" / "lab.json").read_text())["check"] == {
+        "skipped": CHECK_SKIPPED
+    }
 
 
 def test_post_training_variants_reuse_the_pretrained_base(tmp_path):
