@@ -50,7 +50,7 @@ DEMO_CHAT_MODELS = ("chat-qwen",)
 DEMO_SEEDS = (0,)
 
 
-def full_study_note(n_seeds: int, n_chat: int) -> str:
+def full_study_note(n_seeds: int, n_chat: int, preset: str = DEMO_PRESET) -> str:
     """What the demo prints after its tables: that it is reduced, and where the study is."""
     seeds = (
         "one seed, so its intervals are over texts only and say nothing about another split"
@@ -58,7 +58,7 @@ def full_study_note(n_seeds: int, n_chat: int) -> str:
         else f"{n_seeds} seeds"
     )
     return (
-        f"This is the demo: a reduced, illustrative version of the lab study (a 300-text lab, "
+        f"This is the demo: a reduced, illustrative version of the lab study (the {preset} lab, "
         f"{'one post-trained model' if n_chat == 1 else f'{n_chat} post-trained models'} of "
         f"three, {seeds}). The full study is `calibdcd run "
         "configs/lab-v2.yaml` (the v2 lab's 1,000-text pool, all three chat models and the "
@@ -201,4 +201,4 @@ def run_demo(
     keys = ("auc_main", "paired", "base_vs_post")
     tables = {t.key: t for t in build_tables(load_results(run_dir))}
     text = "\n".join(tables[k].markdown() for k in keys if k in tables)
-    return html, f"{text}\n{full_study_note(len(seeds), len(chat_models))}"
+    return html, f"{text}\n{full_study_note(len(seeds), len(chat_models), preset)}"
