@@ -578,6 +578,16 @@ def test_loading_a_model_the_built_lab_lacks_names_what_it_has(tmp_path, monkeyp
     entry = TargetEntry(name="t", backend="hf", model="chat-llama", lab="demo")
     with pytest.raises(ValueError, match=r"has no model 'chat-llama'; it has base, chat-qwen"):
         build_target(entry, tmp_path / "g.sqlite", tmp_path / "cache")
+    # the dry run says the same of the built lab, before any run
+    from calibdcd.experiment.runner import dry_run
+
+    p = tmp_path / "demo.yaml"
+    text = (REPO / "configs" / "demo.yaml").read_text()
+    p.write_text(text.replace("model: chat-qwen,", "model: chat-llama,"))
+    _, problems = dry_run(load_config(p))
+    assert problems == [
+        f"targets[0] (chat-qwen).model: lab {lab} has no model 'chat-llama'; it has base, chat-qwen"
+    ], problems
 
 
 def test_a_dry_run_names_a_model_the_unbuilt_lab_will_not_have(tmp_path):

@@ -249,6 +249,15 @@ def target_identity(
     )  # fmt: skip
 
 
+def lab_model_problem(lab: Path, model: str) -> str | None:
+    """None when the built lab ``lab`` holds the checkpoint ``model``, else what is wrong,
+    naming the models it has."""
+    if (lab / model).exists():
+        return None
+    has = sorted(p.name for p in lab.iterdir() if (p / "config.json").is_file())
+    return f"lab {lab} has no model {model!r}; it has {', '.join(has) or 'none'}"
+
+
 def model_path(
     entry: TargetEntry, *, build_lab: bool = True, root: str | Path | None = None
 ) -> str:
@@ -284,13 +293,9 @@ def build_target(
     if progress is not None and not unknown_options(entry.backend, {"progress": progress}):
         kwargs.setdefault("progress", progress)  # a backend that shows progress: the run's
     kwargs["model"] = model_path(entry, root=root)
-    if entry.lab is not None and not Path(kwargs["model"]).exists():
-        lab = Path(kwargs["model"]).parent
-        has = sorted(p.name for p in lab.iterdir() if (p / "config.json").is_file())
-        raise ValueError(
-            f"targets ({entry.name}).model: lab {entry.lab!r} ({lab}) has no model "
-            f"{entry.model!r}; it has {', '.join(has) or 'none'}"
-        )
+    missing = lab_model_problem(Path(kwargs["model"]).parent, entry.model) if entry.lab else None
+    if missing:
+        raise ValueError(f"targets ({entry.name}).model: {missing}")
     if entry.backend == "hf":  # GGUF conversions and checkpoint digests
         kwargs.setdefault("cache_dir", str(cache_root(root)))
     if entry.family is not None:

@@ -67,10 +67,19 @@ def full_study_note(n_seeds: int, n_chat: int, preset: str = DEMO_PRESET) -> str
     )
 
 
+def _lab_models(preset: str) -> tuple[str, ...] | None:
+    """The models lab ``preset`` holds (None: a preset this does not know, e.g. a real-model
+    lab, checked when it is built)."""
+    from calibdcd.lab.config import PRESETS, lab_models
+
+    return lab_models(PRESETS[preset]) if preset in PRESETS else None
+
+
 def demo_preset(chat_models: Sequence[str]) -> str:
     """The lab the demo runs on for ``chat_models``: the demo lab when it has them all (it has
     chat-qwen only), else micro (all three chat models; the same base)."""
-    return DEMO_PRESET if set(chat_models) <= set(DEMO_CHAT_MODELS) else FULL_PRESET
+    has = _lab_models(DEMO_PRESET) or ()
+    return DEMO_PRESET if all(m in has for m in chat_models) else FULL_PRESET
 
 
 def demo_config(
@@ -92,10 +101,11 @@ def demo_config(
             f"chat_models: unknown lab model(s) {unknown_chat}; choose from {list(ALL_CHAT_MODELS)}"
         )
     preset = preset or demo_preset(chat_models)
-    if preset == DEMO_PRESET and not set(chat_models) <= set(DEMO_CHAT_MODELS):
+    has = _lab_models(preset)
+    if has is not None and any(m not in has for m in chat_models):
         raise ValueError(
-            f"chat_models: the {DEMO_PRESET} lab has only {list(DEMO_CHAT_MODELS)}; use the "
-            f"{FULL_PRESET} lab (the default for other chat models) for {list(chat_models)}"
+            f"chat_models: the {preset} lab has only {list(has)}; the {FULL_PRESET} lab (the "
+            f"default for other chat models) has {list(ALL_CHAT_MODELS)}"
         )
     targets: list[dict[str, Any]] = [
         {"name": m, "backend": "hf", "lab": preset, "model": m, "base": "base", "options": hf}

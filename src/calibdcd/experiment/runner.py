@@ -314,7 +314,11 @@ def dry_run(cfg: ExperimentConfig, *, options: bool = True) -> tuple[list[str], 
     detectors' options were checked with the config (``read_config``) and are not repeated."""
     from calibdcd.data import split_benchmark
     from calibdcd.detectors.base import NeedsSupervised
-    from calibdcd.experiment.components import load_benchmark_entry, model_path
+    from calibdcd.experiment.components import (
+        lab_model_problem,
+        load_benchmark_entry,
+        model_path,
+    )
     from calibdcd.targets.base import available_backends, unknown_options
 
     lines: list[str] = [f"config {cfg.name}" + (f" ({cfg.source})" if cfg.source else "")]
@@ -378,8 +382,9 @@ def dry_run(cfg: ExperimentConfig, *, options: bool = True) -> tuple[list[str], 
             if has is not True:
                 problems.append(f"{key}.model: {has}")
                 continue
-            if lab is not None and not (lab / t.model).exists():
-                problems.append(f"{key}.model: no checkpoint {t.model!r} in lab {lab}")
+            missing = lab_model_problem(lab, t.model) if lab is not None else None
+            if missing:
+                problems.append(f"{key}.model: {missing}")
                 continue
             where = f"lab {t.lab}/{t.model}" + (
                 "" if lab is not None else " (lab built on first run)"

@@ -11,7 +11,7 @@ exactly these. Presets:
     ``make demo``'s lab: micro with one chat style (Qwen) instead of three. Its base and its
     ``chat-qwen`` are micro's, bit for bit (the same pre-training config, so a build reuses or
     leaves micro's base in ``<cache>/lab-base``, and the same SFT seed); it skips the two other
-    SFTs (about 80 s of the cold demo on 2 CPU cores).
+    SFTs (about 90 s of the cold demo's lab build on 2 CPU cores).
 ``small``
     Demo: a 4.3M-parameter Llama (d256, 4 layers), 250 members x 16 repeats, 3 epochs (48
     exposures), 800 background texts. ~10 min on 2 CPU cores.
