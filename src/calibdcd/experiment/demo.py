@@ -67,18 +67,12 @@ def full_study_note(n_seeds: int, n_chat: int, preset: str = DEMO_PRESET) -> str
     )
 
 
-def _lab_models(preset: str) -> tuple[str, ...] | None:
-    """The models lab ``preset`` holds (None: a preset this does not know, e.g. a real-model
-    lab, checked when it is built)."""
-    from calibdcd.lab.config import PRESETS, lab_models
-
-    return lab_models(PRESETS[preset]) if preset in PRESETS else None
-
-
 def demo_preset(chat_models: Sequence[str]) -> str:
     """The lab the demo runs on for ``chat_models``: the demo lab when it has them all (it has
     chat-qwen only), else micro (all three chat models; the same base)."""
-    has = _lab_models(DEMO_PRESET) or ()
+    from calibdcd.lab.config import preset_models
+
+    has = preset_models(DEMO_PRESET) or ()
     return DEMO_PRESET if all(m in has for m in chat_models) else FULL_PRESET
 
 
@@ -100,8 +94,10 @@ def demo_config(
         raise ValueError(
             f"chat_models: unknown lab model(s) {unknown_chat}; choose from {list(ALL_CHAT_MODELS)}"
         )
+    from calibdcd.lab.config import preset_models
+
     preset = preset or demo_preset(chat_models)
-    has = _lab_models(preset)
+    has = preset_models(preset)
     if has is not None and any(m not in has for m in chat_models):
         raise ValueError(
             f"chat_models: the {preset} lab has only {list(has)}; the {FULL_PRESET} lab (the "

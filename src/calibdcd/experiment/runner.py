@@ -378,11 +378,11 @@ def dry_run(cfg: ExperimentConfig, *, options: bool = True) -> tuple[list[str], 
             if ok is not True:
                 problems.append(f"{key}.lab: {ok}")
                 continue
-            has = True if lab is not None else _lab_model_known(t.lab, t.model)
-            if has is not True:
-                problems.append(f"{key}.model: {has}")
-                continue
-            missing = lab_model_problem(lab, t.model) if lab is not None else None
+            missing = (
+                lab_model_problem(lab, t.model)
+                if lab is not None
+                else _unbuilt_lab_model_problem(t.lab, t.model)
+            )
             if missing:
                 problems.append(f"{key}.model: {missing}")
                 continue
@@ -566,19 +566,19 @@ def _lab_preset_known(spec: str) -> bool | str:
     )
 
 
-def _lab_model_known(spec: str, model: str) -> bool | str:
-    """Whether an unbuilt lab ``spec`` (a known preset) will hold ``model``: a synthetic
-    preset's ``base`` and chat styles; the real-model lab's models are not checked before it is
-    built."""
+def _unbuilt_lab_model_problem(spec: str, model: str) -> str | None:
+    """None when the unbuilt lab ``spec`` (a known preset) will hold ``model``
+    (:func:`calibdcd.lab.config.preset_models`; a real-model lab's models are checked once it is
+    built), else what is wrong."""
     try:
-        from calibdcd.lab.config import PRESETS, lab_models  # type: ignore[attr-defined]
+        from calibdcd.lab.config import preset_models  # type: ignore[attr-defined]
     except ImportError:
-        return True
+        return None
     preset, _ = lab_spec(spec)
-    if preset not in PRESETS or model in lab_models(PRESETS[preset]):
-        return True
-    has = ", ".join(lab_models(PRESETS[preset]))
-    return f"lab preset {preset!r} has no model {model!r}; it has {has}"
+    has = preset_models(preset)
+    if has is None or model in has:
+        return None
+    return f"lab preset {preset!r} has no model {model!r}; it has {', '.join(has)}"
 
 
 def describe_grid(cfg: ExperimentConfig) -> list[str]:

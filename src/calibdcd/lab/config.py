@@ -61,6 +61,7 @@ __all__ = [
     "SFTConfig",
     "config_hash",
     "lab_models",
+    "preset_models",
     "pretrain_hash",
     "resolve_config",
 ]
@@ -238,6 +239,12 @@ def lab_models(cfg: LabConfig) -> tuple[str, ...]:
     from calibdcd.lab.chat import get_style
 
     return ("base", *(get_style(s).dirname for s in cfg.styles))
+
+
+def preset_models(preset: str) -> tuple[str, ...] | None:
+    """:func:`lab_models` of the synthetic preset ``preset``; None for any other name (a
+    real-model lab's models are known only once it is built)."""
+    return lab_models(PRESETS[preset]) if preset in PRESETS else None
 
 
 _SECTIONS = ("model", "pool", "pretrain", "sft", "evaluation", "clean_reference")
