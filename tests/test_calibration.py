@@ -14,6 +14,7 @@ from calibdcd.calibration import (
     calibrate,
     consensus_basis,
     false_positive_pressure,
+    no_correction_reason,
     score_weights,
     top_right_singular_vectors,
 )
@@ -23,7 +24,9 @@ from calibdcd.calibration import (
 # ---------------------------------------------------------------------------------------------
 
 
-def dense_reference(z0, views, q, block, ranks, strengths, tau, n_views=3, clip=95.0):
+def dense_reference(
+    z0, views, q, block, ranks, strengths, tau, n_views=3, clip=95.0, abstain=False
+):
     d = z0.shape[1]
     mask = np.zeros(d)
     mask[block] = 1.0
@@ -61,8 +64,10 @@ def dense_reference(z0, views, q, block, ranks, strengths, tau, n_views=3, clip=
         for lam in strengths:
             if best is None or results[(r, lam)][0] > results[best][0]:
                 best = (r, lam)
-    if results[best][0] <= 0.0 or results[best][2].shape[1] == 0:
-        best = None  # the paper's guard: no correction when the best J <= 0
+    if results[best][2].shape[1] == 0:
+        best = None  # the argmax is a rank with an empty consensus: A = I
+    elif abstain and results[best][0] <= 0.0:
+        best = None  # the abstention variant (beyond the paper): none when the best J <= 0
     return selected, best, results, fpp
 
 
@@ -131,11 +136,20 @@ def test_toy_example_through_calibrate():
         shift.singular_values, np.linalg.svd(expected_rows, compute_uv=False)[:2], rtol=1e-12
     )
     # One view, rank 1: its own direction has γ = 1 and passes τ; but the score ignores the
-    # block, so J = 0 for every candidate and the guard leaves the features untouched.
+    # block, so J = 0 for every candidate. The paper's argmax takes the first of the tied
+    # candidates (λ = 0.7) and applies it: the block moves, the score does not.
     assert cal.basis_dims == {1: 1}
     assert all(j == 0.0 for j in cal.objective.values())
-    assert not cal.corrected and cal.rank is None
-    np.testing.assert_array_equal(cal.transform(z0), z0)
+    assert cal.corrected and (cal.rank, cal.strength) == (1, 0.7)
+    np.testing.assert_array_equal(cal.transform(z0)[:, 3], z0[:, 3])
+    assert not np.allclose(cal.transform(z0)[:, :3], z0[:, :3])
+    # the abstention variant (beyond the paper) keeps the features untouched
+    kept = calibrate(
+        z0, {"v1": zv}, lambda z: z[:, 3], block=[0, 1, 2], n_views=1, ranks=(1,), guard=True
+    )
+    assert not kept.corrected and kept.rank is None
+    np.testing.assert_array_equal(kept.transform(z0), z0)
+    assert "abstained" in no_correction_reason(kept)
 
 
 def test_toy_consensus_threshold_keeps_only_supported_direction():
@@ -221,13 +235,18 @@ def test_top_right_singular_vectors_respect_numerical_rank():
 
 @pytest.mark.parametrize("seed", range(8))
 @pytest.mark.parametrize("n_dirs", [1, 2])
-def test_agrees_with_dense_reference(seed, n_dirs):
+@pytest.mark.parametrize("abstain", [False, True])
+def test_agrees_with_dense_reference(seed, n_dirs, abstain):
     d = 36
     block = np.sort(np.random.default_rng(100 + seed).choice(d, size=28, replace=False))
     z0, views, score, _, block = planted(seed=seed, d=d, block=block, n_dirs=n_dirs)
     ranks, strengths = (3, 4, 5, 6), (0.7, 0.8, 0.9, 1.0)
-    cal = calibrate(z0, views, score, block=block, ranks=ranks, strengths=strengths, tau=0.95)
-    selected, best, results, fpp = dense_reference(z0, views, score, block, ranks, strengths, 0.95)
+    cal = calibrate(
+        z0, views, score, block=block, ranks=ranks, strengths=strengths, tau=0.95, guard=abstain
+    )
+    selected, best, results, fpp = dense_reference(
+        z0, views, score, block, ranks, strengths, 0.95, abstain=abstain
+    )
     assert list(cal.selected_views) == selected
     assert cal.fpp == pytest.approx(fpp, abs=1e-12)
     for key, (j, _, _) in results.items():
@@ -306,7 +325,7 @@ def test_no_view_raises_any_score_gives_identity():
     np.testing.assert_array_equal(cal.transform(z), z)
 
 
-def test_guard_refuses_corrections_that_raise_scores():
+def test_paper_argmax_applies_a_correction_that_raises_scores():
     # Views raise q along p, but q is U-shaped so removing the p-component raises q0 further.
     rng = np.random.default_rng(8)
     n, d = 30, 6
@@ -315,11 +334,49 @@ def test_guard_refuses_corrections_that_raise_scores():
     z0[:, 0] = 1.0
     views = {f"v{k}": z0 + np.outer(rng.uniform(0.1, 0.5, n), p) for k in range(3)}
     score = lambda z: (z @ p - 1.2) ** 2  # noqa: E731  q0 = 0.04, grows as z·p shrinks
+    # the paper (Algorithm 1, "Calibration-only selection"): the argmax of J over R x Λ, applied
+    # whatever its sign: here the least harmful candidate
     cal = calibrate(z0, views, score)
     assert cal.best_objective < 0
-    assert not cal.corrected
-    forced = calibrate(z0, views, score, guard=False)
-    assert forced.corrected and forced.strength == 0.7  # the least harmful candidate
+    assert cal.corrected and cal.strength == 0.7
+    assert no_correction_reason(cal) is None and cal.summary()["diagnostics"]["reason"] is None
+    assert cal.summary()["diagnostics"]["nonempty_nonpositive"]
+    # the abstention variant (beyond the paper) keeps the original detector
+    abstained = calibrate(z0, views, score, guard=True)
+    assert not abstained.corrected
+    assert no_correction_reason(abstained).startswith("abstained")
+
+
+def test_no_correction_when_the_consensus_is_empty_and_why():
+    """Without abstention the argmax is still the identity when every rank's consensus is empty:
+    three views pushing along orthogonal directions share no direction (every γ = 1/3)."""
+    rng = np.random.default_rng(3)
+    n, d = 40, 9
+    z0 = rng.normal(size=(n, d))
+    w = np.ones(d)
+    views = {f"v{k}": z0 + np.outer(rng.uniform(0.5, 1.0, n), np.eye(d)[k]) for k in range(3)}
+    cal = calibrate(z0, views, lambda z: z @ w, ranks=(1,))
+    assert cal.basis_dims == {1: 0} and not cal.corrected
+    diag = cal.summary()["diagnostics"]
+    assert diag["empty_ranks"] == [1] and diag["max_gamma"] == pytest.approx(1 / 3)
+    assert not diag["nonempty_nonpositive"]
+    assert "consensus is empty at every rank" in diag["reason"] and "0.333" in diag["reason"]
+    # rank 1 empty (each view's largest shift is its own), rank 2 shares p, but removing p
+    # raises this U-shaped score: J < 0 there, so the argmax is rank 1's J = 0, the identity
+    p = np.eye(d)[8]
+    z1 = z0.copy()
+    z1[:, 8] = 1.0
+    amp = rng.uniform(0.1, 0.3, n)
+    shared = {
+        f"v{k}": z1 + np.outer(amp, p) + np.outer(rng.uniform(2.0, 3.0, n), np.eye(d)[k])
+        for k in range(3)
+    }
+    mixed = calibrate(
+        z1, shared, lambda z: (z @ p - 1.0) ** 2 + 0.01 * z[:, :3].sum(1), ranks=(1, 2)
+    )
+    assert mixed.basis_dims[1] == 0 and mixed.basis_dims[2] >= 1
+    assert not mixed.corrected and mixed.summary()["diagnostics"]["nonempty_nonpositive"]
+    assert "argmax is a rank whose consensus is empty" in no_correction_reason(mixed)
 
 
 def test_fewer_positive_samples_than_rank():
@@ -398,7 +455,7 @@ def test_fixed_configuration():
     cal = calibrate(z0, views, score, ranks=(3,), strengths=(0.9,), guard=False)
     assert list(cal.objective) == [(3, 0.9)]
     assert (cal.rank, cal.strength) == (3, 0.9)
-    guarded = calibrate(z0, views, score, ranks=(3,), strengths=(0.9,))
+    guarded = calibrate(z0, views, score, ranks=(3,), strengths=(0.9,), guard=True)
     assert guarded.corrected == (guarded.objective[(3, 0.9)] > 0)
 
 
@@ -448,7 +505,12 @@ def test_centred_objective_vanishes_for_a_linear_score(seed):
     w = np.random.default_rng(seed).normal(size=10)
     cal = calibrate(z0, views, lambda z: z @ w, centering="nonmembers")
     assert max(abs(j) for j in cal.objective.values()) < 1e-12
-    assert not cal.corrected  # J = 0 up to rounding never passes the guard
+    # J = 0 up to rounding: every candidate ties and the first (ranks outer) wins, not the
+    # one that rounding noise happens to favour
+    first = next((r, lam) for (r, lam) in cal.objective if cal.basis_dims[r] > 0)
+    assert (cal.rank, cal.strength) == (first if cal.basis_dims[3] > 0 else (None, 0.0))
+    abstained = calibrate(z0, views, lambda z: z @ w, centering="nonmembers", guard=True)
+    assert not abstained.corrected  # J = 0 up to rounding never passes the abstention test
 
 
 def test_config_defaults_match_calibrate_signature():

@@ -134,12 +134,25 @@ def _grid(cfg):
     return grid(cfg)
 
 
-def test_setting_hashes_of_lab_micro_are_unchanged():
-    """The hashes the hand-written reader gave for this config (runs/lab-micro/grid.json of the
-    run written before the pydantic schema): a stored run stays complete."""
+def test_setting_hashes_of_lab_micro_are_unchanged(tmp_path):
+    """The paper's method as the default changed what a setting computes, so lab-micro's hashes
+    changed with it (every stored result of the earlier default is recomputed, never reused);
+    a config that spells out the earlier default (as every stored run's config.yaml does:
+    ``guard: true``, ``calibration_space: auto``) keeps the hashes the hand-written reader gave
+    before the pydantic schema (runs/lab-micro/grid.json), so an old run stays complete."""
+    import yaml
+
     from calibdcd.experiment.setting import setting_hash
 
     cfg = load_config(REPO / "configs" / "lab-micro.yaml")
+    hashes = {s.id: setting_hash(s, cfg) for s in _grid(cfg)}
+    assert hashes["lab__chat-qwen__VeilProbe__s0"] == "c487a14b2fdcc879"
+    assert hashes["lab__chat-qwen__VeilProbe__s1"] == "80eb6d2c671c5b60"
+    old = yaml.safe_load((REPO / "configs" / "lab-micro.yaml").read_text())
+    old["calibration"] = {"guard": True}
+    old["calibration_space"] = "auto"
+    (tmp_path / "old.yaml").write_text(yaml.safe_dump(old))
+    cfg = load_config(tmp_path / "old.yaml")
     hashes = {s.id: setting_hash(s, cfg) for s in _grid(cfg)}
     assert hashes["lab__chat-qwen__VeilProbe__s0"] == "eaf634e9f6b7e826"
     assert hashes["lab__chat-qwen__VeilProbe__s1"] == "3a2c8f4097361ced"

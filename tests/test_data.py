@@ -812,3 +812,38 @@ def test_group_by_needs_the_field_on_every_text():
     bench = Benchmark(name="x", samples=tuple(samples), source="mem")
     with pytest.raises(ValueError, match=r"group_by='book' but 1 of 6 texts have no meta 'book'"):
         split_benchmark(bench, SplitConfig(group_by="book", n_supervised_per_class=1))
+
+
+def test_hub_benchmark_reads_offline_from_a_fetched_dataset_snapshot(tmp_path, monkeypatch):
+    """A benchmark named without ``path`` is read from its dataset repository in the local hub
+    cache (huggingface_hub's layout, as `calibdcd models fetch` leaves it), offline; the source
+    names the repository and the commit."""
+    import hashlib
+    import os
+
+    cache = tmp_path / "hub"
+    repo = cache / "datasets--swj0419--BookMIA"
+    commit = "c" * 40
+    snap = repo / "snapshots" / commit / "data"
+    snap.mkdir(parents=True)
+    (repo / "blobs").mkdir()
+    rows = [
+        {"book_id": i // 2, "book": f"Book {i // 2}.txt", "snippet_id": i,
+         "snippet": f"snippet number {i} of a book, long enough to be a text", "label": i % 2}
+        for i in range(12)
+    ]  # fmt: skip
+    data = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
+    blob.write_bytes(data)
+    (snap / "BookMIA.jsonl").symlink_to(os.path.relpath(blob, snap))
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    bench = load_benchmark("bookmia")
+    assert len(bench) == 12 and sum(bench.labels) == 6
+    assert bench.source == f"hf://datasets/swj0419/BookMIA@{commit[:12]}"
+    # not fetched: one line that says how to fetch it
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty"))
+    with pytest.raises(HubUnavailableError, match=r"calibdcd models fetch CONFIG.*repo-type"):
+        load_benchmark("bookmia")

@@ -199,10 +199,19 @@ def test_paper_config_dry_run_passes_but_for_its_hub_models(tmp_path, monkeypatc
     assert "pool 1900 (950 m / 950 nm)" in res.output  # BookTection, the paper's data table
     assert "pool 442 (234 m / 208 nm)" in res.output  # WikiMIA
     assert "dry run: 1 problem(s)" in res.output  # the missing hub models (tests/test_models.py)
-    assert "model(s) named by" in res.output and "Qwen/Qwen2.5-7B-Instruct" in res.output
+    assert "model(s) or dataset(s) named by" in res.output
+    assert "Qwen/Qwen2.5-7B-Instruct" in res.output
+    # BookMIA is the hub benchmark (not the 200-text local subset): named, with the command
+    assert "(BookMIA): hub dataset swj0419/BookMIA not fetched yet" in res.output
+    assert "  - swj0419/BookMIA: not in the local hub cache; used by benchmarks[1]" in res.output
+    assert "calibdcd models fetch" in res.output
     cfg = load_config(REPO / "configs" / "paper.yaml")
     assert {t.family for t in cfg.targets} == {"qwen2.5", "llama3.1", "deepseek-r1-distill-qwen"}
     assert len(grid(cfg)) == 24
+    # the paper's CalibDCD and the official DPDLLM arrangement
+    assert cfg.calibration.guard is False and cfg.calibration_space == "raw"
+    dpd = next(d for d in cfg.detectors if d.name == "dpdllm")
+    assert dpd.options["reference"]["arrangement"] == "per_split"
 
 
 def test_lab_small_config_dry_run_passes():
@@ -294,18 +303,16 @@ def test_analyses_match_direct_calibrate_calls(run):
         prep = prepare_setting(s, cfg, ctx)
         res = json.loads((run_dir / "settings" / s.id / "result.json").read_text())
         p = prep.problem
-        fwd = p.forward
-        assert p.space == res["space"] == "normalized"
-        z0, views = fwd(p.z_cal), {k: fwd(v) for k, v in p.views.items()}
+        # the paper: the extractor's output, scored by the whole fitted detector (its z-score
+        # included), the classifier family refitted on the corrected raw features
+        assert p.space == res["space"] == "raw"
 
-        def direct(config, p=p, z0=z0, views=views, fwd=fwd):
-            cal = calibrate(
-                z0, views, p.original.score_transformed, block=p.block, **config.kwargs()
-            )
+        def direct(config, p=p):
+            cal = calibrate(p.z_cal, p.views, p.original.score, block=p.block, **config.kwargs())
             if not cal.corrected:
                 return cal, np.asarray(p.original.score(p.z_eval))
-            clf = p.new_classifier().fit(cal.transform(fwd(p.z_sup)), p.y_sup)
-            return cal, clf.score(cal.transform(fwd(p.z_eval)))
+            clf = p.new_classifier().fit(cal.transform(p.z_sup), p.y_sup)
+            return cal, clf.score(cal.transform(p.z_eval))
 
         cal, scores = direct(cfg.calibration)
         stored = res["calibration"]
@@ -328,15 +335,20 @@ def test_analyses_match_direct_calibrate_calls(run):
             assert full is not None and full["strength"] == 1.0 and full["rank"] == cal.rank
         else:
             assert full is None
-        # the same method in raw feature space: calibrate the extractor's output directly
-        rcal = calibrate(p.z_cal, p.views, p.original.score, block=p.block)
+        # the normalised-space variant: calibrate after the classifier's own normalisation
+        fwd = p.original.transform
+        z0, views = fwd(p.z_cal), {k: fwd(v) for k, v in p.views.items()}
+        rcal = calibrate(z0, views, p.original.score_transformed, block=p.block)
         if rcal.corrected:
-            clf = p.new_classifier().fit(rcal.transform(p.z_sup), p.y_sup)
-            rs = clf.score(rcal.transform(p.z_eval))
+            clf = p.new_classifier().fit(rcal.transform(fwd(p.z_sup)), p.y_sup)
+            rs = clf.score(rcal.transform(fwd(p.z_eval)))
         else:
             rs = p.original.score(p.z_eval)
         alt = res["analyses"]["space"]
-        assert alt["space"] == "raw"
+        assert alt["space"] == "normalized"
+        variant = res["controls"]["normalized"]
+        assert variant["space"] == "normalized" and variant["beyond_paper"] is True
+        assert variant["auc"] == pytest.approx(auc(p.y_eval, rs), abs=1e-12)
         assert alt["rank"] == rcal.rank and alt["selected_views"] == list(rcal.selected_views)
         assert alt["auc"] == pytest.approx(auc(p.y_eval, rs), abs=1e-12)
     assert ctx.target_loads == 0  # everything came from the feature cache
@@ -358,7 +370,7 @@ def test_controls_match_direct_recomputation(run):
         res = json.loads((run_dir / "settings" / s.id / "result.json").read_text())
         main = p.run(cfg.calibration)
         out = controls(p, main, cfg.calibration, seed=s.seed)
-        placebo = out["placebo"][0].calibration
+        placebo = out["placebo"].outcome.calibration
         assert isinstance(placebo, Calibration) and placebo.corrected
         b = placebo.basis
         np.testing.assert_allclose(b.T @ b, np.eye(b.shape[1]), atol=1e-12)  # orthonormal
@@ -367,18 +379,27 @@ def test_controls_match_direct_recomputation(run):
         if main.calibration.corrected:
             assert b.shape[1] == main.calibration.basis.shape[1]
             assert placebo.strength == main.calibration.strength
-            assert out["placebo"][1]["size_from"] == "calibdcd"
+            assert out["placebo"].extra["size_from"] == "calibdcd"
         else:
             assert placebo.strength == cfg.analyses.fixed_strength
-            assert out["placebo"][1]["size_from"] == "fixed"
+            assert out["placebo"].extra["size_from"] == "fixed"
         # the random directions are not CalibDCD's
         if main.calibration.corrected:
             assert np.abs(main.calibration.basis.T @ b).max() < 0.99
-        for name in ("placebo", "noise_floor", "centred"):
-            assert out[name][0].auc == pytest.approx(res["controls"][name]["auc"], abs=1e-12)
+        for name in ("placebo", "noise_floor", "centred", "abstain", "normalized"):
+            got = out[name].outcome.auc
+            assert got == pytest.approx(res["controls"][name]["auc"], abs=1e-12), name
         # the noise floor is a different classifier (bootstrap resample), not the original
-        assert not np.allclose(out["noise_floor"][0].scores, p.scores_before)
-        assert res["controls"]["centred"]["strength"] == out["centred"][0].calibration.strength
+        assert not np.allclose(out["noise_floor"].outcome.scores, p.scores_before)
+        assert res["controls"]["centred"]["strength"] == out["centred"].outcome.calibration.strength
+        # abstaining differs from the paper's method only where the best J <= 0
+        abst = out["abstain"].outcome
+        if main.calibration.best_objective > 1e-9:
+            assert abst.auc == pytest.approx(main.auc, abs=1e-12)
+        else:
+            assert not abst.calibration.corrected
+            assert abst.auc == pytest.approx(p.auc_before, abs=1e-12)
+            assert res["controls"]["abstain"]["reason"].startswith("abstained")
         texts, labels = prep.benchmark.texts, np.asarray(prep.benchmark.labels)
         sb = blind_scores([texts[i] for i in prep.sup_used], labels[prep.sup_used],
                           [texts[i] for i in prep.eval_used], seed=s.seed)  # fmt: skip

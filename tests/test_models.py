@@ -363,6 +363,7 @@ def test_paper_config_dry_run_names_every_missing_hub_model(tmp_path, monkeypatc
         "gpt2-medium": "detectors[0] (VeilProbe).options.perturb.proxies[1]",
         "gpt2-large": "detectors[0] (VeilProbe).options.perturb.proxies[2]",
         "bert-base-cased": "detectors[0] (VeilProbe).options.perturb.masked_lm",
+        "swj0419/BookMIA": "benchmarks[1] (BookMIA)",  # the hub benchmark's dataset
     }
     for ref, where in expected.items():
         line = next((ln for ln in msg.splitlines() if ln.startswith(f"  - {ref}:")), "")
@@ -378,7 +379,7 @@ def test_paper_config_dry_run_names_every_missing_hub_model(tmp_path, monkeypatc
     for u in uses:
         line = next((ln for ln in msg.splitlines() if ln.startswith(f"  - {u.ref}:")), "")
         assert u.describe() in line, (u, msg)
-    assert f"{len({u.ref for u in uses})} model(s)" in msg
+    assert f"{len({u.ref for u in uses})} model(s) or dataset(s)" in msg
     assert "calibdcd models fetch configs/paper.yaml" in msg
     assert "dry run: OK" not in r.stdout
 

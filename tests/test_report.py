@@ -37,7 +37,7 @@ def test_report_files(report):
     csvs = sorted(p.stem for p in (out / "csv").glob("*.csv"))
     expected = {"auc_main", "tpr_main", "paired", "ablation", "adaptive", "fp_recovery",
                 "space", "settings", "selection_views", "selection_rank_strength",
-                "base_vs_post"}  # fmt: skip
+                "selection_why", "base_vs_post"}  # fmt: skip
     assert expected <= set(csvs)
     tex = (out / "tables.tex").read_text()
     assert tex.count(r"\begin{tabular}") == len(csvs) == tex.count(r"\bottomrule")
@@ -82,11 +82,14 @@ def test_main_tables_hold_the_run_numbers(report):
         "Overlap + placebo (random basis)",
         "Overlap noise floor (bootstrap retrain)",
         "Overlap + centred CalibDCD (beyond the paper)",
+        "Overlap + abstaining CalibDCD (beyond the paper)",
+        "Overlap + CalibDCD, normalised space (beyond the paper)",
         "Blind (TF-IDF + LR)",
     ]
     # one seed: the value alone (no ±), marks after it
+    controls = ("placebo", "noise_floor", "centred", "abstain", "normalized", "blind")
     values = [post[0]["before"]["auc"]["estimate"], post[0]["after"]["auc"]["estimate"]] + [
-        post[0]["controls"][c]["auc"] for c in ("placebo", "noise_floor", "centred", "blind")
+        post[0]["controls"][c]["auc"] for c in controls
     ]
     for row, v in zip(body, values, strict=True):
         assert row[1].rstrip("▲▼†") == f"{100 * v:.1f}"
@@ -293,3 +296,47 @@ def test_a_base_model_run_on_its_own_gets_its_own_column_outside_the_average(rep
     assert row[3] == f"{100 * chat.before.auc.estimate:.1f}"  # Avg. = the chat column alone
     assert "lab / base (base model)" in {r[1] for r in tables["paired"].rows}
     assert "base_vs_post" not in tables
+
+
+def test_an_old_run_directory_says_it_ran_the_abstaining_normalised_variant(tmp_path):
+    """A stored run from before the paper's method became the default (lab v2, lab seed 2)
+    still reads, and its report names the variant it ran and why CalibDCD changed nothing."""
+    import tarfile
+    from pathlib import Path
+
+    from calibdcd.report.aggregate import calibdcd_method, consensus_diagnostics
+
+    tar = Path(__file__).resolve().parents[1] / "benchmarks/results/runs/lab-v2-lab2.tar.xz"
+    with tarfile.open(tar) as tf:
+        tf.extractall(tmp_path, filter="data")
+    results = load_results(tmp_path / "lab2")
+    method = calibdcd_method(results)
+    assert "variant beyond the paper" in method and "abstains" in method
+    assert "normalisation for VeilProbe" in method
+    why = {(d["detector"], d["target"]): d for d in consensus_diagnostics(results)}
+    vp = [d for (det, tgt), d in why.items() if det == "VeilProbe" and tgt != "base"]
+    # the run's own record: VeilProbe abstained in 8 of its 9 chat settings (README)
+    assert sum(d["settings"] - d["corrected"] for d in vp) == 8
+    for d in why.values():
+        assert d["settings"] == 3
+        uncorrected = d["settings"] - d["corrected"]
+        # abstention explains what the consensus does not: the counts never exceed the total
+        assert d["uncorrected_empty_consensus"] + d["uncorrected_nonpositive_j"] <= uncorrected
+        assert set(d["empty_at_rank"]) == {3, 4, 5, 6}
+    tables = {t.key: t for t in build_tables(results)}
+    assert "abstains when the best J" in tables["auc_main"].note
+    assert "selection_why" in tables and "(0)" in tables["selection_rank_strength"].markdown()
+
+
+def test_paper_method_is_named_for_a_run_with_the_defaults(report):
+    from calibdcd.report.aggregate import calibdcd_method, consensus_diagnostics
+
+    run_dir, _ = report
+    results = load_results(run_dir)
+    assert calibdcd_method(results).startswith("CalibDCD here is the paper's method")
+    for r in results:
+        assert r.calibration["config"]["guard"] is False and r.space == "raw"
+        diag = r.calibration["diagnostics"]
+        assert (diag["reason"] is None) == r.calibration["corrected"]
+    rows = consensus_diagnostics(results)
+    assert sum(d["settings"] for d in rows) == len([r for r in results if r.calibration])

@@ -76,3 +76,60 @@ def test_ipot_rejects_bad_inputs():
         ipot(np.array([0.5, 0.5]), np.array([1.0, 1.0]), np.zeros((2, 2)))
     with pytest.raises(ValueError, match="shape"):
         ipot(np.array([1.0]), np.array([1.0]), np.zeros((2, 2)))
+
+
+def _official_ipot_distance(s1, s2, cost, beta=2.0, iterations=1000):
+    """The official IPOT call (STAIR-BUPT/VeilProbe key_perturb/interpreter.py), restated in
+    numpy: the restricted distributions normalised, 1e-4 added, no renormalisation, P = 1/n²,
+    u = v = 1, one inner step; the distance is the last sum(P * C)."""
+    a, b = s1 / s1.sum() + 1e-4, s2 / s2.sum() + 1e-4
+    n = a.size
+    v = np.ones(n)
+    p = np.full((n, n), 1.0 / n**2)
+    k = np.exp(-cost / beta)
+    for _ in range(iterations):
+        q = k * p
+        u = a / (q @ v)
+        v = b / (q.T @ u)
+        p = u[:, None] * q * v[None, :]
+    return float(np.sum(p * cost))
+
+
+def test_official_marginals_match_the_official_ipot_call():
+    rng = np.random.default_rng(4)
+    emb = rng.normal(size=(12, 5))
+    cost = cosine_cost(emb)
+    p = rng.dirichlet(np.ones(12)) * 0.9  # restricted to a support: mass below 1
+    q = rng.dirichlet(np.ones(12)) * 0.8
+    want = _official_ipot_distance(p, q, cost, iterations=300)
+    got = ot_distance(p, q, cost, iterations=300, marginals="official")
+    assert got == pytest.approx(want, rel=1e-9)
+    # the renormalised variant differs by the mass factor 1 + k·eps (and the order of eps)
+    other = ot_distance(p, q, cost, iterations=300, marginals="renormalized")
+    assert other != pytest.approx(want, rel=1e-6)
+    with pytest.raises(ValueError, match="marginals"):
+        ot_distance(p, q, cost, marginals="both")
+
+
+def test_presets_choose_official_attribution_and_cpu_keeps_its_keys():
+    import dataclasses
+
+    from calibdcd.detectors.veilprobe.config import VeilProbeConfig
+    from calibdcd.keys import key_dict
+
+    for name in ("official", "paper"):
+        att = VeilProbeConfig.preset(name).perturb.attribution
+        assert (att.proxy_bos, att.marginals) == (False, "official")
+    cpu = VeilProbeConfig.cpu()
+    assert (cpu.perturb.attribution.proxy_bos, cpu.perturb.attribution.marginals) == (
+        True,
+        "renormalized",
+    )
+    # the cpu preset behaves as before the two settings existed, so it keys as before: its key
+    # material is asdict without them (its cached artefacts and features stay valid)
+    full = dataclasses.asdict(cpu)
+    for k in ("proxy_bos", "marginals"):
+        full["perturb"]["attribution"].pop(k)
+    assert key_dict(cpu) == full
+    official = key_dict(VeilProbeConfig.official())["perturb"]["attribution"]
+    assert official["proxy_bos"] is False and official["marginals"] == "official"

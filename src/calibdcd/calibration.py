@@ -16,7 +16,10 @@ and for the ``n_views`` views with the largest FPP,
     G_r = mean_e U_{e,r} U_{e,r}ᵀ,  B_r = eigenvectors of G_r with eigenvalue γ ≥ τ,
     A_{r,λ} = I − λ B_r B_rᵀ,  J(r, λ) = mean(q(z0) − q(z0 A_{r,λ})),
 
-and the correction with the largest J is kept (none when the best J ≤ 0).
+and the correction with the largest J is kept: the paper's argmax over R × Λ, applied whatever
+its sign (Eq. 12-13; the paper has no abstention rule). It is still the identity when the argmax
+falls on a rank whose consensus basis is empty (A = I, J = 0) because every non-empty candidate
+has J < 0; :func:`no_correction_reason` says which of these happened.
 
 Scaling: detector features can be wide (VeilProbe: d ≈ 14,000). No d×d matrix is ever formed.
 The SVDs are economy SVDs of the (n_pos × d_block) matrices H_e, and the consensus operator
@@ -33,13 +36,19 @@ Choices where the paper is silent (each is a documented setting or constant here
   fewer positive samples than r).
 - γ ≥ τ is tested with a tolerance of 1e-10 so that directions shared exactly by all views
   (γ = 1 up to rounding) are never lost to floating-point noise when τ = 1.
-- ``guard=True`` applies the paper's "no correction when the best J ≤ 0" rule; fixed-configuration
-  ablations that must apply their correction regardless can pass ``guard=False``. J ≤ 0 is
-  tested up to rounding: J must exceed 1e-12 · max(1, mean |q(z0)|), so a J that is 0 in exact
-  arithmetic (e.g. a correction that cannot change a linear score's mean) never selects a
-  correction through floating-point noise.
+- Ties of J keep the first maximum in (ranks outer, strengths inner) order, so among
+  equal objectives the smaller rank and the smaller strength win. J values within
+  1e-12 · max(1, mean |q(z0)|) of each other are ties, so a J that is 0 in exact arithmetic
+  (e.g. a correction that cannot change a linear score's mean) never wins through
+  floating-point noise.
 
-Beyond the paper (an option, off by default): ``centering="nonmembers"`` applies the correction
+Beyond the paper (options, off by default; each is reported as its own variant):
+
+- ``guard=True`` (the *abstention* variant): no correction when the best J ≤ 0, the original
+  detector kept (J ≤ 0 up to the same rounding tolerance).
+  An earlier version of this module made it the default and called it the paper's rule; the
+  paper has no such rule.
+- ``centering="nonmembers"`` (the *centred* variant) applies the correction
 around the calibration non-members' mean m (block columns) instead of the feature origin,
 z -> m + (z − m) A = z − λ ((z − m) B) Bᵀ, with B estimated exactly as above (the shifts Δz do
 not depend on the centre) and J computed the same way on the corrected z0. The paper's
@@ -63,7 +72,9 @@ __all__ = [
     "calibrate",
     "consensus_basis",
     "false_positive_pressure",
+    "no_correction_reason",
     "score_weights",
+    "selection_diagnostics",
     "top_right_singular_vectors",
 ]
 
@@ -73,7 +84,7 @@ Centering = Literal["origin", "nonmembers"]
 ScoreFn = Callable[[np.ndarray], np.ndarray]
 
 _GAMMA_TOL = 1e-10
-_J_TOL = 1e-12  #: relative rounding tolerance of the guard's J > 0 test
+_J_TOL = 1e-12  #: relative rounding tolerance of J comparisons (ties; the abstention variant)
 
 
 # --------------------------------------------------------------------------------------------
@@ -97,7 +108,8 @@ class CalibrationConfig:
     view_selection: ViewSelection = "fpp"
     weighting: Weighting = "score"
     consensus: bool = True
-    guard: bool = True
+    #: beyond the paper (the abstention variant): no correction when the best J ≤ 0
+    guard: bool = False
     seed: int = 0
     #: "origin" (paper) or "nonmembers" (beyond the paper: around the calibration mean)
     centering: Centering = "origin"
@@ -222,8 +234,60 @@ class Calibration:
             "best_objective": self.best_objective,
             "baseline_score": self.baseline_score,
             "centered": self.center is not None,
+            "diagnostics": selection_diagnostics(self),
             "config": self.config.kwargs(),
         }
+
+
+def selection_diagnostics(cal: Calibration) -> dict[str, Any]:
+    """Why the selection came out as it did, in JSON-friendly form.
+
+    ``empty_ranks``: the candidate ranks whose consensus basis is empty (no γ ≥ τ);
+    ``max_gamma`` / ``max_gamma_rank``: the largest consensus eigenvalue over all ranks and its
+    rank (None with ``consensus=False``, whose eigenvalues are squared singular values);
+    ``nonempty_nonpositive``: every candidate with a non-empty basis and λ > 0 has J ≤ 0 (so
+    the argmax can only be a no-op or a score-raising correction); ``reason``: one line, or None
+    when a correction was applied (:func:`no_correction_reason`).
+    """
+    empty = [int(r) for r, k in cal.basis_dims.items() if k == 0]
+    top: tuple[float, int] | None = None
+    if cal.config.consensus:
+        for r, gam in cal.consensus.items():
+            if len(gam) and (top is None or float(gam[0]) > top[0]):
+                top = (float(gam[0]), int(r))
+    live = [j for (r, lam), j in cal.objective.items() if cal.basis_dims.get(r, 0) > 0 and lam > 0]
+    return {
+        "empty_ranks": empty,
+        "max_gamma": None if top is None else top[0],
+        "max_gamma_rank": None if top is None else top[1],
+        "nonempty_nonpositive": bool(live) and max(live) <= 0.0,
+        "reason": no_correction_reason(cal),
+    }
+
+
+def no_correction_reason(cal: Calibration) -> str | None:
+    """One line saying why ``cal`` applied no correction (None when it applied one)."""
+    if cal.corrected:
+        return None
+    tau = cal.config.tau
+    live = {
+        (r, lam): j
+        for (r, lam), j in cal.objective.items()
+        if cal.basis_dims.get(r, 0) > 0 and lam > 0
+    }
+    if not live:
+        gam = [(float(g[0]), int(r)) for r, g in cal.consensus.items() if len(g)]
+        if not cal.config.consensus:
+            gam = []
+        top = f"; largest γ {max(gam)[0]:.3f} at r = {max(gam)[1]}" if gam else ""
+        return f"the consensus is empty at every rank (no γ ≥ τ = {tau:g}{top})"
+    best = max(live.values())
+    if cal.config.guard:
+        return f"abstained (abstention variant): the best J is {best:.3g} ≤ 0"
+    return (
+        f"every candidate with a non-empty consensus lowers no non-member score (best J "
+        f"{best:.3g} ≤ 0), so the argmax is a rank whose consensus is empty (A = I, J = 0)"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -355,15 +419,16 @@ def calibrate(
     view_selection: ViewSelection = "fpp",
     weighting: Weighting = "score",
     consensus: bool = True,
-    guard: bool = True,
+    guard: bool = False,
     seed: int = 0,
     centering: Centering = "origin",
 ) -> Calibration:
     """Estimate and select CalibDCD's bounded correction on known non-members (Algorithm 1).
 
     Args:
-        z0: (n, d) original-query features of the n calibration non-members, in the space the
-            classifier consumes (after its normalisation).
+        z0: (n, d) original-query features of the n calibration non-members, as the feature
+            extractor φ outputs them (the paper); ``score`` is then the whole fitted detector,
+            its normalisation included.
         view_features: ordered mapping view name -> (n, d) features under that view; row i is
             the same text as ``z0[i]``.
         score: the fixed trained detector score, (m, d) -> (m,), higher = more member-like.
@@ -377,7 +442,8 @@ def calibrate(
         weighting: "score" (paper) or "binary" (ablation: w = 1 where Δq > 0).
         consensus: True (paper: projector averaging + threshold) or False (ablation: top-r right
             singular vectors of the selected views' H_e stacked into one matrix).
-        guard: apply no correction when the best J ≤ 0 (paper); False forces the best candidate.
+        guard: False (paper): apply the argmax of J whatever its sign; True (the abstention
+            variant, beyond the paper): no correction when the best J ≤ 0.
         seed: seed of the random view selection.
         centering: "origin" (paper: z A) or "nonmembers" (beyond the paper: m + (z − m) A with m
             the calibration non-members' mean on the block; B and J computed the same way).
@@ -458,6 +524,9 @@ def calibrate(
     z0c = z0 if center is None else z0 - center  # the block columns are what B sees
     objective: dict[tuple[int, float], float] = {}
     best: tuple[int, float] | None = None
+    # J values equal up to rounding are ties (the first candidate wins): a J that is 0 in exact
+    # arithmetic never wins through floating-point noise
+    tol = _J_TOL * max(1.0, float(np.abs(q0).mean()))
     for r in cfg.ranks:
         b = bases[r]
         shift = None  # (z0 B) Bᵀ on the block, shared by every λ of this rank
@@ -472,12 +541,12 @@ def calibrate(
                 z_corr = _subtract_in_block(z0, sel, lam * shift)
                 j = float(np.mean(q0 - _call_score(score, z_corr, "corrected z0")))
             objective[(r, lam)] = j
-            if best is None or j > objective[best]:
+            if best is None or j > objective[best] + tol:
                 best = (r, lam)
 
     assert best is not None
     apply_it = bases[best[0]].shape[1] > 0 and best[1] > 0.0
-    if cfg.guard and objective[best] <= _J_TOL * max(1.0, float(np.abs(q0).mean())):
+    if cfg.guard and objective[best] <= tol:  # the abstention variant (beyond the paper)
         apply_it = False
     basis = np.zeros((d, bases[best[0]].shape[1] if apply_it else 0))
     if apply_it:

@@ -47,7 +47,9 @@ __all__ = [
     "select_files",
 ]
 
-Need = Literal["model", "tokenizer"]
+#: what is needed from a hub reference: a model's weights + tokenizer, a tokenizer only, or a
+#: dataset repository's files (a benchmark loaded from the hub)
+Need = Literal["model", "tokenizer", "dataset"]
 
 _HUB_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*(?:@[\w./-]+)?$")
 #: references to a contamination lab's files (resolved by the experiment, never hub ids)
@@ -79,15 +81,20 @@ class MissingModelError(ValueError):
     """A model reference that cannot be used here: a hub model that is not (completely) in the
     local hub cache, or a local path that does not exist."""
 
-    def __init__(self, ref: str, reason: str = "not in the local hub cache"):
+    def __init__(self, ref: str, reason: str = "not in the local hub cache", kind: str = "model"):
         self.ref = ref
         self.reason = reason
+        self.kind = kind
         hint = ""
         if "local hub cache" in reason:
             repo_id, rev = split_ref(ref)
-            cmd = f"hf download {repo_id}" + (f" --revision {rev}" if rev else "")
+            cmd = (
+                f"hf download {repo_id}"
+                + (" --repo-type dataset" if kind == "dataset" else "")
+                + (f" --revision {rev}" if rev else "")
+            )
             hint = f"; fetch it with `calibdcd models fetch CONFIG` or `{cmd}`"
-        super().__init__(f"model {ref!r}: {reason}{hint}")
+        super().__init__(f"{kind} {ref!r}: {reason}{hint}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,6 +218,18 @@ def resolve_model(ref: str | Path, *, need: Need = "model") -> ResolvedModel:
     from huggingface_hub import get_cached_repo_tree, snapshot_download
 
     cache = hub_cache_dir()
+    if need == "dataset":
+        try:
+            snap = snapshot_download(
+                repo_id,
+                repo_type="dataset",
+                revision=revision,
+                cache_dir=cache,
+                local_files_only=True,
+            )
+        except Exception:
+            raise MissingModelError(text, "not in the local hub cache", kind="dataset") from None
+        return ResolvedModel(ref=text, path=Path(snap), repo_id=repo_id, revision=Path(snap).name)
     try:  # the tree listing a fetch cached: lets huggingface_hub check the snapshot's files
         listing = [
             f.path for f in get_cached_repo_tree(repo_id, revision=revision, cache_dir=cache)
@@ -305,7 +324,7 @@ def _needs(refs: Iterable[str | ModelUse]) -> dict[str, Need]:
     out: dict[str, Need] = {}
     for r in refs:
         ref, need = (r.ref, r.need) if isinstance(r, ModelUse) else (str(r), "model")
-        if out.get(ref) != "model":
+        if out.get(ref) not in ("model", "dataset"):
             out[ref] = need
     return out
 
@@ -356,6 +375,18 @@ def _download(ref: str, need: Need, *, progress: bool, say: Any) -> ResolvedMode
     from huggingface_hub.utils import disable_progress_bars, enable_progress_bars
 
     repo_id, revision = split_ref(ref)
+    if need == "dataset":  # every file of the dataset repository
+        say(f"fetching dataset {ref}")
+        if not progress:
+            disable_progress_bars()
+        try:
+            snapshot_download(
+                repo_id, repo_type="dataset", revision=revision, cache_dir=hub_cache_dir()
+            )
+        finally:
+            if not progress:
+                enable_progress_bars()
+        return resolve_model(ref, need=need)
     files = select_files(HfApi().list_repo_files(repo_id, revision=revision), need)
     if not files:
         raise MissingModelError(ref, "the repository holds no transformers checkpoint files")
@@ -396,7 +427,9 @@ class MissingModelsError(ValueError):
         for use, err in self.missing:
             by_ref.setdefault(use.ref, []).append(use.describe())
             reasons[use.ref] = err.reason
-        lines = [f"{len(by_ref)} model(s) named by {config} cannot be used here:"]
+        kinds = {err.kind for _, err in self.missing}
+        what = "model(s)" if kinds == {"model"} else "model(s) or dataset(s)"
+        lines = [f"{len(by_ref)} {what} named by {config} cannot be used here:"]
         for ref, wheres in by_ref.items():
             lines.append(f"  - {ref}: {reasons[ref]}; used by {'; '.join(wheres)}")
         hub = [ref for ref in by_ref if is_hub_id(ref)]

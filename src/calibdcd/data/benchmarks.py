@@ -259,11 +259,30 @@ def _is_data_file(p: Path) -> bool:
     return p.is_file()
 
 
-def _find_local_files(spec: BenchmarkSpec, directory: Path, subset: str | None) -> list[Path]:
+def _hub_snapshot(spec: BenchmarkSpec, revision: str | None) -> Path | None:
+    """The benchmark's dataset repository in the local hub cache (None when not fetched)."""
+    if not spec.hf_repo:
+        return None
+    from calibdcd.models import MissingModelError, resolve_model
+
+    ref = spec.hf_repo + (f"@{revision}" if revision else "")
+    try:
+        return resolve_model(ref, need="dataset").path
+    except MissingModelError:
+        return None
+
+
+def _find_local_files(
+    spec: BenchmarkSpec, directory: Path, subset: str | None, *, recursive: bool = False
+) -> list[Path]:
+    """The benchmark's files in ``directory`` (``recursive``: also below it, as a hub dataset
+    repository keeps them under ``data/``)."""
     file_stem = "arxiv_mia" if subset == "arxiv_mia" else f"arxiv_mia_{subset}"
     tried = []
-    for pattern in spec.local_patterns:
-        pat = pattern.format(subset=subset, file=file_stem)
+    patterns = [p.format(subset=subset, file=file_stem) for p in spec.local_patterns]
+    if recursive:
+        patterns += [f"**/{p}" for p in patterns]
+    for pat in patterns:
         tried.append(pat)
         hits = sorted(p for p in directory.glob(pat) if _is_data_file(p))
         if not hits:
@@ -399,6 +418,12 @@ def load_benchmark(
             files = [p]
         records, columns = _read_many(files)
         source = str(files[0]) if len(files) == 1 else f"{p} ({len(files)} files)"
+    elif (snapshot := _hub_snapshot(spec, revision)) is not None:
+        # fetched into the local hub cache (`calibdcd models fetch`): read offline from there
+        subset = spec.canonical_subset(split)
+        files = _find_local_files(spec, snapshot, subset, recursive=True)
+        records, columns = _read_many(files)
+        source = f"hf://datasets/{spec.hf_repo}@{snapshot.name[:12]}"
     else:
         subset = spec.canonical_subset(split)
         config, hf_split = spec.hub_args(subset)

@@ -46,7 +46,9 @@ def load_hub_rows(
     if hub_offline():
         raise HubUnavailableError(
             f"cannot load {benchmark!r} from {where}: the Hugging Face hub is disabled "
-            f"(HF_HUB_OFFLINE=1); {_local_hint(benchmark)}"
+            f"(HF_HUB_OFFLINE=1) and the dataset is not in the local hub cache; fetch it once "
+            f"with `calibdcd models fetch CONFIG` (or `hf download --repo-type dataset {repo}`), "
+            f"or {_local_hint(benchmark)}"
         )
     try:
         import datasets  # optional dependency: pip install 'calibdcd[data]'

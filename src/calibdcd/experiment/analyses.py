@@ -27,6 +27,17 @@ with changed CalibDCD settings, all from the same arrays (no new target queries)
   - ``centred`` (beyond the paper): CalibDCD with ``centering="nonmembers"``, the correction
     around the calibration non-members' mean instead of the feature origin.
 
+  The variants beyond the paper (:data:`VARIANTS`: ``centred`` above, ``abstain``,
+  ``normalized``) are CalibDCD with one setting changed, each with its own calibration, each
+  reported as its own row beside the paper's method:
+
+  - ``abstain``: no correction when the best J ≤ 0 (``guard=True``): the original detector is
+    kept instead of the paper's argmax.
+  - ``normalized``: the correction in the classifier's normalised space (after its own
+    pruning/z-score), the retrained classifier refitting its normalisation on top; only for a
+    classifier that exposes such a space (VeilProbe, overlap) and a setting that calibrates in
+    the raw space.
+
 Choices where the paper is silent (documented settings):
 
 * **Feature space.** ``space="normalized"`` calibrates in the space the classifier consumes
@@ -37,8 +48,9 @@ Choices where the paper is silent (documented settings):
   the family on the corrected features; in the normalised space on the corrected normalised
   features (its own normalisation is then refitted on top). The scoring path is
   :class:`calibdcd.fitted.calibrated.CalibratedClassifier`, shared with the fitted detector.
-* **No correction.** When CalibDCD selects no correction (best J ≤ 0), the calibrated detector
-  *is* the original one: no retraining, identical scores.
+* **No correction.** When CalibDCD selects no correction (the argmax is a rank whose consensus
+  is empty, or, in the abstention variant, the best J ≤ 0), the calibrated detector *is* the
+  original one: no retraining, identical scores.
 * **Fixed configurations** (``fixed_full``, ``fixed``) are applied even when their J ≤ 0
   (``guard=False``): they measure what that configuration does, not whether it would be chosen.
 """
@@ -64,7 +76,9 @@ from calibdcd.metrics import auc, roc_curve, tpr_at_fpr
 
 __all__ = [
     "CONTROLS",
+    "VARIANTS",
     "CalibrationProblem",
+    "ControlOutcome",
     "Outcome",
     "ablation_configs",
     "controls",
@@ -73,6 +87,7 @@ __all__ = [
     "other_space",
     "resolve_space",
     "threshold_at_fpr",
+    "variant_configs",
 ]
 
 
@@ -189,11 +204,18 @@ class CalibrationProblem:
 # --------------------------------------------------------------------------------------------
 
 
-#: control name -> display label (the centred variant is not the paper's method)
+#: variant name -> display label: CalibDCD with one setting beyond the paper
+VARIANTS = {
+    "centred": "centred CalibDCD (beyond the paper)",
+    "abstain": "abstaining CalibDCD (beyond the paper)",
+    "normalized": "CalibDCD in the normalised space (beyond the paper)",
+}
+
+#: control name -> display label (controls, then the variants beyond the paper)
 CONTROLS = {
     "placebo": "placebo (random basis)",
     "noise_floor": "noise floor (bootstrap retrain)",
-    "centred": "centred CalibDCD (beyond the paper)",
+    **VARIANTS,
 }
 
 
@@ -254,6 +276,30 @@ def noise_floor(problem: CalibrationProblem, main: Calibration, *, seed: int = 0
     )
 
 
+@dataclasses.dataclass
+class ControlOutcome:
+    """One control or variant: its pool outcome, extra summary fields, and the scorer of raw
+    features it defines (for every text of the subsample)."""
+
+    outcome: Outcome
+    extra: dict[str, Any]
+    scorer: Callable[[np.ndarray], np.ndarray]
+
+
+def variant_configs(
+    problem: CalibrationProblem, base: CalibrationConfig
+) -> dict[str, tuple[CalibrationProblem, CalibrationConfig]]:
+    """The variants beyond the paper that apply to ``problem`` (see :data:`VARIANTS`): name ->
+    (the problem in its space, the changed config)."""
+    out = {
+        "centred": (problem, dataclasses.replace(base, centering="nonmembers")),
+        "abstain": (problem, dataclasses.replace(base, guard=True)),
+    }
+    if problem.space == "raw" and has_normalized_space(problem.original):
+        out["normalized"] = (dataclasses.replace(problem, space="normalized"), base)
+    return out
+
+
 def controls(
     problem: CalibrationProblem,
     main: Outcome,
@@ -262,20 +308,31 @@ def controls(
     fixed_rank: int = 3,
     fixed_strength: float = 0.9,
     seed: int = 0,
-) -> dict[str, tuple[Outcome, dict[str, Any]]]:
-    """The three controls (see the module doc): name -> (outcome, extra summary fields)."""
+) -> dict[str, ControlOutcome]:
+    """The controls and the variants beyond the paper (see the module doc), by name."""
     placebo, size_from = placebo_calibration(
         problem, main.calibration, base, fixed_rank=fixed_rank, fixed_strength=fixed_strength,
         seed=seed,
     )  # fmt: skip
-    out: dict[str, tuple[Outcome, dict[str, Any]]] = {
-        "placebo": (problem.apply(placebo), {"size_from": size_from}),
-        "noise_floor": (noise_floor(problem, main.calibration, seed=seed), {}),
-        "centred": (
-            problem.run(dataclasses.replace(base, centering="nonmembers")),
-            {"beyond_paper": True},
+    placebo_out = problem.apply(placebo)
+    floor = noise_floor(problem, main.calibration, seed=seed)
+    out: dict[str, ControlOutcome] = {
+        "placebo": ControlOutcome(
+            placebo_out,
+            {"size_from": size_from},
+            problem.final_scorer(placebo_out.calibration, placebo_out.classifier),
+        ),
+        "noise_floor": ControlOutcome(
+            floor, {}, lambda z: np.asarray(floor.classifier.score(z), dtype=np.float64)
         ),
     }
+    for name, (prob, config) in variant_configs(problem, base).items():
+        res = prob.run(config)
+        out[name] = ControlOutcome(
+            res,
+            {"beyond_paper": True, "space": prob.space},
+            prob.final_scorer(res.calibration, res.classifier),
+        )
     return out
 
 

@@ -31,6 +31,7 @@ from calibdcd.experiment.config import (
     option_strings,
     register_entry_check,
 )
+from calibdcd.keys import key_dict
 from calibdcd.options import OptionsError, option_problems, replace_nested
 from calibdcd.paths import cache_root
 
@@ -187,7 +188,7 @@ def detector_fingerprint(detector: Any, root: str | Path | None = None) -> str:
     cache root, where checkpoint digests are memoised)."""
     cfg = getattr(detector, "config", None)
     if cfg is not None and dataclasses.is_dataclass(cfg):
-        d = _without_locations(dataclasses.asdict(cfg), root)
+        d = _without_locations(key_dict(cfg), root)  # added fields at old values: old keys
         body = json.dumps(d, sort_keys=True, default=str)
     else:
         body = repr(cfg)

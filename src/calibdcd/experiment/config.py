@@ -442,7 +442,7 @@ class ConfigFile(BaseModel):
         default_factory=AnalysisSpec
     )
     view_system: Literal["official", "none"] = "official"
-    calibration_space: Literal["auto", "raw", "normalized"] = "auto"
+    calibration_space: Literal["auto", "raw", "normalized"] = "raw"
     detector_seed: Literal["offset", "fixed"] = "offset"
     cache_dir: Text | None = None
     output: Text | None = None
@@ -481,8 +481,12 @@ class ExperimentConfig:
     analyses: AnalysisSpec = dataclasses.field(default_factory=AnalysisSpec)
     #: "official" (default) or "none": the system turn of the model-specific boundary views
     view_system: Literal["official", "none"] = "official"
-    #: "auto": calibrate in the classifier's normalised space when it exposes one, else "raw"
-    calibration_space: Literal["auto", "raw", "normalized"] = "auto"
+    #: "raw" (the paper): CalibDCD corrects the extractor's output and the detector's whole
+    #: training procedure (its normalisation included) is refitted on the corrected features;
+    #: "normalized" (a variant beyond the paper): after the classifier's own normalisation;
+    #: "auto": normalized when the classifier exposes such a space, else raw (the default of
+    #: runs made before the paper's method became the default)
+    calibration_space: Literal["auto", "raw", "normalized"] = "raw"
     #: the run's cache root (labs included); None = ``$CALIBDCD_CACHE``, else the user cache
     #: (:func:`calibdcd.paths.cache_root`)
     cache_dir: str | None = None

@@ -204,7 +204,7 @@ def run_demo(
     say(f"lab {preset}: {resolve_lab(preset, root=cache_dir)}")
     run_dir = run_experiment(cfg, out, progress=progress, log=say)
     html = write_report(run_dir)
-    keys = ("auc_main", "paired", "base_vs_post")
+    keys = ("auc_main", "paired", "base_vs_post", "selection_why")
     tables = {t.key: t for t in build_tables(load_results(run_dir))}
     text = "\n".join(tables[k].markdown() for k in keys if k in tables)
     return html, f"{text}\n{full_study_note(len(seeds), len(chat_models), preset)}"

@@ -27,7 +27,18 @@ from calibdcd.models import (
 )
 from calibdcd.paths import cache_root
 
-__all__ = ["check_models", "models_in_config"]
+__all__ = ["check_models", "hub_dataset_of", "models_in_config"]
+
+
+def hub_dataset_of(entry: Any) -> str | None:
+    """The hub dataset repository a benchmark entry is read from (no ``path``, no ``lab``, a
+    known benchmark), else None."""
+    from calibdcd.data.benchmarks import benchmark_spec
+
+    if entry.path is not None or entry.lab is not None:
+        return None
+    spec = benchmark_spec(entry.name)
+    return None if spec is None else spec.hf_repo
 
 
 def _get_path(obj: Any, dotted: str) -> tuple[bool, Any]:
@@ -57,6 +68,10 @@ def models_in_config(cfg: ExperimentConfig) -> list[ModelUse]:
     for i, t in enumerate(cfg.targets):
         if t.backend == "hf" and t.lab is None and not _skip(t.model):
             uses.append(ModelUse(f"targets[{i}] ({t.name}).model", t.model))
+    for i, b in enumerate(cfg.benchmarks):  # benchmarks read from the hub: their datasets
+        repo = hub_dataset_of(b)
+        if repo is not None:
+            uses.append(ModelUse(f"benchmarks[{i}] ({b.label})", repo, "dataset"))
     bench_names = sorted({b.name for b in cfg.benchmarks}) or [""]
     for i, d in enumerate(cfg.detectors):
         spec = DETECTORS.get(d.name)

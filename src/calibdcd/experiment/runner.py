@@ -44,7 +44,7 @@ from calibdcd.experiment.components import (
     resolve_lab,
 )
 from calibdcd.experiment.config import ExperimentConfig, lab_spec
-from calibdcd.experiment.model_uses import check_models
+from calibdcd.experiment.model_uses import check_models, hub_dataset_of
 from calibdcd.experiment.rundir import lock_run_dir, set_aside_stale
 from calibdcd.experiment.setting import (
     RunContext,
@@ -55,7 +55,14 @@ from calibdcd.experiment.setting import (
 )
 from calibdcd.experiment.store import atomic_write_text, write_csv, write_json
 from calibdcd.integrity import checkpoint_problems
-from calibdcd.models import MissingModelsError, ModelUse, ResolvedModel, models_record
+from calibdcd.models import (
+    MissingModelError,
+    MissingModelsError,
+    ModelUse,
+    ResolvedModel,
+    models_record,
+    resolve_model,
+)
 from calibdcd.paths import cache_root
 from calibdcd.redact import redact_tree
 from calibdcd.results import SettingResult
@@ -294,9 +301,10 @@ def _dry_run_models(cfg: ExperimentConfig, lines: list[str], problems: list[str]
         return
     except ValueError:  # a detector that does not build: reported with the detectors
         return
-    lines.append(f"models: {len(resolved)} named, all available here")
+    lines.append(f"models and hub datasets: {len(resolved)} named, all available here")
     for use, rm in resolved:
-        problems.extend(f"{use.describe()}: {m}" for m in checkpoint_problems(rm.path))
+        if use.need != "dataset":
+            problems.extend(f"{use.describe()}: {m}" for m in checkpoint_problems(rm.path))
         what = f"hub {rm.repo_id} @ {rm.revision[:12]}" if rm.is_hub else "local"
         lines.append(f"  {use.describe()}: {use.ref} ({what})")
 
@@ -340,6 +348,13 @@ def dry_run(cfg: ExperimentConfig, *, options: bool = True) -> tuple[list[str], 
             else:
                 lines.append(f"  {key}: lab {b.lab!r} not built yet (built on first run)")
             continue
+        repo = hub_dataset_of(b)
+        if repo is not None:
+            try:
+                resolve_model(repo, need="dataset")
+            except MissingModelError:  # named once, with the command, under models
+                lines.append(f"  {key}: hub dataset {repo} not fetched yet (see models below)")
+                continue
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from calibdcd.calibration import Calibration
+from calibdcd.calibration import Calibration, no_correction_reason
 from calibdcd.detectors.base import (
     PoolTrained,
     ReferenceTrained,
@@ -49,6 +49,7 @@ from calibdcd.detectors.base import (
 )
 from calibdcd.experiment.analyses import (
     CONTROLS,
+    VARIANTS,
     CalibrationProblem,
     Outcome,
     ablation_configs,
@@ -666,20 +667,20 @@ def run_controls(prep: PreparedSetting, main: Outcome, cfg: ExperimentConfig) ->
     summaries: dict[str, Any] = {}
     text_scores: dict[str, dict[int, float]] = {}
     if an.controls:
-        for name, (out, extra) in controls(
+        for name, ctl in controls(
             problem, main, cfg.calibration, fixed_rank=an.fixed_rank,
             fixed_strength=an.fixed_strength, seed=seed,
         ).items():  # fmt: skip
+            out = ctl.outcome
             summary = out.summary()
-            if name != "centred":  # no calibration of their own: no views, no objective
+            if name not in VARIANTS:  # no calibration of their own: no views, no objective
                 summary.pop("selected_views")
                 summary.pop("best_objective")
-            summaries[name] = {**summary, **extra, "label": CONTROLS[name]}
-            pool_scores[name] = out.scores
-            if name == "noise_floor":
-                s_all = np.asarray(out.classifier.score(z_all), dtype=np.float64)
             else:
-                s_all = problem.final_scorer(out.calibration, out.classifier)(z_all)
+                summary["reason"] = no_correction_reason(out.calibration)
+            summaries[name] = {**summary, **ctl.extra, "label": CONTROLS[name]}
+            pool_scores[name] = out.scores
+            s_all = ctl.scorer(z_all)
             text_scores[name] = dict(zip(all_idx.tolist(), s_all.tolist(), strict=True))
     if an.blind:
         from calibdcd.blind import BLIND_LABEL, blind_scores

@@ -151,7 +151,7 @@ def fit_calibrated(
     views: Mapping[str, np.ndarray] | None = None,
     config: CalibrationConfig | None = None,
     block: np.ndarray | None = None,
-    space: str = "auto",
+    space: str = "raw",
 ) -> CalibratedClassifier:
     """Original classifier + (when ``config`` is given) CalibDCD and the retrained classifier."""
     original = new_classifier().fit(z_sup, y_sup)

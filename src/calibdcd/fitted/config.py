@@ -101,7 +101,8 @@ class FitConfig(_Strict):
     split: SplitSection = SplitSection()
     #: CalibDCD: false, true (the paper's settings) or CalibrationConfig fields
     calibdcd: bool | dict[str, Any] = True
-    space: Literal["auto", "raw", "normalized"] = "auto"
+    #: where CalibDCD corrects: "raw" (the paper: φ's output), "normalized" (beyond the paper)
+    space: Literal["auto", "raw", "normalized"] = "raw"
     fpr: float = Field(default=0.05, gt=0, lt=1)
     mode: Literal["inductive", "transductive"] = "inductive"
     seed: int = 0

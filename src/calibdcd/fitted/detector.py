@@ -702,7 +702,7 @@ def fit_detector(
     *,
     views: Sequence[Any] = (),
     calibration: CalibrationConfig | None = None,
-    space: str = "auto",
+    space: str = "raw",
     fpr: float = 0.05,
     mode: Mode = "inductive",
     seed: int = 0,

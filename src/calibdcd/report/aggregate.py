@@ -31,9 +31,12 @@ __all__ = [
     "ABLATIONS",
     "COMPARISONS",
     "METHODS",
+    "PAPER_SELECTIONS",
     "ablation_summary",
     "adaptive_vs_fixed",
     "base_vs_post",
+    "calibdcd_method",
+    "consensus_diagnostics",
     "fp_recovery_summary",
     "grid_ids",
     "load_results",
@@ -61,6 +64,8 @@ METHODS = {
     "placebo": ("score_placebo", " + placebo (random basis)"),
     "noise_floor": ("score_noise_floor", " noise floor (bootstrap retrain)"),
     "centred": ("score_centred", " + centred CalibDCD (beyond the paper)"),
+    "abstain": ("score_abstain", " + abstaining CalibDCD (beyond the paper)"),
+    "normalized": ("score_normalized", " + CalibDCD, normalised space (beyond the paper)"),
     "blind": ("score_blind", None),
 }
 
@@ -70,6 +75,13 @@ COMPARISONS = (
     ("placebo", "{d} + placebo vs {d}", "placebo", "original"),
     ("noise_floor", "{d} noise floor vs {d}", "noise_floor", "original"),
     ("centred", "{d} + centred CalibDCD (beyond the paper) vs {d}", "centred", "original"),
+    ("abstain", "{d} + abstaining CalibDCD (beyond the paper) vs {d}", "abstain", "original"),
+    (
+        "normalized",
+        "{d} + CalibDCD, normalised space (beyond the paper) vs {d}",
+        "normalized",
+        "original",
+    ),
     ("calibdcd_vs_placebo", "{d} + CalibDCD vs {d} + placebo", "calibdcd", "placebo"),
     ("vs_blind", "{d} vs blind baseline", "original", "blind"),
 )
@@ -478,6 +490,128 @@ def space_comparison(results: list[SettingResult]) -> list[dict[str, Any]]:
                 "other_space": alt["space"],
                 "auc_other": alt["auc"],
                 "choice_other": None if alt["rank"] is None else (alt["rank"], alt["strength"]),
+            }
+        )
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Which CalibDCD a run ran, and why it changed nothing where it did
+# --------------------------------------------------------------------------------------------
+
+#: the paper's selected (r, λ) of its 24 settings (Appendix "Selected calibration
+#: configurations": 12 VeilProbe and 12 DPDLLM, four benchmarks x three post-trained models)
+PAPER_SELECTIONS: tuple[tuple[int, float], ...] = (
+    *((4, 1.0), (3, 0.7), (6, 0.9), (3, 0.9), (4, 0.9), (3, 0.7)),
+    *((5, 0.8), (4, 0.9), (6, 0.8), (3, 1.0), (4, 1.0), (5, 0.7)),
+    *((6, 0.9), (3, 0.9), (3, 0.9), (3, 1.0), (5, 0.7), (5, 1.0)),
+    *((3, 0.8), (3, 1.0), (5, 0.9), (6, 0.7), (5, 0.9), (6, 0.9)),
+)
+
+
+def calibdcd_method(results: list[SettingResult]) -> str:
+    """One sentence naming the CalibDCD a run's "+ CalibDCD" rows ran: the paper's method
+    (argmax of J, no abstention, correction on the extractor's output, origin-centred) or the
+    variant(s) it differs by. Runs made before the paper's method became the default read as
+    the variant they ran (abstention; the normalised space for VeilProbe and the overlap
+    baseline)."""
+    guards, centres, spaces = set(), set(), {}
+    for r in results:
+        cfg = (r.calibration or {}).get("config") or {}
+        guards.add(bool(cfg.get("guard", True)))  # absent: results older than the setting
+        centres.add(cfg.get("centering", "origin"))
+        if r.space:
+            spaces.setdefault(r.space, set()).add(r.detector)
+    diffs = []
+    if True in guards:
+        diffs.append("abstains when the best J ≤ 0 (abstention variant)")
+    if "nonmembers" in centres:
+        diffs.append("corrects around the non-members' mean (centred variant)")
+    if "normalized" in spaces:
+        dets = ", ".join(sorted(spaces["normalized"]))
+        diffs.append(f"corrects after the classifier's normalisation for {dets}")
+    if not diffs:
+        return (
+            "CalibDCD here is the paper's method: the argmax of J over R × Λ applied whatever "
+            "its sign, the correction on the feature extractor's output, the detector's "
+            "training (normalisation included) refitted on the corrected features."
+        )
+    return (
+        "CalibDCD here is a variant beyond the paper: it "
+        + "; ".join(diffs)
+        + ". Its rows are not the paper's method."
+    )
+
+
+def _summary_diagnostics(c: dict[str, Any]) -> dict[str, Any]:
+    """:func:`calibdcd.calibration.selection_diagnostics` from a stored calibration summary
+    (results written before the summary carried them are read the same way)."""
+    if c.get("diagnostics"):
+        return c["diagnostics"]
+    dims = {int(r): int(k) for r, k in (c.get("basis_dims") or {}).items()}
+    cfg = c.get("config") or {}
+    gam = (
+        [(float(g[0]), int(r)) for r, g in (c.get("consensus") or {}).items() if g]
+        if cfg.get("consensus", True)
+        else []
+    )
+    live = []
+    for key, j in (c.get("objective") or {}).items():
+        r, lam = key.split("/")
+        if dims.get(int(r), 0) > 0 and float(lam) > 0:
+            live.append(float(j))
+    top = max(gam) if gam else None
+    return {
+        "empty_ranks": [r for r, k in dims.items() if k == 0],
+        "max_gamma": None if top is None else top[0],
+        "max_gamma_rank": None if top is None else top[1],
+        "nonempty_nonpositive": bool(live) and max(live) <= 0.0,
+        "reason": None,
+    }
+
+
+def consensus_diagnostics(results: list[SettingResult]) -> list[dict[str, Any]]:
+    """Per (detector, target) over benchmarks and seeds: how many settings CalibDCD corrected;
+    of the others, how many had an empty consensus at every rank, how many had candidates but
+    every one with J ≤ 0 (the paper's argmax then falls on an empty rank, or the abstention
+    variant abstains); per rank, in how many settings its consensus was empty; the largest
+    consensus eigenvalue γ seen (and the τ it had to reach); how often every non-empty
+    candidate had J ≤ 0, corrected or not."""
+    groups: dict[tuple[str, str], list[SettingResult]] = defaultdict(list)
+    for r in results:
+        if r.calibration:
+            groups[(r.detector, r.target)].append(r)
+    out = []
+    for (det, tgt), rs in groups.items():
+        ranks = [int(x) for x in (rs[0].calibration.get("config") or {}).get("ranks", [])]
+        empty_at = Counter()
+        n_corr = n_all_empty = n_nonpos_uncorr = n_nonpos = 0
+        top: float | None = None
+        for r in rs:
+            c = r.calibration
+            d = _summary_diagnostics(c)
+            empty_at.update(int(x) for x in d["empty_ranks"])
+            corrected = bool(c.get("corrected", c.get("rank") is not None))
+            n_corr += corrected
+            all_empty = len(set(d["empty_ranks"])) >= len(set(ranks)) > 0
+            n_all_empty += (not corrected) and all_empty
+            n_nonpos_uncorr += (not corrected) and (not all_empty) and d["nonempty_nonpositive"]
+            n_nonpos += bool(d["nonempty_nonpositive"])
+            if d["max_gamma"] is not None:
+                top = d["max_gamma"] if top is None else max(top, d["max_gamma"])
+        out.append(
+            {
+                "detector": det,
+                "target": tgt,
+                "post_trained": rs[0].post_trained,
+                "settings": len(rs),
+                "corrected": n_corr,
+                "uncorrected_empty_consensus": n_all_empty,
+                "uncorrected_nonpositive_j": n_nonpos_uncorr,
+                "empty_at_rank": {r: empty_at.get(r, 0) for r in ranks},
+                "max_gamma": top,
+                "tau": (rs[0].calibration.get("config") or {}).get("tau"),
+                "nonempty_nonpositive": n_nonpos,
             }
         )
     return out

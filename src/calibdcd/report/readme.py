@@ -26,7 +26,7 @@ from calibdcd.atomic import read_json
 __all__ = ["README_TABLES", "BlockError", "readme_block", "replace_block", "write_readme"]
 
 #: the report tables a results block holds by default (the rest are in the run's report)
-README_TABLES = ("auc_main", "paired", "base_vs_post")
+README_TABLES = ("auc_main", "paired", "base_vs_post", "selection_rank_strength", "selection_why")
 
 _OPEN = "<!-- calibdcd:results {name} -->"
 _CLOSE = "<!-- /calibdcd:results -->"

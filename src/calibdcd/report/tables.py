@@ -2,7 +2,8 @@
 HTML. Metrics print as percentages with one decimal, as in the paper.
 
 Main tables: per cell the mean ± SD over seeds of the detector, the detector + CalibDCD, the
-controls (placebo, noise floor, centred variant beyond the paper) and the blind baseline. A
+controls (placebo, noise floor), the variants beyond the paper (centred, abstaining, normalised
+space) and the blind baseline. A
 CalibDCD or control cell is marked better (▲, and bold for CalibDCD) or worse (▼, the detector
 bold) than the detector only when the paired 95% interval of the difference excludes 0; a
 detector cell is marked † when it does not beat the blind baseline (its paired interval against
@@ -16,6 +17,7 @@ import dataclasses
 import html
 import io
 import math
+from collections import Counter
 from typing import Any
 
 from calibdcd.report import aggregate as agg
@@ -217,13 +219,17 @@ def _main_table(
         rows,
         bold,
         note=(
+            agg.calibdcd_method(results) + " "
             f"Percent; mean ± SD over {seeds} seed(s) (no ± with one seed). ▲/▼ (bold = the "
             "better of detector and detector + CalibDCD): the paired 95% interval of the "
             "difference from the detector (hierarchical bootstrap over seeds and texts) lies "
             "above/below 0; unmarked = not resolved. †: the detector does not beat the blind "
             "baseline (paired ΔAUC interval vs the blind baseline not above 0). Placebo: a "
             "random basis of CalibDCD's size; noise floor: the classifier retrained on a "
-            "bootstrap resample; centred: a variant beyond the paper; blind baseline: TF-IDF + "
+            "bootstrap resample; centred (around the non-members' mean), abstaining (no "
+            "correction when the best J ≤ 0) and normalised space (corrected after the "
+            "classifier's normalisation): variants beyond the paper, one setting changed each; "
+            "blind baseline: TF-IDF + "
             "logistic regression on the texts alone, never querying the model. A base model "
             "shown on its own is a control, outside Avg. when post-trained targets are present."
         ),
@@ -462,14 +468,77 @@ def _selection_tables(results: list[SettingResult]) -> list[Table]:
             f"no correction selected in {s['no_correction']}."
         ),
     )
+    paper = Counter(agg.PAPER_SELECTIONS)
     grid = Table(
         "selection_rank_strength",
-        "Selected (r, λ): joint counts",
+        "Selected (r, λ): joint counts, this run (the paper's 24 settings)",
         ["r \\ λ"] + [f"{x:g}" for x in s["strengths"]],
-        [[r, *row] for r, row in zip(s["ranks"], s["matrix"], strict=True)],
-        note=f"Partial correction (λ<1) in {s['partial']} settings.",
+        [
+            [
+                r,
+                *(
+                    f"{n} ({paper.get((int(r), float(x)), 0)})"
+                    for n, x in zip(row, s["strengths"], strict=True)
+                ),
+            ]
+            for r, row in zip(s["ranks"], s["matrix"], strict=True)
+        ],
+        note=(
+            f"Partial correction (λ<1) in {s['partial']} settings; no correction in "
+            f"{s['no_correction']}. In brackets: the paper's selections (Appendix, 'Selected "
+            "calibration configurations'): every setting corrected, λ<1 in 18 of 24."
+        ),
     )
-    return [views, grid]
+    return [views, grid, _why_table(results)]
+
+
+def _tau(tau: float | None) -> str:
+    return "" if tau is None else f" = {tau:g}"
+
+
+def _why_table(results: list[SettingResult]) -> Table:
+    rows_in = agg.consensus_diagnostics(results)
+    ranks = sorted({r for d in rows_in for r in d["empty_at_rank"]})
+    tau = next((d["tau"] for d in rows_in if d["tau"] is not None), None)
+    rows = [
+        [
+            d["detector"],
+            d["target"],
+            d["settings"],
+            d["corrected"],
+            d["uncorrected_empty_consensus"],
+            d["uncorrected_nonpositive_j"],
+            *(d["empty_at_rank"].get(r, 0) for r in ranks),
+            None if d["max_gamma"] is None else f"{d['max_gamma']:.3f}",
+            d["nonempty_nonpositive"],
+        ]
+        for d in rows_in
+    ]
+    return Table(
+        "selection_why",
+        "Why CalibDCD changed nothing where it did: consensus and objective per detector x target",
+        [
+            "Detector",
+            "Target",
+            "Settings",
+            "Corrected",
+            "None: consensus empty at every rank",
+            "None: every non-empty candidate J ≤ 0",
+            *(f"Empty at r={r}" for r in ranks),
+            "Largest γ",
+            "Every non-empty J ≤ 0",
+        ],
+        rows,
+        note=(
+            "Counts of settings (benchmarks x seeds). A rank's consensus is empty when no "
+            f"eigenvalue γ of the views' averaged projector reaches τ{_tau(tau)}; then A = I "
+            "and J = 0 there. The paper's argmax applies any non-empty candidate "
+            "that beats J = 0, and the best one even when J < 0 if no rank is empty; it changes "
+            "nothing only when the consensus is empty at every rank, or when some rank is empty "
+            "and every non-empty candidate has J ≤ 0. 'Every non-empty J ≤ 0' counts settings "
+            "where no candidate lowered the non-members' mean score, corrected or not."
+        ),
+    )
 
 
 def _base_table(results: list[SettingResult]) -> Table | None:
@@ -532,8 +601,10 @@ def _space_table(results: list[SettingResult]) -> Table | None:
         "Calibration space: CalibDCD in the classifier's normalised space vs the raw features",
         ["Setting", "AUC orig.", "AUC + CalibDCD (run's space, r/λ)", "AUC + CalibDCD (other)"],
         rows,
-        note="Percent; r/λ = the selected correction, none = best J ≤ 0 or no consensus "
-        "direction. The paper does not say which space; the run's is `calibration_space`.",
+        note="Percent; r/λ = the selected correction, none = no correction (table "
+        "'selection_why' says why). The paper corrects the extractor's output (raw, the "
+        "default); the normalised space is a variant beyond it; the run's is "
+        "`calibration_space`.",
     )
 
 

@@ -93,11 +93,11 @@ def _encode(proxy: Proxy, text: str, max_tokens: int):
     return ids, offsets
 
 
-def _variants(proxy: Proxy, ids: list[int]):
+def _variants(proxy: Proxy, ids: list[int], bos: bool = True):
     """(p + 1, L) ids and attention masks: row 0 the text, row 1 + a masks text position a."""
     import torch
 
-    prefix = [proxy.bos_id] if proxy.bos_id is not None else []
+    prefix = [proxy.bos_id] if proxy.bos_id is not None and bos else []
     base = torch.tensor([*prefix, *ids], dtype=torch.long)
     p, off = len(ids), len(prefix)
     input_ids = base.repeat(p + 1, 1)
@@ -188,6 +188,7 @@ def _ot(pi: np.ndarray, pa: np.ndarray, embeddings: np.ndarray, cfg: Attribution
         iterations=cfg.ipot_iterations,
         inner=cfg.ipot_inner,
         eps=cfg.marginal_eps,
+        marginals=cfg.marginals,
     )
 
 
@@ -196,7 +197,7 @@ def attribute(proxy: Proxy, text: str, cfg: AttributionConfig) -> list[TokenScor
     ids, offsets = _encode(proxy, text, cfg.max_tokens)
     if not ids:
         return []
-    input_ids, mask = _variants(proxy, ids)
+    input_ids, mask = _variants(proxy, ids, cfg.proxy_bos)
     if cfg.method == "gilot":
         dists = _beam_distributions(proxy, input_ids, mask, cfg)
     else:

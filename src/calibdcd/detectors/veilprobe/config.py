@@ -23,6 +23,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Literal
 
+from calibdcd.keys import added_field
 from calibdcd.paths import cache_root
 
 __all__ = [
@@ -118,10 +119,21 @@ class AttributionConfig:
     loo_distance: Literal["kl", "ot"] = "kl"
     batch_size: int = 64
     max_tokens: int = 512
+    #: prepend the proxy's BOS token to its input (the official ``GPT2Tokenizer(text)`` adds
+    #: none: False); True is what the ``cpu`` preset's small proxies were built with
+    proxy_bos: bool = added_field(False, legacy=True)
+    #: OT marginals: "official" (each restricted distribution normalised, then 1e-4 added, as
+    #: the official IPOT call does) or "renormalized" (1e-4 added, then renormalised to 1)
+    marginals: Literal["official", "renormalized"] = added_field("official", legacy="renormalized")
 
     def __post_init__(self) -> None:
         if self.method not in ("gilot", "loo"):
             raise ValueError(f"attribution.method must be 'gilot' or 'loo', got {self.method!r}")
+        if self.marginals not in ("official", "renormalized"):
+            raise ValueError(
+                "attribution.marginals must be 'official' or 'renormalized', got "
+                f"{self.marginals!r}"
+            )
         if self.loo_distance not in ("kl", "ot"):
             raise ValueError(
                 f"attribution.loo_distance must be 'kl' or 'ot', got {self.loo_distance!r}"
@@ -401,7 +413,10 @@ class VeilProbeConfig:
                 n_key=None,
                 proxies=(),
                 masked_lm=None,
-                attribution=AttributionConfig(method="loo", max_tokens=192),
+                # BOS and renormalised marginals: how the cpu preset was built and measured
+                attribution=AttributionConfig(
+                    method="loo", max_tokens=192, proxy_bos=True, marginals="renormalized"
+                ),
             ),
             mapping=MappingConfig(
                 vocab_size=4000,

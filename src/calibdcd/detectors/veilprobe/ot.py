@@ -62,16 +62,26 @@ def ot_distance(
     iterations: int = 1000,
     inner: int = 1,
     eps: float = 1e-4,
+    marginals: str = "official",
 ) -> float:
     """GiLOT's distance <T, C> between two distributions on a common support.
 
-    ``eps`` is added to both marginals (as GiLOT does, so no bin is empty) and both are then
-    renormalised to sum to 1 (our choice: IPOT needs equal masses).
+    ``marginals="official"``: each distribution restricted to the support is normalised to sum
+    to 1 and ``eps`` is then added to every bin, as the official code does (both masses are
+    1 + k·eps, so IPOT's equal-mass condition holds and the distance carries that factor).
+    ``"renormalized"``: ``eps`` added to the raw restricted values, then both renormalised to 1.
     """
-    p = np.asarray(p, dtype=np.float64) + eps
-    q = np.asarray(q, dtype=np.float64) + eps
-    p = p / p.sum()
-    q = q / q.sum()
+    p = np.asarray(p, dtype=np.float64)
+    q = np.asarray(q, dtype=np.float64)
+    if marginals == "official":
+        p = p / p.sum() + eps
+        q = q / q.sum() + eps
+    elif marginals == "renormalized":
+        p, q = p + eps, q + eps
+        p = p / p.sum()
+        q = q / q.sum()
+    else:
+        raise ValueError(f"marginals must be 'official' or 'renormalized', got {marginals!r}")
     plan = ipot(p, q, cost, beta=beta, iterations=iterations, inner=inner)
     return float(np.sum(plan * cost))
 

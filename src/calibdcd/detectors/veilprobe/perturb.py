@@ -32,6 +32,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
+from calibdcd.keys import key_dict
 from calibdcd.progress import inner_bar
 
 from .attribution import TokenScore, attribute, load_proxy
@@ -162,7 +163,7 @@ class KeyTokenPerturber:
 
     def _key(self) -> str:
         assert self._proxy_paths is not None and self._mlm_path is not None
-        cfg = dataclasses.asdict(self.config)
+        cfg = key_dict(self.config)  # fields added later key as before at their old value
         cfg.pop("proxies")
         cfg.pop("masked_lm")
         if cfg["n_key"] is None:  # the rule of earlier versions: their cached texts stay valid
