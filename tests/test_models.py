@@ -391,11 +391,16 @@ class FakeHub:
     """A minimal Hugging Face hub on 127.0.0.1 (the endpoints snapshot_download uses: repo info,
     tree listing, file resolve) serving real files; it logs every request."""
 
-    def __init__(self, repos: dict[str, tuple[str, dict[str, bytes]]]):
+    def __init__(
+        self,
+        repos: dict[str, tuple[str, dict[str, bytes]]],
+        datasets: dict[str, tuple[str, dict[str, bytes]]] | None = None,
+    ):
         import http.server
         import threading
 
         self.repos = repos  # repo id -> (commit, {path: content})
+        self.datasets = datasets or {}  # dataset repositories, the same shape
         self.log: list[tuple[str, str]] = []
         hub = self
 
@@ -425,8 +430,11 @@ class FakeHub:
             def _serve(self, body: bool):
                 path = self.path.split("?")[0]
                 hub.log.append((self.command, path))
-                for repo_id, (commit, files) in hub.repos.items():
-                    api = f"/api/models/{repo_id}/"
+                kinds = [("models", "", hub.repos), ("datasets", "/datasets", hub.datasets)]
+                for kind, prefix, repo_id, (commit, files) in (
+                    (k, pre, r, v) for k, pre, repos in kinds for r, v in repos.items()
+                ):
+                    api = f"/api/{kind}/{repo_id}/"
                     if path.startswith(api + "revision/"):
                         return self._json(
                             {"id": repo_id, "sha": commit,
@@ -437,7 +445,7 @@ class FakeHub:
                             [{"type": "file", "path": f, "size": len(d), "oid": _git_oid(d)}
                              for f, d in files.items()], body,
                         )  # fmt: skip
-                    res = f"/{repo_id}/resolve/"
+                    res = f"{prefix}/{repo_id}/resolve/"
                     if path.startswith(res):
                         name = path[len(res) :].split("/", 1)[1]
                         if name in files:
@@ -499,6 +507,47 @@ def test_models_fetch_downloads_only_what_transformers_needs(checkpoints, tmp_pa
     listed = _cli("models", "list", str(cfg), env=offline)
     assert f"present  org/tiny  [org/tiny @ {COMMIT_A}]" in listed.stdout
     assert "1 missing" in listed.stdout and "missing  org/nope" in listed.stdout
+
+
+def test_models_fetch_fetches_a_hub_benchmark_dataset_read_offline_after(tmp_path):
+    """A benchmark named without a path is a hub dataset: `models list` names it missing,
+    `models fetch` downloads the dataset repository, and the run then reads it offline."""
+    rows = [
+        {"snippet": f"text number {i} of a book, long enough to count", "label": i % 2,
+         "book_id": i // 2, "book": f"b{i // 2}", "snippet_id": i}
+        for i in range(40)
+    ]  # fmt: skip
+    data = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    hub = FakeHub({}, datasets={"swj0419/BookMIA": (COMMIT_A, {"data/BookMIA.jsonl": data})})
+    cache = tmp_path / "hub"
+    cfg = tmp_path / "exp.yaml"
+    cfg.write_text(
+        "benchmarks:\n  - {name: bookmia, label: BookMIA}\n"
+        "targets:\n  - {name: t, backend: openai, model: m,"
+        " options: {base_url: 'http://127.0.0.1:9/v1'}}\n"
+        "detectors: [overlap]\n"
+    )
+    offline = {"HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
+    listed = _cli("models", "list", str(cfg), env=offline)
+    assert listed.returncode == 1
+    assert (
+        "missing  swj0419/BookMIA" in listed.stdout and "benchmarks[0] (BookMIA)" in listed.stdout
+    )
+    env = {"HF_HUB_CACHE": str(cache), "HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "0",
+           "TRANSFORMERS_OFFLINE": "0", "HF_TOKEN": ""}  # fmt: skip
+    try:
+        r = _cli("models", "fetch", str(cfg), "--no-progress", env=env)
+    finally:
+        hub.close()
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"fetched  swj0419/BookMIA  [swj0419/BookMIA @ {COMMIT_A}]" in r.stdout
+    snap = cache / "datasets--swj0419--BookMIA" / "snapshots" / COMMIT_A / "data"
+    assert (snap / "BookMIA.jsonl").read_bytes() == data
+    listed = _cli("models", "list", str(cfg), env=offline)
+    assert f"present  swj0419/BookMIA  [swj0419/BookMIA @ {COMMIT_A}]" in listed.stdout
+    shown = _cli("data", "show", "bookmia", env=offline)
+    assert shown.returncode == 0, shown.stderr
+    assert "40" in shown.stdout and f"swj0419/BookMIA@{COMMIT_A[:12]}" in shown.stdout
 
 
 def test_models_fetch_refuses_offline(hub, tmp_path):

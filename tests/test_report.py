@@ -340,3 +340,8 @@ def test_paper_method_is_named_for_a_run_with_the_defaults(report):
         assert (diag["reason"] is None) == r.calibration["corrected"]
     rows = consensus_diagnostics(results)
     assert sum(d["settings"] for d in rows) == len([r for r in results if r.calibration])
+    # the per-setting table says why a setting was left uncorrected
+    table = {t.key: t for t in build_tables(results)}["settings"]
+    col = table.header.index("Why no correction")
+    for r, row in zip(results, table.rows, strict=True):
+        assert row[col] == (r.calibration["diagnostics"]["reason"] or "")

@@ -1,6 +1,7 @@
 """The reproducibility contract (docs/reproducibility.md): on one machine with the pinned
-versions, two fresh runs with separate caches and different inference batch sizes write
-identical report tables; moving a run, its cache and the lab recomputes nothing; a run records
+versions, two fresh runs with separate caches and the same inference batch size write
+identical report tables; at different batch sizes a few sampled completions may differ, within
+a measured bound; moving a run, its cache and the lab recomputes nothing; a run records
 where it ran and no absolute path.
 
 The fast tests share the built micro lab and run a reduced grid in this process; the slow test
@@ -71,14 +72,16 @@ def two_runs(tmp_path_factory):
     (labs / "lab-micro").symlink_to(lab_micro(), target_is_directory=True)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("CALIBDCD_LAB_ROOT", str(labs))
-        # relative cache_dir/output resolve against each config file's directory
-        a = _run_in_process(base / "a", batch=64)
+        # relative cache_dir/output resolve against each config file's directory; one batch
+        # size (the contract: identical at equal batch sizes; across batch sizes see the
+        # lab-micro test below)
+        a = _run_in_process(base / "a", batch=5)
         b = _run_in_process(base / "b", batch=5)
     return base, a, b
 
 
 @pytest.mark.slow  # two runs of the reduced grid: ~3 min of CPU, too much for the fast suite
-def test_separate_caches_and_batch_sizes_give_identical_tables(two_runs):
+def test_separate_caches_at_one_batch_size(two_runs):
     _, a, b = two_runs
     assert (a / "report" / "tables.md").read_text() == (b / "report" / "tables.md").read_text()
     for name in ("results.csv",):
@@ -147,19 +150,48 @@ def test_moving_run_cache_and_lab_recomputes_nothing(two_runs, tmp_path, monkeyp
     assert (moved / "run" / "report" / "tables.md").read_text() == tables
 
 
+def _completions(cache: Path) -> dict[tuple, str]:
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{cache / 'generations.sqlite'}?mode=ro", uri=True)
+    try:
+        rows = con.execute("SELECT target, prompt, params, sample, completion FROM completions")
+        return {(t, p, pa, s): c for t, p, pa, s, c in rows}
+    finally:
+        con.close()
+
+
+def _main_cells(report: Path, name: str) -> list[float]:
+    import csv
+
+    rows = list(csv.reader((report / "csv" / name).open(encoding="utf-8")))
+    out = []
+    for row in rows[1:]:
+        for cell in row[1:]:
+            m = re.match(r"-?\d+\.\d", cell or "")
+            if m:
+                out.append(float(m.group()))
+    return out
+
+
 @pytest.mark.slow
 def test_lab_micro_config_twice_in_fresh_processes(tmp_path):
     """`calibdcd run configs/lab-micro.yaml` twice, in subprocesses, with separate caches (the
     built micro lab is shared through CALIBDCD_LAB_ROOT; everything else - DPDLLM's clean and
     fine-tuned reference LMs, VeilProbe's artefacts, generations, features, classifiers - is
-    built in each run's own cache) and inference batch sizes 64 and 7: identical report tables.
+    built in each run's own cache) at inference batch sizes 7 and 32, which are not multiples
+    of each other: what README.md and docs/reproducibility.md claim for different batch sizes.
+    Generation is not batch-invariant (a row's logits can differ in the last bits with the
+    batch it is computed in), so a few sampled completions may differ; the claim is a bound:
+    at most 0.1% of completions differ and no main-table cell moves by more than 1 point.
+    (At equal batch sizes the tables are identical: test_separate_caches_at_one_batch_size.)
     """
     labs = tmp_path / "labs"
     labs.mkdir()
     (labs / "lab-micro").symlink_to(lab_micro(), target_is_directory=True)
     spec = yaml.safe_load((REPO / "configs" / "lab-micro.yaml").read_text())
-    tables = []
-    for name, batch in (("a", 64), ("b", 7)):
+    dirs = []
+    for name, batch in (("a", 7), ("b", 32)):
         d = tmp_path / name
         d.mkdir()
         cfg = dict(spec, cache_dir="cache", output="run")
@@ -184,8 +216,14 @@ def test_lab_micro_config_twice_in_fresh_processes(tmp_path):
             timeout=3600,
         )
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-        tables.append((d / "run" / "report" / "tables.md").read_text())
-    assert tables[0] == tables[1]
+        dirs.append(d)
+    a, b = (_completions(d / "cache") for d in dirs)
+    assert a.keys() == b.keys()  # the same queries, whatever the batch size
+    differing = sum(a[k] != b[k] for k in a)
+    assert differing <= 0.001 * len(a), f"{differing} of {len(a)} completions differ"
+    for name in ("auc_main.csv", "tpr_main.csv"):
+        x, y = (_main_cells(d / "run" / "report", name) for d in dirs)
+        assert len(x) == len(y) and max(abs(u - v) for u, v in zip(x, y, strict=True)) <= 1.0
 
 
 def test_lab_key_carries_what_changes_trained_bytes():

@@ -1,5 +1,6 @@
-"""``calibdcd models list CONFIG`` and ``calibdcd models fetch CONFIG``: the models a config
-names, whether they are in the local hub cache, and fetching the missing ones."""
+"""``calibdcd models list CONFIG`` and ``calibdcd models fetch CONFIG``: the models and hub
+datasets (benchmarks named without a path) a config uses, whether they are in the local hub
+cache, and fetching the missing ones."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ from typing import Annotated
 import typer
 
 app = typer.Typer(
-    help="Models a config names (hub ids and local paths): list them, fetch the missing ones.",
+    help=(
+        "Models and hub datasets a config names (hub ids, local paths): list them, fetch the "
+        "missing ones."
+    ),
     no_args_is_help=True,
 )
 
@@ -30,7 +34,8 @@ def _uses(config: Path):
 
 @app.command("list")
 def list_command(config: ConfigArg) -> None:
-    """Each model use of CONFIG: present or missing, repo id, commit (exit 1 if one is missing)."""
+    """Each model or hub dataset CONFIG uses: present or missing, repo id, commit (exit 1 if one
+    is missing)."""
     from calibdcd.models import MissingModelError, hub_cache_dir, resolve_model
 
     uses = _uses(config)
@@ -45,7 +50,9 @@ def list_command(config: ConfigArg) -> None:
             state = "present"
             detail = f"{rm.repo_id} @ {rm.revision}" if rm.is_hub else "local path"
         typer.echo(f"{state:8} {use.ref}  [{detail}]  {use.describe()}")
-    typer.echo(f"{len(uses)} model use(s), {missing} missing; hub cache {hub_cache_dir()}")
+    typer.echo(
+        f"{len(uses)} model and dataset use(s), {missing} missing; hub cache {hub_cache_dir()}"
+    )
     if missing:
         typer.echo(f"fetch the missing ones with: calibdcd models fetch {config}")
         raise typer.Exit(1)
@@ -56,7 +63,8 @@ def fetch_command(
     config: ConfigArg,
     progress: Annotated[bool, typer.Option(help="huggingface_hub's progress bars")] = True,
 ) -> None:
-    """Download every missing hub model of CONFIG (only the files transformers needs)."""
+    """Download every missing hub model (only the files transformers needs) and hub dataset of
+    CONFIG."""
     from calibdcd.models import fetch_models
 
     results = fetch_models(_uses(config), progress=progress, log=typer.echo)

@@ -328,6 +328,7 @@ def _detail_table(results: list[SettingResult]) -> Table:
                 ci(r.after.tpr),
                 "none" if c["rank"] is None else f"{c['rank']}/{c['strength']:g}",
                 " ".join(c["selected_views"]),
+                (c.get("diagnostics") or {}).get("reason") or "",
                 pct(r.controls.get("placebo", {}).get("auc")),
                 pct(r.controls.get("blind", {}).get("auc")),
             ]
@@ -345,6 +346,7 @@ def _detail_table(results: list[SettingResult]) -> Table:
             "TPR + CalibDCD",
             "r/λ",
             "Views",
+            "Why no correction",
             "AUC placebo",
             "AUC blind",
         ],
