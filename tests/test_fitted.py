@@ -448,3 +448,129 @@ def test_a_held_out_count_that_wastes_the_fpr_budget_is_named():
         warnings.simplefilter("error")
         _warn_fpr_budget(39, 40, 0.05)  # the whole budget: silent
         _warn_fpr_budget(40, 40, 0.05)  # 4.9 %: close enough, silent
+
+
+def test_bundle_digests_refuse_an_edited_header_or_file(tmp_path):
+    """Every file and setting of a bundle is covered by a digest: an edited ``fpr`` or a
+    replaced ``null.npz`` is refused, naming the file (here on a hand-made bundle directory;
+    the slow test below does it on a real fitted bundle)."""
+    from calibdcd.fitted.detector import (
+        BUNDLE,
+        BundleIntegrityError,
+        _check_integrity,
+        _file_digests,
+        _header_digest,
+        read_bundle_header,
+    )
+
+    d = tmp_path / "b"
+    d.mkdir()
+    np.savez(d / "null.npz", scores=np.arange(5.0))
+    (d / "learnt").mkdir()
+    (d / "learnt" / "part.json").write_text("{}")
+    header = {"format_version": 1, "fpr": 0.05, "files_sha256": _file_digests(d)}
+    header["header_sha256"] = _header_digest(header)
+    (d / BUNDLE).write_text(json.dumps(header))
+    assert set(header["files_sha256"]) == {"null.npz", "learnt/part.json"}
+    _check_integrity(d, read_bundle_header(d))  # untouched: fine
+    np.savez(d / "null.npz", scores=np.arange(5.0) + 1)  # other valid values
+    with pytest.raises(BundleIntegrityError, match=r"null\.npz: changed after the fit"):
+        _check_integrity(d, read_bundle_header(d))
+    np.savez(d / "null.npz", scores=np.arange(5.0))
+    (d / BUNDLE).write_text(json.dumps({**header, "fpr": 2.0}))
+    with pytest.raises(BundleIntegrityError, match=r"bundle\.json: changed after the fit"):
+        read_bundle_header(d)
+    (d / BUNDLE).write_text(json.dumps(header)[:-20])  # truncated
+    with pytest.raises(BundleIntegrityError, match=r"bundle\.json: not valid JSON \(line 1"):
+        read_bundle_header(d)
+    (d / BUNDLE).write_text(json.dumps(header))
+    (d / "learnt" / "part.json").unlink()
+    with pytest.raises(BundleIntegrityError, match=r"part\.json: missing from the bundle"):
+        _check_integrity(d, read_bundle_header(d))
+
+
+def test_suspect_files_fail_in_one_line_naming_file_and_line(tmp_path):
+    from calibdcd.fitted.config import read_texts
+
+    bad = tmp_path / "s.txt"
+    bad.write_bytes(b"a fine line\nbad \xff\xfe bytes\n")
+    with pytest.raises(ValueError, match=r"s\.txt:2: not UTF-8 text \(byte 5"):
+        read_texts(bad)
+    empty = tmp_path / "e.jsonl"
+    empty.write_text("\n\n")
+    with pytest.raises(ValueError, match=r"e\.jsonl: no texts \(empty file"):
+        read_texts(empty)
+    with pytest.raises(ValueError, match=r"nope\.txt: no such file"):
+        read_texts(tmp_path / "nope.txt")
+
+
+def test_fit_texts_say_which_part_holds_a_text():
+    from calibdcd.fitted import FitTexts
+
+    ft = FitTexts(
+        supervised=("s1", "s2"), labels=(1, 0), calibration=("c1",), heldout=("h1",),
+        pool=("p1",),
+    )  # fmt: skip
+    # the unlabelled pool is not a labelled part: its texts count as new
+    assert ft.part_of(["s2", "x", "h1", "c1", "p1"]) == [
+        "supervised", None, "heldout", "calibration", None,
+    ]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_score_refuses_edited_bundles_and_counts_each_suspect_text_once(
+    experiment, bundle, tmp_path
+):
+    """On a real fitted bundle: an edited fpr or a replaced null.npz is refused in one line;
+    --alpha outside (0, 1) is refused; a suspect file holding each text twice gives the same
+    set-level verdict and p-value as the single file, and texts of the fit's labelled parts are
+    flagged and left out of the set test."""
+    import shutil
+
+    cache, split, rows, text, label = experiment
+    model = str(lab_micro() / "chat-qwen")
+    # the pool's members: the bundle's unlabelled pool, not one of its labelled parts
+    ev = [r["id"] for r in rows if r["part"] == "evaluation" and label[r["id"]] == 1][:30]
+    fit_ids = split["supervised"][:5]
+
+    def score(b: Path, items: list[str], name: str, *extra: str) -> subprocess.CompletedProcess:
+        _jsonl(tmp_path / f"{name}.jsonl", [{"text": text[i]} for i in items])
+        return _cli(
+            "score", str(b), str(tmp_path / f"{name}.jsonl"), "--out",
+            str(tmp_path / f"{name}.out.jsonl"), "--model", model, "--cache-dir", str(cache),
+            "--no-progress", *extra,
+        )  # fmt: skip
+
+    def summary(name: str) -> dict:
+        return json.loads((tmp_path / f"{name}.out.jsonl").read_text().splitlines()[0])
+
+    one = score(bundle, ev, "one")
+    assert one.returncode == 0, one.stderr[-2000:]
+    two = score(bundle, ev + ev, "two")
+    assert two.returncode == 0, two.stderr[-2000:]
+    s1, s2 = summary("one"), summary("two")
+    assert s2["set_test"] == s1["set_test"]  # duplicates counted once
+    assert any("30 repeated text(s)" in w for w in s2["warnings"])
+    mixed = score(bundle, ev + fit_ids, "mixed")
+    assert mixed.returncode == 0, mixed.stderr[-2000:]
+    sm = summary("mixed")
+    assert sm["set_test"] == s1["set_test"]
+    assert any("5 text(s) were part of the fit (supervised)" in w for w in sm["warnings"])
+    recs = [json.loads(x) for x in (tmp_path / "mixed.out.jsonl").read_text().splitlines()[1:]]
+    assert [r["in_fit"] for r in recs] == [None] * 30 + ["supervised"] * 5
+    bad_alpha = score(bundle, ev, "alpha", "--alpha", "2")
+    assert bad_alpha.returncode == 2 and "--alpha must lie in (0, 1), got 2" in bad_alpha.stderr
+    edited = tmp_path / "edited"
+    shutil.copytree(bundle, edited)
+    header = json.loads((edited / "bundle.json").read_text())
+    (edited / "bundle.json").write_text(json.dumps({**header, "fpr": 2.0}))
+    r = score(edited, ev, "edited")
+    assert r.returncode == 2 and "bundle.json: changed after the fit" in r.stderr
+    assert "Traceback" not in r.stderr
+    shutil.rmtree(edited)
+    shutil.copytree(bundle, edited)
+    with np.load(edited / "null.npz") as f:
+        null = f["scores"]
+    np.savez(edited / "null.npz", scores=null - 100.0)  # valid values that declare everyone
+    r = score(edited, ev, "replaced")
+    assert r.returncode == 2 and "null.npz: changed after the fit" in r.stderr

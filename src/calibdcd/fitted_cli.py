@@ -155,12 +155,21 @@ def score_command(
     """Score texts with a fitted bundle: per-text score, p-value, decision; set-level test."""
     import numpy as np
 
+    if not 0.0 < alpha < 1.0:
+        typer.echo(f"error: --alpha must lie in (0, 1), got {alpha:g}", err=True)
+        raise typer.Exit(2)
+
     from calibdcd.atomic import atomic_write_text
     from calibdcd.experiment.components import resolve_lab_refs
     from calibdcd.fitted import FittedDetector, TargetMismatchError
     from calibdcd.fitted.config import DetectorSection, FitConfig, TargetSection, read_texts
+    from calibdcd.fitted.detector import BundleIntegrityError, read_bundle_header
 
-    header = json.loads((bundle / "bundle.json").read_text(encoding="utf-8"))
+    try:
+        header = read_bundle_header(bundle)
+    except (OSError, BundleIntegrityError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     t = dict(header["target"])
     tsec = TargetSection(
         name="target", backend=t["backend"], model=model or t["model"],
@@ -175,10 +184,14 @@ def score_command(
     target, record, _ = _target_parts(shell, cache)
     try:
         fitted = FittedDetector.load(bundle, target=record)
-    except TargetMismatchError as exc:
+    except (TargetMismatchError, BundleIntegrityError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    items, ids = read_texts(texts)
+    try:
+        items, ids = read_texts(texts)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     build = fitted.mode == "transductive"
     detector = fitted.build_detector(
         cache, resolve=lambda o: resolve_lab_refs({**o, "progress": progress}, build=build)
@@ -214,6 +227,7 @@ def score_command(
             "score": None if not np.isfinite(s) else float(s),
             "p_value": None if not np.isfinite(p) else float(p),
             "member": bool(dec),
+            "in_fit": res.in_fit[i] if res.in_fit else None,
         }
         lines.append(json.dumps(rec))
     atomic_write_text(out, "\n".join(lines) + "\n")

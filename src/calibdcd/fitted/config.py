@@ -183,8 +183,16 @@ def read_texts(path: str | Path, *, text_field: str = "text") -> tuple[list[str]
     p = Path(path)
     texts: list[str] = []
     ids: list[str | None] = []
-    with p.open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
+    if not p.is_file():
+        raise ValueError(f"{p}: no such file")
+    with p.open("rb") as fh:
+        for n, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(
+                    f"{p}:{n}: not UTF-8 text (byte {exc.start + 1} of the line)"
+                ) from None
             if not line.strip():
                 continue
             if p.suffix == ".jsonl":
@@ -197,10 +205,10 @@ def read_texts(path: str | Path, *, text_field: str = "text") -> tuple[list[str]
                 texts.append(rec[text_field])
                 ids.append(None if rec.get("id") is None else str(rec["id"]))
             else:
-                texts.append(line.rstrip("\n"))
+                texts.append(line.rstrip("\r\n"))
                 ids.append(None)
     if not texts:
-        raise ValueError(f"{p}: no texts")
+        raise ValueError(f"{p}: no texts (empty file, or only blank lines)")
     return texts, ids
 
 

@@ -81,12 +81,14 @@ from calibdcd.fitted.calibrated import (
 
 __all__ = [
     "FORMAT_VERSION",
+    "BundleIntegrityError",
     "FitTexts",
     "FittedDetector",
     "Mode",
     "ScoreResult",
     "TargetMismatchError",
     "fit_detector",
+    "read_bundle_header",
 ]
 
 #: the bundle layout version (``bundle.json`` ``format_version``)
@@ -198,6 +200,17 @@ class FitTexts:
             heldout=tuple(held),
             pool=tuple(pool),
         )
+
+    def part_of(self, texts: Sequence[str]) -> list[str | None]:
+        """For each text, the labelled fit part that holds it: ``supervised``, ``calibration``
+        (known non-members) or ``heldout`` (the null itself); None otherwise. The unlabelled
+        ``pool`` is not counted: scoring texts the learnt parts saw without labels is the
+        protocol's (transductive) design."""
+        where: dict[str, str] = {}
+        for name in ("heldout", "calibration", "supervised"):  # the last one wins
+            for t in getattr(self, name):
+                where[t] = name
+        return [where.get(t) for t in texts]
 
     def fit_pool(self, mode: Mode) -> list[str]:
         """The unlabelled texts the learnt parts are trained on at fit time (order kept,
@@ -365,6 +378,8 @@ class ScoreResult:
     set_test: dict[str, Any] | None
     distribution: dict[str, Any] | None
     warnings: list[str]
+    #: per text: the labelled fit part it was in ("supervised", "calibration", "heldout") or None
+    in_fit: list[str | None] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -430,6 +445,8 @@ class FittedDetector:
         """Score ``texts`` with the target (``detector`` built by :meth:`build_detector`;
         in inductive mode its learnt parts are restored from the bundle first)."""
         say = status or (lambda s: None)
+        if not 0.0 < float(set_alpha) < 1.0:
+            raise ValueError(f"set_alpha must lie in (0, 1), got {set_alpha!r}")
         new = list(_texts(texts, "texts"))
         if self.mode == "transductive":
             pool = list(dict.fromkeys([*self.texts.fit_pool("transductive"), *new]))
@@ -456,17 +473,38 @@ class FittedDetector:
         notes: list[str] = []
         if (~ok).any():
             notes.append(f"{int((~ok).sum())} text(s) have missing features: score NaN")
+        # the set-level test and the distribution check assume distinct texts that the fit
+        # never saw: a repeated text would count twice (and leak across the check's folds), a
+        # fit text is not out-of-sample
+        in_fit = self.texts.part_of(new)
+        first = np.zeros(len(new), dtype=bool)
+        first[sorted({t: i for i, t in reversed(list(enumerate(new)))}.values())] = True
+        n_dup = int((~first).sum())
+        if n_dup:
+            notes.append(
+                f"{n_dup} repeated text(s): each distinct text counts once in the set-level test "
+                "and the distribution check"
+            )
+        fit_hits = [i for i, part in enumerate(in_fit) if part is not None and first[i]]
+        if fit_hits:
+            parts = sorted({str(in_fit[i]) for i in fit_hits})
+            notes.append(
+                f"{len(fit_hits)} text(s) were part of the fit ({', '.join(parts)}): their scores "
+                "are not out-of-sample; left out of the set-level test and the distribution check"
+            )
+        use = first & np.array([part is None for part in in_fit], dtype=bool)
         st = None
-        if ok.sum() >= 1:
-            st = set_level_test(scores, null, alpha=set_alpha).as_dict()
+        if (ok & use).sum() >= 1:
+            st = set_level_test(scores[use], null, alpha=set_alpha).as_dict()
         dist = None
-        if check_distribution:
+        if check_distribution and use.any():
             say("distribution check (blind classifier)")
-            d = distribution_check(new, self.texts.heldout, seed=self.seed)
+            kept = [t for t, u in zip(new, use, strict=True) if u]
+            d = distribution_check(kept, self.texts.heldout, seed=self.seed)
             dist = d.as_dict()
             if d.warning:
                 notes.append(d.warning)
-        return ScoreResult(scores, p, decisions, thr, self.fpr, st, dist, notes)
+        return ScoreResult(scores, p, decisions, thr, self.fpr, st, dist, notes, in_fit)
 
     def build_detector(
         self, cache_dir: str | Path, *, resolve: Callable[[Any], Any] | None = None
@@ -542,8 +580,13 @@ class FittedDetector:
             "sizes": self.sizes,
             "learnt": learnt_rel,
             "texts_sha256": _texts_digest(self.texts),
+            # every array and file of the bundle, and this header itself: load() refuses a
+            # bundle whose null scores, classifiers, calibration or settings were changed
+            "files_sha256": _file_digests(out),
         }
-        atomic_write_text(out / BUNDLE, json.dumps(header, indent=2, sort_keys=True, default=str))
+        header = json.loads(json.dumps(header, sort_keys=True, default=str))
+        header["header_sha256"] = _header_digest(header)
+        atomic_write_text(out / BUNDLE, json.dumps(header, indent=2, sort_keys=True))
         return out
 
     @classmethod
@@ -564,12 +607,13 @@ class FittedDetector:
         hp = d / BUNDLE
         if not hp.is_file():
             raise FileNotFoundError(f"{hp}: not a fitted-detector bundle (no {BUNDLE})")
-        h = json.loads(hp.read_text(encoding="utf-8"))
+        h = _read_header(hp)
         if h.get("format_version") != FORMAT_VERSION:
             raise ValueError(
                 f"{hp}: format_version {h.get('format_version')!r}; this calibdcd reads "
                 f"{FORMAT_VERSION}"
             )
+        _check_integrity(d, h)
         if target is not None:
             check_target(h["target"], target, where=str(hp))
         if check_versions:
@@ -641,6 +685,91 @@ def _savez(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
     from calibdcd.atomic import atomic_savez
 
     atomic_savez(path, {k: np.asarray(v) for k, v in arrays.items()})
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _file_digests(directory: Path) -> dict[str, str]:
+    """sha256 of every file of a bundle directory but ``bundle.json`` (relative POSIX paths)."""
+    return {
+        p.relative_to(directory).as_posix(): _sha256_file(p)
+        for p in sorted(directory.rglob("*"))
+        if p.is_file() and p.name != BUNDLE and not p.name.endswith(".tmp")
+    }
+
+
+def _header_digest(header: Mapping[str, Any]) -> str:
+    body = {k: v for k, v in header.items() if k != "header_sha256"}
+    text = json.dumps(body, sort_keys=True, ensure_ascii=False, allow_nan=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class BundleIntegrityError(ValueError):
+    """A bundle file that is not what the fit wrote (edited, replaced, truncated or missing)."""
+
+
+def _read_header(path: Path) -> dict[str, Any]:
+    try:
+        h = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise BundleIntegrityError(f"{path}: not UTF-8 text ({exc.reason})") from None
+    except json.JSONDecodeError as exc:
+        raise BundleIntegrityError(
+            f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
+            "truncated or edited? refit the bundle"
+        ) from None
+    if not isinstance(h, dict):
+        raise BundleIntegrityError(f"{path}: not a bundle header (a JSON object)")
+    return h
+
+
+def read_bundle_header(directory: str | Path) -> dict[str, Any]:
+    """A bundle's ``bundle.json``, checked against its own digest (one clear error if not)."""
+    d = Path(directory)
+    hp = d / BUNDLE
+    if not hp.is_file():
+        raise FileNotFoundError(f"{hp}: not a fitted-detector bundle (no {BUNDLE})")
+    h = _read_header(hp)
+    if "header_sha256" in h and _header_digest(h) != h["header_sha256"]:
+        raise BundleIntegrityError(
+            f"{hp}: changed after the fit wrote it (its settings, e.g. fpr or threshold, no "
+            "longer match their digest); refit, or restore the file"
+        )
+    return h
+
+
+def _check_integrity(directory: Path, header: Mapping[str, Any]) -> None:
+    """Refuse a bundle whose header or files differ from what the fit wrote, naming the file.
+    Bundles written before digests were recorded load with a warning."""
+    files = header.get("files_sha256")
+    if files is None or "header_sha256" not in header:
+        warnings.warn(
+            f"{directory / BUNDLE}: written without digests (an older calibdcd); its files "
+            "cannot be checked for changes",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return
+    if _header_digest(header) != header["header_sha256"]:
+        raise BundleIntegrityError(
+            f"{directory / BUNDLE}: changed after the fit wrote it (its settings, e.g. fpr or "
+            "threshold, no longer match their digest); refit, or restore the file"
+        )
+    for rel, want in files.items():
+        path = directory / rel
+        if not path.is_file():
+            raise BundleIntegrityError(f"{path}: missing from the bundle (the fit wrote it)")
+        if _sha256_file(path) != want:
+            raise BundleIntegrityError(
+                f"{path}: changed after the fit wrote it (sha256 differs from bundle.json's "
+                "files_sha256); refit, or restore the file"
+            )
 
 
 def _texts_digest(texts: FitTexts) -> str:
