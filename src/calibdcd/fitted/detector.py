@@ -695,13 +695,16 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+#: the files a bundle consists of besides ``bundle.json`` (and everything under ``learnt/``)
+_BUNDLE_FILES = ("classifier.npz", "retrained.npz", "calibration.npz", "null.npz", "texts.json")
+
+
 def _file_digests(directory: Path) -> dict[str, str]:
-    """sha256 of every file of a bundle directory but ``bundle.json`` (relative POSIX paths)."""
-    return {
-        p.relative_to(directory).as_posix(): _sha256_file(p)
-        for p in sorted(directory.rglob("*"))
-        if p.is_file() and p.name != BUNDLE and not p.name.endswith(".tmp")
-    }
+    """sha256 of every file of a bundle but ``bundle.json`` (relative POSIX paths); other files
+    a user keeps in the directory are not part of the bundle."""
+    files = [directory / n for n in _BUNDLE_FILES if (directory / n).is_file()]
+    files += sorted(p for p in (directory / "learnt").rglob("*") if p.is_file())
+    return {p.relative_to(directory).as_posix(): _sha256_file(p) for p in files}
 
 
 def _header_digest(header: Mapping[str, Any]) -> str:
