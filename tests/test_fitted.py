@@ -293,10 +293,40 @@ def test_fit_config_reports_every_problem_with_its_line(tmp_path):
     with pytest.raises(ValueError) as err:
         load_fit_config(p)
     msg = str(err.value)
-    assert "5 problem(s)" in msg
+    assert "5 problems" in msg
     for key, line in (("target.model", 1), ("detector.typo", 2), ("data", 3), ("fpr", 4),
                       ("mode", 5)):  # fmt: skip
         assert f"fit.yaml:{line}: {key}" in msg, msg
+
+
+def test_fit_config_reads_like_a_run_config_every_problem_at_once(tmp_path, monkeypatch):
+    """${VAR} expansion (unset ones reported), the target's backend options and the detector's
+    options are checked with the run configs' reader: all problems at once, each with its
+    line; a good file with ${VAR} loads with the variables expanded."""
+    from calibdcd.experiment.config import ConfigError
+    from calibdcd.fitted.config import load_fit_config
+
+    monkeypatch.delenv("CALIBDCD_UNSET_URL", raising=False)
+    p = tmp_path / "fit.yaml"
+    p.write_text(
+        "target:\n"
+        "  backend: openai\n"
+        "  model: m\n"
+        "  options: {base_url: '${CALIBDCD_UNSET_URL}', concurrencyy: 4}\n"
+        "detector: {name: overlap, options: {max_new_tokenz: 4}}\n"
+        "data: {members: m.txt, nonmembers: n.txt}\n"
+    )
+    with pytest.raises(ConfigError) as err:
+        load_fit_config(p)
+    msg = str(err.value)
+    assert "3 problems" in msg, msg
+    assert "fit.yaml:4: target.options.base_url: environment variable CALIBDCD_UNSET_URL" in msg
+    assert "fit.yaml:4: target.options.concurrencyy" in msg
+    assert "fit.yaml:5: detector.options.max_new_tokenz: unknown field" in msg
+    monkeypatch.setenv("CALIBDCD_UNSET_URL", "http://127.0.0.1:9/v1")
+    p.write_text(p.read_text().replace("concurrencyy", "concurrency").replace("tokenz", "tokens"))
+    cfg = load_fit_config(p)
+    assert cfg.target.options["base_url"] == "http://127.0.0.1:9/v1"
 
 
 def test_fit_texts_keep_the_held_out_part_disjoint():

@@ -24,7 +24,6 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 __all__ = ["FitConfig", "load_fit_config", "read_texts"]
@@ -125,56 +124,61 @@ class FitConfig(_Strict):
         return CalibrationConfig(**self.calibdcd)
 
 
-def _line_of(text: str, loc: tuple[Any, ...]) -> int | None:
-    """The line of the first key of ``loc`` in the YAML text (best effort)."""
-    try:
-        node = yaml.compose(text)
-    except yaml.YAMLError:
-        return None
-    line = None
-    for key in loc:
-        if isinstance(node, yaml.MappingNode):
-            for k, v in node.value:
-                if k.value == key:
-                    line, node = k.start_mark.line + 1, v
-                    break
-            else:
-                return line
-        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
-            node = node.value[key]
-            line = node.start_mark.line + 1
-        else:
-            return line
-    return line
-
-
 def load_fit_config(path: str | Path) -> FitConfig:
-    """Read and validate a fit config; all problems are reported at once with their key path
-    and line."""
+    """Read and validate a fit config with the run configs' reader (``calibdcd run``): ``${VAR}``
+    and ``${VAR:-default}`` expanded from the environment (secret ones registered for
+    redaction), and every problem - schema, value, unset variable, the target's backend options,
+    the detector's preset and options - reported at once in one
+    :class:`~calibdcd.experiment.config.ConfigError`, each with its line and key path."""
+    from calibdcd.experiment.components import DETECTORS, _detector_entry_problems
+    from calibdcd.experiment.config import (
+        ConfigError,
+        ConfigProblem,
+        DetectorEntry,
+        _expand_tree,
+        _line,
+        _read_yaml,
+        key_path,
+    )
+    from calibdcd.targets.base import option_problems
+
     p = Path(path)
-    text = p.read_text(encoding="utf-8")
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{p}: not valid YAML: {exc}") from None
+    data, lines = _read_yaml(p)
     if not isinstance(data, dict):
-        raise ValueError(f"{p}: a fit config is a mapping")
+        raise ConfigError("", f"a fit config is a mapping, got {type(data).__name__}", str(p))
+    found: list[tuple[tuple[Any, ...], str]] = []
+    data = _expand_tree(data, (), found)
     data.setdefault("base_dir", str(p.resolve().parent))
+    cfg = None
     try:
-        return FitConfig(**data)
+        cfg = FitConfig(**data)
     except ValidationError as exc:
-        lines = []
         for e in exc.errors():
             loc = tuple(
                 x for x in e["loc"] if not isinstance(x, str) or not x.startswith("function-")
             )
-            key = ".".join(str(x) for x in loc) or "(top level)"
-            ln = _line_of(text, loc)
-            where = f"{p}:{ln}" if ln else str(p)
-            lines.append(f"{where}: {key}: {e['msg']}")
-        raise ValueError(
-            f"{len(lines)} problem(s) in the fit config:\n" + "\n".join(lines)
-        ) from None
+            msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
+            found.append((loc, str(msg).removeprefix("Value error, ")))
+    t, d = data.get("target"), data.get("detector")
+    if isinstance(t, dict) and isinstance(t.get("options"), dict):
+        backend = t.get("backend", "hf")
+        if isinstance(backend, str):
+            found += [
+                (("target", "options", *k), m) for k, m in option_problems(backend, t["options"])
+            ]
+    if isinstance(d, dict) and isinstance(d.get("name"), str) and d["name"] in DETECTORS:
+        options = d.get("options") if isinstance(d.get("options"), dict) else {}
+        entry = DetectorEntry(name=d["name"], preset=d.get("preset"), options=options)
+        bench = {"benchmarks": [{"name": d.get("benchmark") or ""}]}
+        found += [(("detector", *k), m) for k, m in _detector_entry_problems(entry, bench)]
+    if found:
+        problems = sorted(
+            (ConfigProblem(key_path(loc), m, _line(loc, lines)) for loc, m in dict.fromkeys(found)),
+            key=lambda x: x.line or 0,
+        )
+        raise ConfigError("", "", str(p), problems=problems)
+    assert cfg is not None
+    return cfg
 
 
 def read_texts(path: str | Path, *, text_field: str = "text") -> tuple[list[str], list[str | None]]:
