@@ -604,3 +604,24 @@ def test_score_refuses_edited_bundles_and_counts_each_suspect_text_once(
     np.savez(edited / "null.npz", scores=null - 100.0)  # valid values that declare everyone
     r = score(edited, ev, "replaced")
     assert r.returncode == 2 and "null.npz: changed after the fit" in r.stderr
+
+
+def test_fit_and_score_share_the_cache_root_rule_of_every_command(tmp_path, monkeypatch):
+    """No cache_dir: $CALIBDCD_CACHE, else the user cache, as `run` (and `score` without
+    --cache-dir) use, so a `score` run from another directory finds `fit`'s generations; a
+    cache_dir in the file is read against the file's directory."""
+    from calibdcd.fitted.config import load_fit_config
+    from calibdcd.paths import cache_root
+
+    monkeypatch.setenv("CALIBDCD_CACHE", str(tmp_path / "shared-cache"))
+    p = tmp_path / "cfgs" / "fit.yaml"
+    p.parent.mkdir()
+    body = (
+        "target: {backend: openai, model: m, options: {base_url: 'http://127.0.0.1:9/v1'}}\n"
+        "detector: {name: overlap}\n"
+        "data: {members: m.txt, nonmembers: n.txt}\n"
+    )
+    p.write_text(body)
+    assert load_fit_config(p).cache_root() == cache_root(None) == tmp_path / "shared-cache"
+    p.write_text(body + "cache_dir: here\n")
+    assert load_fit_config(p).cache_root() == tmp_path / "cfgs" / "here"

@@ -109,7 +109,7 @@ def fit_command(
     except (OSError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    cache_dir = cfg.resolve(cfg.cache_dir)
+    cache_dir = cfg.cache_root()
     texts = _fit_texts(cfg)
     target, record, views = _target_parts(cfg, cache_dir)
     dt = cfg.detector
@@ -147,7 +147,10 @@ def score_command(
         str | None, typer.Option(help="the target's checkpoint here (default: as fitted)")
     ] = None,
     cache_dir: Annotated[
-        Path | None, typer.Option(help="cache directory (default: .calibdcd-cache)")
+        Path | None,
+        typer.Option(
+            help="cache root (default, as every command: $CALIBDCD_CACHE, else the user cache)"
+        ),
     ] = None,
     alpha: Annotated[float, typer.Option(help="level of the set-level test")] = 0.05,
     progress: Annotated[bool, typer.Option(help="progress bars")] = True,
@@ -180,7 +183,9 @@ def score_command(
         target=tsec, detector=DetectorSection(name=header["detector"]["name"]),
         data={"heldout": "-", "supervised": "-"},
     )  # fmt: skip
-    cache = cache_dir or Path(".calibdcd-cache")
+    from calibdcd.paths import cache_root
+
+    cache = cache_root(cache_dir)  # the one rule: --cache-dir, $CALIBDCD_CACHE, user cache
     target, record, _ = _target_parts(shell, cache)
     try:
         fitted = FittedDetector.load(bundle, target=record)

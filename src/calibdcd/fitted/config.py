@@ -10,7 +10,10 @@ Example (``configs/fit-micro.yaml``)::
     calibdcd: true
     fpr: 0.05
     mode: inductive
-    cache_dir: ../.calibdcd-cache
+
+``cache_dir`` (optional; relative to the config file): the cache root; without it, the rule of
+every command (``$CALIBDCD_CACHE``, else the user cache), so ``score`` run from anywhere finds
+``fit``'s generations. ``${VAR}`` is expanded as in run configs.
 
 ``data`` is one of: ``lab`` (its ``ground_truth.jsonl``), ``path`` (a labelled jsonl/csv),
 ``members`` + ``nonmembers`` (text files: one text per line, or jsonl with ``text``), or the
@@ -106,9 +109,18 @@ class FitConfig(_Strict):
     mode: Literal["inductive", "transductive"] = "inductive"
     seed: int = 0
     view_system: Literal["official", "none"] = "official"
-    cache_dir: str = ".calibdcd-cache"
+    #: the cache root (generations, learnt parts, labs); None = the rule of every command:
+    #: ``$CALIBDCD_CACHE``, else the user cache (:func:`calibdcd.paths.cache_root`)
+    cache_dir: str | None = None
     #: the directory relative paths are read against (the config file's)
     base_dir: str = "."
+
+    def cache_root(self) -> Path:
+        """The cache root: ``cache_dir`` read against the config's directory, else the shared
+        rule (``$CALIBDCD_CACHE``, else the user cache), as ``run`` and ``score`` use."""
+        from calibdcd.paths import cache_root
+
+        return self.resolve(self.cache_dir) if self.cache_dir else cache_root(None)
 
     def resolve(self, rel: str) -> Path:
         p = Path(rel).expanduser()
