@@ -19,6 +19,25 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from calibdcd import __version__
+
+        typer.echo(__version__)
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """Black-box pre-training data contamination detection with CalibDCD calibration."""
+
+
 app.command("demo")(demo_command)
 app.command("run")(run_command)
 app.command("report")(report_command)

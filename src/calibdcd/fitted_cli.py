@@ -96,6 +96,13 @@ def _fit_texts(cfg: Any) -> Any:
 def fit_command(
     config: Annotated[Path, typer.Argument(help="fit config (YAML; see docs/fitted.md)")],
     out: Annotated[Path, typer.Option("--out", "-o", help="bundle directory to write")],
+    cache_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="cache root (default: the config's cache_dir, else $CALIBDCD_CACHE, else the "
+            "user cache)"
+        ),
+    ] = None,
     progress: Annotated[bool, typer.Option(help="progress bars")] = True,
 ) -> None:
     """Fit a detector (+ CalibDCD) on known members and non-members and save the bundle."""
@@ -109,7 +116,7 @@ def fit_command(
     except (OSError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    cache_dir = cfg.cache_root()
+    cache_dir = cache_dir.expanduser().resolve() if cache_dir is not None else cfg.cache_root()
     texts = _fit_texts(cfg)
     target, record, views = _target_parts(cfg, cache_dir)
     dt = cfg.detector

@@ -21,7 +21,15 @@ def run_command(
         ),
     ] = False,
     out: Annotated[
-        Path | None, typer.Option("--out", help="run directory (default: the config's output)")
+        Path | None,
+        typer.Option("--out", "-o", help="run directory (default: the config's output)"),
+    ] = None,
+    cache_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="cache root (default: the config's cache_dir, else $CALIBDCD_CACHE, "
+            "else the user cache)"
+        ),
     ] = None,
     report: Annotated[bool, typer.Option(help="write the report when the grid is complete")] = True,
     progress: Annotated[bool, typer.Option(help="progress bars")] = True,
@@ -40,7 +48,7 @@ def run_command(
         typer.echo(redact(line), err=err)
 
     try:
-        cfg, config_problems = read_config(config)
+        cfg, config_problems = read_config(config, cache_dir=cache_dir)
     except ConfigError as exc:
         echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -51,7 +59,7 @@ def run_command(
         # every problem at once: the config's (with lines), then what needs the files and models
         problems = [p.render(str(config)) for p in config_problems]
         if cfg is not None:
-            lines, more = check(cfg, options=False)
+            lines, more = check(cfg, options=False, out=out)
             for line in lines:
                 echo(line)
             problems += more
@@ -100,7 +108,7 @@ def one_line(exc: BaseException) -> str:
 def report_command(
     run_dir: Annotated[Path, typer.Argument(help="a run directory written by `calibdcd run`")],
     out: Annotated[
-        Path | None, typer.Option("--out", help="report directory (default: RUN_DIR/report)")
+        Path | None, typer.Option("--out", "-o", help="report directory (default: RUN_DIR/report)")
     ] = None,
     readme: Annotated[
         Path | None,
@@ -141,7 +149,7 @@ def report_command(
 
 
 def demo_command(
-    out: Annotated[Path | None, typer.Option("--out", help="run directory")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="run directory")] = None,
     preset: Annotated[
         str | None,
         typer.Option(

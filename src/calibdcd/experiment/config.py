@@ -1069,12 +1069,17 @@ def _read_yaml(p: Path) -> tuple[Any, dict[Loc, int]]:
     return data, lines
 
 
-def read_config(path: str | Path) -> tuple[ExperimentConfig | None, list[ConfigProblem]]:
+def read_config(
+    path: str | Path, *, cache_dir: str | Path | None = None
+) -> tuple[ExperimentConfig | None, list[ConfigProblem]]:
     """Read a YAML config and return it with every problem found (the config is None when a
     problem prevents building it; option problems do not). Raises :class:`ConfigError` only
-    when the file cannot be read as YAML."""
+    when the file cannot be read as YAML. ``cache_dir`` (``--cache-dir``) replaces the file's
+    ``cache_dir`` (an absolute path)."""
     p = Path(path)
     data, lines = _read_yaml(p)
+    if cache_dir is not None and isinstance(data, dict):
+        data = {**data, "cache_dir": str(Path(cache_dir).expanduser().resolve())}
     return _build(data, str(p), _base_dir(str(p), None), lines, True)
 
 

@@ -314,12 +314,15 @@ def _dry_run_models(cfg: ExperimentConfig, lines: list[str], problems: list[str]
 # --------------------------------------------------------------------------------------------
 
 
-def dry_run(cfg: ExperimentConfig, *, options: bool = True) -> tuple[list[str], list[str]]:
+def dry_run(
+    cfg: ExperimentConfig, *, options: bool = True, out: str | Path | None = None
+) -> tuple[list[str], list[str]]:
     """Resolve and check everything without loading any model: benchmark files and the split
     protocol, target backends and local checkpoints (and the integrity of their weight files),
     detector names/presets/options, the models, the grid. Returns (report lines, problems); an
     empty problems list means the config can run. ``options=False``: the targets' and
-    detectors' options were checked with the config (``read_config``) and are not repeated."""
+    detectors' options were checked with the config (``read_config``) and are not repeated.
+    ``out``: the run directory a run would use instead of the config's output (``--out``)."""
     from calibdcd.data import split_benchmark
     from calibdcd.detectors.base import NeedsSupervised
     from calibdcd.experiment.components import (
@@ -488,7 +491,7 @@ def dry_run(cfg: ExperimentConfig, *, options: bool = True) -> tuple[list[str], 
         f"grid: {len(cfg.benchmarks)} benchmarks x {len(cfg.targets)} targets x "
         f"{len(cfg.detectors)} detectors x {len(cfg.seeds)} seeds = {cfg.grid_size} settings"
     )
-    lines.append(f"cache: {root}; output: {_default_out(cfg)}")
+    lines.append(f"cache: {root}; output: {out if out is not None else _default_out(cfg)}")
     return lines, list(dict.fromkeys(problems))  # a target's damaged file is also a model's
 
 

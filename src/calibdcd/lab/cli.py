@@ -16,7 +16,7 @@ app = typer.Typer(help="The controlled contamination lab (tiny LMs with known me
 
 @app.command()
 def build(
-    out: Annotated[Path, typer.Option("--out", help="Directory to write the lab into.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Directory to write the lab into.")],
     preset: Annotated[
         str,
         typer.Option(
@@ -35,7 +35,8 @@ def build(
         Optional[list[str]],  # noqa: UP045
         typer.Option("--set", help="Config override section.field=value (--set sft.lr=2e-4)."),
     ] = None,
-    quiet: Annotated[bool, typer.Option(help="No progress bars.")] = False,
+    progress: Annotated[bool, typer.Option(help="Progress bars.")] = True,
+    quiet: Annotated[bool, typer.Option(hidden=True, help="= --no-progress (older flag).")] = False,
 ) -> None:
     """Build a lab: base model, post-trained chat variants, ground truth, lab.json."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -52,7 +53,9 @@ def build(
         except json.JSONDecodeError:
             parsed = value
         overrides[f"{section}__{field}"] = parsed
-    path = build_lab(preset, out, seed=seed, pool=pool, progress=not quiet, **overrides)
+    path = build_lab(
+        preset, out, seed=seed, pool=pool, progress=progress and not quiet, **overrides
+    )
     meta = json.loads((path / "lab.json").read_text())
     typer.echo(f"lab written to {path} ({meta['timings']['total']:.0f} s)")
     if "check" in meta:
@@ -76,7 +79,8 @@ def check_cmd(
     ] = None,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N | mps.")] = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="Print the full JSON report.")] = False,
-    quiet: Annotated[bool, typer.Option(help="No progress bars.")] = False,
+    progress: Annotated[bool, typer.Option(help="Progress bars.")] = True,
+    quiet: Annotated[bool, typer.Option(hidden=True, help="= --no-progress (older flag).")] = False,
 ) -> None:
     """Loss AUC and black-box continuation AUCs (ROUGE-L, exact prefix) of every lab model."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -93,6 +97,6 @@ def check_cmd(
         models=model or None,
         modes=tuple(mode or ("raw", "chat")),
         device=device,
-        progress=not quiet,
+        progress=progress and not quiet,
     )
     typer.echo(json.dumps(report, indent=2) if as_json else format_check(report))

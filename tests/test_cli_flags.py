@@ -1,0 +1,73 @@
+"""The command line speaks one dialect: the same flags mean the same on every subcommand."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from calibdcd import __version__
+from calibdcd.cli import app
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: subcommands that write something (their --out has the short form -o)
+WRITERS = [["run"], ["demo"], ["report"], ["fit"], ["score"], ["lab", "build"]]
+#: subcommands that can wait long enough to show progress bars
+WAITERS = [["run"], ["demo"], ["fit"], ["score"], ["lab", "build"], ["lab", "check"]]
+
+
+def _help(cmd: list[str]) -> str:
+    res = CliRunner().invoke(app, [*cmd, "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
+    assert res.exit_code == 0, res.output
+    return re.sub(r"\x1b\[[0-9;]*m", "", res.output)
+
+
+def test_out_has_one_short_form_everywhere():
+    for cmd in WRITERS:
+        text = _help(cmd)
+        assert re.search(r"--out\s+-o\b", text), (cmd, text)
+
+
+def test_progress_is_one_pair_of_flags_everywhere():
+    for cmd in WAITERS:
+        text = _help(cmd)
+        assert re.search(r"--progress\s+--no-progress", text), (cmd, text)
+        assert "--quiet" not in text, cmd  # the old lab flag is hidden, not advertised
+
+
+#: subcommands that read or write the cache
+CACHERS = [["run"], ["demo"], ["fit"], ["score"]]
+
+
+def test_cache_dir_is_one_flag_everywhere():
+    for cmd in CACHERS:
+        assert "--cache-dir" in _help(cmd), cmd
+
+
+def test_run_cache_dir_replaces_the_config_cache(tmp_path):
+    res = CliRunner().invoke(
+        app,
+        [
+            "run",
+            str(REPO / "configs" / "lab-micro.yaml"),
+            "--dry-run",
+            "--cache-dir",
+            str(tmp_path),
+        ],
+    )
+    assert f"cache: {tmp_path};" in res.output, res.output
+
+
+def test_version_flag_and_command():
+    for args in (["--version"], ["version"]):
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 0 and res.output.strip() == __version__
+
+
+def test_dry_run_names_the_out_directory_it_would_use(tmp_path):
+    res = CliRunner().invoke(
+        app, ["run", str(REPO / "configs" / "lab-micro.yaml"), "--dry-run", "-o", str(tmp_path)]
+    )
+    assert f"output: {tmp_path}" in res.output, res.output
