@@ -625,3 +625,29 @@ def test_fit_and_score_share_the_cache_root_rule_of_every_command(tmp_path, monk
     assert load_fit_config(p).cache_root() == cache_root(None) == tmp_path / "shared-cache"
     p.write_text(body + "cache_dir: here\n")
     assert load_fit_config(p).cache_root() == tmp_path / "cfgs" / "here"
+
+
+def test_fit_dry_run_names_texts_target_and_every_missing_model(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from calibdcd.cli import app
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    (tmp_path / "m.txt").write_text("".join(f"member text {i}\n" for i in range(30)))
+    (tmp_path / "n.txt").write_text("".join(f"other text {i}\n" for i in range(30)))
+    cfg = tmp_path / "fit.yaml"
+    cfg.write_text(
+        "target: {backend: hf, model: org/served-name}\n"
+        "detector: {name: dpdllm}\n"
+        "data: {members: m.txt, nonmembers: n.txt}\n"
+        "split: {n_supervised_per_class: 10}\n"
+    )
+    res = CliRunner().invoke(app, ["fit", str(cfg), "--dry-run", "-o", str(tmp_path / "b")])
+    assert res.exit_code == 1, res.output
+    assert f"bundle: {tmp_path / 'b'}" in res.output
+    assert "texts: supervised 20 (10 members)" in res.output
+    assert "org/served-name: not in the local hub cache; used by target.model" in res.output
+    assert "detector.options.reference.model_path (default)" in res.output
+    assert f"calibdcd models fetch {cfg}" in res.output
+    assert not (tmp_path / "b").exists()  # nothing written

@@ -569,3 +569,20 @@ def test_target_identity_follows_the_hub_commit(hub):
     assert target_identity(entry) != before
     (hub / "models--org--tiny" / "refs" / "main").write_text(COMMIT_A)
     assert target_identity(entry) == before
+
+
+def test_models_list_reads_a_fit_config_too(hub, tmp_path):
+    """`calibdcd models list/fetch` take a fit config as they take a run config: its target and
+    its detector's models, each where it is used."""
+    cfg = tmp_path / "fit.yaml"
+    cfg.write_text(
+        "target: {backend: hf, model: org/tiny}\n"
+        "detector: {name: dpdllm, options: {reference: {model_path: org/absent-ref}}}\n"
+        "data: {members: m.txt, nonmembers: n.txt}\n"
+    )
+    r = _cli("models", "list", str(cfg), env={"HF_HUB_CACHE": str(hub)})
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"present  org/tiny  [org/tiny @ {COMMIT_A}]  target.model" in r.stdout
+    assert "missing  org/absent-ref" in r.stdout
+    assert "detector.options.reference.model_path" in r.stdout
+    assert f"calibdcd models fetch {cfg}" in r.stdout

@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
-__all__ = ["fit_command", "score_command"]
+__all__ = ["fit_command", "fit_dry_run", "score_command"]
 
 
 def _progress(enabled: bool, total: int | None = None) -> Any:
@@ -37,18 +37,18 @@ def _target_parts(cfg: Any, cache_dir: Path) -> tuple[Any, dict[str, Any], list[
         name=t.name, backend=t.backend, model=t.model, family=t.family, lab=t.lab,
         options=dict(t.options),
     )  # fmt: skip
-    local = Path(model_path(entry))
+    local = Path(model_path(entry, root=cache_dir))  # a lab target's lab under the cache root
     record = target_record(
         t.backend, t.model, model_dir=local if local.exists() else None, family=t.family,
         lab=t.lab, options=t.options,
     )  # fmt: skip
-    target = build_target(entry, cache_dir / "generations.sqlite")
+    target = build_target(entry, cache_dir / "generations.sqlite", cache_dir)
     tokenizer = str(local) if local.exists() else (t.model if t.family is None else None)
     views = view_bank_for(t.family, tokenizer, cfg.view_system)
     return target, record, views
 
 
-def _fit_texts(cfg: Any) -> Any:
+def _fit_texts(cfg: Any, cache: Path) -> Any:
     import numpy as np
 
     from calibdcd.fitted import FitTexts
@@ -72,7 +72,7 @@ def _fit_texts(cfg: Any) -> Any:
         if d.lab is not None:
             from calibdcd.experiment.components import resolve_lab
 
-            lab = resolve_lab(d.lab)
+            lab = resolve_lab(d.lab, root=cache)
             assert lab is not None
             path = lab / "ground_truth.jsonl"
         else:
@@ -93,6 +93,59 @@ def _fit_texts(cfg: Any) -> Any:
     )  # fmt: skip
 
 
+def fit_dry_run(cfg: Any, source: Path, out: Path, cache: Path) -> tuple[list[str], list[str]]:
+    """What ``fit`` would do, checked without loading any model: the texts and their split,
+    the target's backend and lab, every model and dataset it needs. (lines, problems)."""
+    from calibdcd.experiment.components import resolve_lab
+    from calibdcd.experiment.model_uses import models_in_fit_config
+    from calibdcd.models import MissingModelError, MissingModelsError, resolve_model
+    from calibdcd.targets.base import available_backends
+
+    lines = [f"fit config {source}: cache {cache}; bundle: {out}"]
+    problems: list[str] = []
+    t, d = cfg.target, cfg.detector
+    for lab in {x for x in (t.lab, cfg.data.lab) if x}:
+        if resolve_lab(lab, build=False, root=cache) is None:
+            lines.append(f"  lab {lab!r}: not built yet (built on first use)")
+    try:
+        unbuilt = cfg.data.lab and resolve_lab(cfg.data.lab, build=False, root=cache) is None
+        texts = None if unbuilt else _fit_texts(cfg, cache)
+    except (OSError, ValueError) as exc:
+        problems.append(f"data: {exc}")
+        texts = None
+    if texts is not None:
+        n_m = sum(texts.labels)
+        lines.append(
+            f"  texts: supervised {len(texts.supervised)} ({n_m} members), calibration "
+            f"{len(texts.calibration)}, held-out {len(texts.heldout)} known non-members, pool "
+            f"{len(texts.pool)}"
+        )
+    if t.backend not in available_backends():
+        problems.append(
+            f"target.backend: {t.backend!r} is not available here "
+            f"({', '.join(available_backends())})"
+        )
+    else:
+        lines.append(f"  target: {t.backend} {t.model}" + (f" (lab {t.lab})" if t.lab else ""))
+    lines.append(f"  detector: {d.name}" + (f" (preset {d.preset})" if d.preset else ""))
+    try:
+        uses = models_in_fit_config(cfg)
+    except ValueError as exc:
+        problems.append(str(exc))
+        uses = []
+    missing = []
+    for use in uses:
+        try:
+            resolve_model(use.ref, need=use.need)
+        except MissingModelError as exc:
+            missing.append((use, exc))
+    if missing:
+        problems.append(str(MissingModelsError(missing, str(source))))
+    else:
+        lines.append(f"  models and hub datasets: {len(uses)} named, all available here")
+    return lines, problems
+
+
 def fit_command(
     config: Annotated[Path, typer.Argument(help="fit config (YAML; see docs/fitted.md)")],
     out: Annotated[Path, typer.Option("--out", "-o", help="bundle directory to write")],
@@ -104,6 +157,12 @@ def fit_command(
         ),
     ] = None,
     progress: Annotated[bool, typer.Option(help="progress bars")] = True,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run", help="check the config, the texts, the target and its models; load none"
+        ),
+    ] = False,
 ) -> None:
     """Fit a detector (+ CalibDCD) on known members and non-members and save the bundle."""
     from calibdcd.experiment.components import build_detector, resolve_lab_refs
@@ -117,7 +176,18 @@ def fit_command(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     cache_dir = cache_dir.expanduser().resolve() if cache_dir is not None else cfg.cache_root()
-    texts = _fit_texts(cfg)
+    if dry_run:
+        lines, problems = fit_dry_run(cfg, config, out, cache_dir)
+        for line in lines:
+            typer.echo(line)
+        for p in problems:
+            typer.echo(f"error: {p}", err=True)
+        if problems:
+            typer.echo(f"dry run: {len(problems)} problem(s)", err=True)
+            raise typer.Exit(1)
+        typer.echo("dry run: OK")
+        return
+    texts = _fit_texts(cfg, cache_dir)
     target, record, views = _target_parts(cfg, cache_dir)
     dt = cfg.detector
     opts = dict(dt.options)

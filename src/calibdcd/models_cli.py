@@ -20,13 +20,27 @@ app = typer.Typer(
 ConfigArg = Annotated[Path, typer.Argument(help="experiment config (YAML)")]
 
 
-def _uses(config: Path):
-    from calibdcd.experiment.config import ConfigError, load_config
-    from calibdcd.experiment.model_uses import models_in_config
+def _is_fit_config(config: Path) -> bool:
+    """A fit config (``calibdcd fit``) has one ``target``; a run config has ``targets``."""
+    import yaml
 
     try:
-        cfg = load_config(config)
-        return models_in_config(cfg)
+        data = yaml.safe_load(config.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False  # the run reader reports it, with its line
+    return isinstance(data, dict) and "target" in data and "targets" not in data
+
+
+def _uses(config: Path):
+    """The model uses of a run config or of a fit config (the same command for both)."""
+    from calibdcd.experiment.config import ConfigError, load_config
+    from calibdcd.experiment.model_uses import models_in_config, models_in_fit_config
+    from calibdcd.fitted.config import load_fit_config
+
+    try:
+        if _is_fit_config(config):
+            return models_in_fit_config(load_fit_config(config))
+        return models_in_config(load_config(config))
     except (ConfigError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -27,7 +27,7 @@ from calibdcd.models import (
 )
 from calibdcd.paths import cache_root
 
-__all__ = ["check_models", "hub_dataset_of", "models_in_config"]
+__all__ = ["check_models", "hub_dataset_of", "models_in_config", "models_in_fit_config"]
 
 
 def hub_dataset_of(entry: Any) -> str | None:
@@ -60,44 +60,71 @@ def _skip(ref: str) -> bool:
 
 
 def models_in_config(cfg: ExperimentConfig) -> list[ModelUse]:
-    """Every model ``cfg`` uses, with where: ``hf`` targets (not lab ones), and the model fields
-    of every detector's effective config (its preset and defaults with the config's options),
-    built without loading any model or building any lab. Lab references and remote
-    (``backend: openai``) targets are left out."""
+    """Every model ``cfg`` uses, with where: ``hf`` targets (not lab ones), the hub datasets of
+    benchmarks named without a path, and the model fields of every detector's effective config
+    (its preset and defaults with the config's options), built without loading any model or
+    building any lab. Lab references and remote (``backend: openai``) targets are left out."""
     uses: list[ModelUse] = []
     for i, t in enumerate(cfg.targets):
-        if t.backend == "hf" and t.lab is None and not _skip(t.model):
-            uses.append(ModelUse(f"targets[{i}] ({t.name}).model", t.model))
+        uses += _target_uses(t, f"targets[{i}] ({t.name})")
     for i, b in enumerate(cfg.benchmarks):  # benchmarks read from the hub: their datasets
         repo = hub_dataset_of(b)
         if repo is not None:
             uses.append(ModelUse(f"benchmarks[{i}] ({b.label})", repo, "dataset"))
     bench_names = sorted({b.name for b in cfg.benchmarks}) or [""]
     for i, d in enumerate(cfg.detectors):
-        spec = DETECTORS.get(d.name)
-        if spec is None or not spec.model_fields:
-            continue
-        seen: set[tuple[str, str]] = set()
-        for bn in bench_names:
-            try:
-                det = spec.build(d, bn, str(cache_root(cfg.cache_dir)))  # lab refs unresolved
-            except Exception as exc:
-                raise ValueError(f"detectors[{i}] ({d.label}): {exc}") from None
-            for field, need in spec.model_fields:
-                found, value = _get_path(getattr(det, "config", None), field)
-                if not found or value is None:
+        uses += _detector_uses(d, f"detectors[{i}] ({d.label})", bench_names, cfg.cache_dir)
+    return uses
+
+
+def models_in_fit_config(cfg: Any) -> list[ModelUse]:
+    """The same for a fit config (:class:`calibdcd.fitted.config.FitConfig`): its target and
+    its detector (``target.model``, ``detector.options.<field>``)."""
+    from calibdcd.experiment.config import DetectorEntry, TargetEntry
+
+    t, d = cfg.target, cfg.detector
+    target = TargetEntry(name=t.name, backend=t.backend, model=t.model, lab=t.lab)
+    entry = DetectorEntry(name=d.name, preset=d.preset, options=dict(d.options))
+    cache = str(cfg.cache_root())
+    return _target_uses(target, "target") + _detector_uses(
+        entry, "detector", [d.benchmark or ""], cache
+    )
+
+
+def _target_uses(t: Any, where: str) -> list[ModelUse]:
+    if t.backend == "hf" and t.lab is None and not _skip(t.model):
+        return [ModelUse(f"{where}.model", t.model)]
+    return []
+
+
+def _detector_uses(
+    d: Any, label: str, bench_names: Sequence[str], cache_dir: str | None
+) -> list[ModelUse]:
+    spec = DETECTORS.get(d.name)
+    if spec is None or not spec.model_fields:
+        return []
+    uses: list[ModelUse] = []
+    seen: set[tuple[str, str]] = set()
+    for bn in bench_names:
+        try:
+            det = spec.build(d, bn, str(cache_root(cache_dir)))  # lab refs unresolved
+        except Exception as exc:
+            raise ValueError(f"{label}: {exc}") from None
+        for field, need in spec.model_fields:
+            found, value = _get_path(getattr(det, "config", None), field)
+            if not found or value is None:
+                continue
+            spelled, _ = _get_path(dict(d.options), field)
+            values = [value] if isinstance(value, str) else list(value)
+            for k, ref in enumerate(values):
+                ref = str(ref)
+                where = f"{label}.options.{field}"
+                if not isinstance(value, str):
+                    where += f"[{k}]"
+                if _skip(ref) or (where, ref) in seen:
                     continue
-                spelled, _ = _get_path(dict(d.options), field)
-                values = [value] if isinstance(value, str) else list(value)
-                for k, ref in enumerate(values):
-                    ref = str(ref)
-                    where = f"detectors[{i}] ({d.label}).options.{field}"
-                    if not isinstance(value, str):
-                        where += f"[{k}]"
-                    if _skip(ref) or (where, ref) in seen:
-                        continue
-                    seen.add((where, ref))
-                    uses.append(ModelUse(where, ref, need, default=not spelled))
+                seen.add((where, ref))
+                uses.append(ModelUse(where, ref, need, default=not spelled))
     return uses
 
 
