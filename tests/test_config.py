@@ -293,6 +293,8 @@ def test_dry_run_reports_config_options_split_and_damaged_weights_together(tmp_p
     assert f"{p}:5: targets[1].options.concurrancy" in err and "did you mean 'concurrency'" in err
     assert "calibration non-member(s); CalibDCD needs at least 2" in err
     assert "targets[0] (m).model:" in err and "truncated safetensors file" in err
+    # target r is not asked for its models until its options are right
+    assert "cannot reach" not in err
     assert "dry run: 3 problem(s)" in err
 
 

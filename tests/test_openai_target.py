@@ -41,6 +41,8 @@ class FaultServer:
     ):
         self.plan, self.stall, self.ok_delay = plan, stall, ok_delay
         self.served_model = served_model  # the "model" field of ok answers (None: not sent)
+        #: the answer to GET /v1/models: (HTTP status, served model names)
+        self.models: tuple[int, list[str]] = (200, [served_model or "tiny"])
         self.lock = threading.Lock()
         self.attempts: Counter = Counter()
         self.successes: Counter = Counter()
@@ -65,6 +67,15 @@ class FaultServer:
                     self.send_header(k, v)
                 self.end_headers()
                 self.wfile.write(body)
+
+            def do_GET(self):  # GET /v1/models, as vLLM, SGLang and llama.cpp answer it
+                if not self.path.rstrip("/").endswith("/v1/models"):
+                    return self._send(404, b'{"error": "not found"}')
+                with server.lock:
+                    server.auth.append(self.headers.get("Authorization"))
+                status, names = server.models
+                data = [{"id": n, "object": "model"} for n in names]
+                self._send(status, json.dumps({"object": "list", "data": data}).encode())
 
             def do_POST(self):
                 n = int(self.headers.get("Content-Length", 0))
@@ -294,6 +305,28 @@ def test_the_answering_model_is_checked_with_explicit_aliases(tmp_path):
         assert len([w for w in caught if "name no model" in str(w.message)]) == 1
     with pytest.raises(ValueError, match="model_aliases"):
         OpenAITarget("http://127.0.0.1:9", "m", model_aliases="other")
+
+
+def test_preflight_finds_an_absent_server_a_refused_key_and_another_model(monkeypatch):
+    """Before any work, GET /v1/models: each failure is one line saying what to change."""
+    from calibdcd.targets.openai import PreflightError
+
+    monkeypatch.setenv("CALIBDCD_TEST_KEY", "sk-test-0f9e")
+    with FaultServer(lambda p, a: "ok", served_model="org/model") as srv:
+        t = OpenAITarget(srv.url + "/v1", "org/model", api_key_env="CALIBDCD_TEST_KEY")
+        assert t.preflight() == ["org/model"]
+        assert srv.auth[-1] == "Bearer sk-test-0f9e"  # with the key
+        assert not srv.log  # no completion asked for
+        with pytest.raises(PreflightError, match=r"serves \['org/model'\], not 'other'.*aliases"):
+            OpenAITarget(srv.url, "other").preflight()
+        assert OpenAITarget(srv.url, "other", model_aliases=["org/model"]).preflight()
+        srv.models = (401, [])
+        with pytest.raises(PreflightError, match=r"refused the key \(HTTP 401; sent \$CALIBDCD"):
+            OpenAITarget(srv.url, "org/model", api_key_env="CALIBDCD_TEST_KEY").preflight()
+        srv.models = (404, [])
+        assert OpenAITarget(srv.url, "org/model").preflight() is None  # nothing to check
+    with pytest.raises(PreflightError, match=r"127\.0\.0\.1:9/v1/models: cannot reach"):
+        OpenAITarget("http://127.0.0.1:9/v1", "m").preflight()
 
 
 def test_echoed_credentials_are_masked_in_quoted_server_errors(monkeypatch):

@@ -48,6 +48,25 @@ def _target_parts(cfg: Any, cache_dir: Path) -> tuple[Any, dict[str, Any], list[
     return target, record, views
 
 
+def _preflight(section: Any) -> None:
+    """A served target's server answers and serves the model, before any work (one line if
+    not: exit 2)."""
+    from calibdcd.experiment.components import preflight_target
+    from calibdcd.experiment.config import TargetEntry
+
+    entry = TargetEntry(
+        name=section.name, backend=section.backend, model=section.model, family=section.family,
+        options=dict(section.options),
+    )  # fmt: skip
+    try:
+        said = preflight_target(entry)
+    except ValueError as exc:
+        typer.echo(f"error: target: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if said is not None:
+        typer.echo(f"target: {said}", err=True)
+
+
 def _fit_texts(cfg: Any, cache: Path) -> Any:
     import numpy as np
 
@@ -127,6 +146,19 @@ def fit_dry_run(cfg: Any, source: Path, out: Path, cache: Path) -> tuple[list[st
         )
     else:
         lines.append(f"  target: {t.backend} {t.model}" + (f" (lab {t.lab})" if t.lab else ""))
+        from calibdcd.experiment.components import preflight_target
+        from calibdcd.experiment.config import TargetEntry
+
+        entry = TargetEntry(
+            name=t.name, backend=t.backend, model=t.model, family=t.family, options=dict(t.options)
+        )
+        try:
+            said = preflight_target(entry)
+        except ValueError as exc:
+            problems.append(f"target: {exc}")
+        else:
+            if said is not None:
+                lines.append(f"  target: {said}")
     lines.append(f"  detector: {d.name}" + (f" (preset {d.preset})" if d.preset else ""))
     try:
         uses = models_in_fit_config(cfg)
@@ -187,6 +219,7 @@ def fit_command(
             raise typer.Exit(1)
         typer.echo("dry run: OK")
         return
+    _preflight(cfg.target)
     texts = _fit_texts(cfg, cache_dir)
     target, record, views = _target_parts(cfg, cache_dir)
     dt = cfg.detector
@@ -221,7 +254,12 @@ def score_command(
     texts: Annotated[Path, typer.Argument(help="texts: .jsonl (text, optional id) or .txt")],
     out: Annotated[Path, typer.Option("--out", "-o", help="scores.jsonl to write")],
     model: Annotated[
-        str | None, typer.Option(help="the target's checkpoint here (default: as fitted)")
+        str | None,
+        typer.Option(help="the target's checkpoint here, or its served name (default: as fitted)"),
+    ] = None,
+    base_url: Annotated[
+        str | None,
+        typer.Option(help="a served target's URL here (default: as fitted); still checked"),
     ] = None,
     cache_dir: Annotated[
         Path | None,
@@ -251,6 +289,13 @@ def score_command(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     t = dict(header["target"])
+    if base_url is not None:
+        if t["backend"] != "openai":
+            typer.echo(
+                f"error: --base-url is for served targets; this one is {t['backend']}", err=True
+            )
+            raise typer.Exit(2)
+        t["options"] = {**t["options"], "base_url": base_url}
     tsec = TargetSection(
         name="target", backend=t["backend"], model=model or t["model"],
         lab=None if model else t["lab"], family=t["family"], options=t["options"],
@@ -263,6 +308,7 @@ def score_command(
     from calibdcd.paths import cache_root
 
     cache = cache_root(cache_dir)  # the one rule: --cache-dir, $CALIBDCD_CACHE, user cache
+    _preflight(tsec)
     target, record, _ = _target_parts(shell, cache)
     try:
         fitted = FittedDetector.load(bundle, target=record)

@@ -42,6 +42,7 @@ __all__ = [
     "build_detector",
     "detector_available",
     "load_benchmark_entry",
+    "preflight_target",
     "replace_nested",
     "resolve_lab",
     "target_identity",
@@ -303,6 +304,25 @@ def build_target(
         kwargs["family"] = entry.family
     target = create_target(entry.backend, **kwargs)
     return CachedTarget(target, cache_path)
+
+
+def preflight_target(entry: TargetEntry) -> str | None:
+    """Check a served target before any work (its backend's ``preflight``: the OpenAI backend
+    asks the server which models it serves). Returns one line to report, None for a backend
+    without a server; raises :class:`calibdcd.targets.openai.PreflightError` in one line."""
+    from calibdcd.targets.base import create_target
+
+    if entry.backend != "openai":
+        return None
+    kwargs = dict(entry.options)
+    kwargs["model"] = entry.model
+    if entry.family is not None:
+        kwargs["family"] = entry.family
+    target = create_target(entry.backend, **kwargs)
+    served = target.preflight()
+    if served is None:
+        return f"{target.where}: the server does not list its models (not checked)"
+    return f"{target.where}: serves {entry.model!r} (of {len(served)} model(s))"
 
 
 def view_bank_for(family: str | None, tokenizer: Any, system: str) -> list[Any]:

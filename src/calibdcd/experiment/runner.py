@@ -41,6 +41,7 @@ from calibdcd.experiment.components import (
     OptionsError,
     build_detector,
     detector_available,
+    preflight_target,
     resolve_lab,
 )
 from calibdcd.experiment.config import ExperimentConfig, lab_spec
@@ -208,6 +209,10 @@ def run_experiment(
     another live process writes the same run directory."""
     run_dir = Path(out_dir) if out_dir is not None else _default_out(cfg)
     models = require_models(cfg)  # before the run directory, any generation or lab build
+    for t in cfg.targets:  # a served target's server answers, and serves this model
+        line = preflight_target(t)
+        if line is not None and log is not None:
+            log(f"target {t.name}: {line}")
     with lock_run_dir(run_dir):
         return _run_locked(cfg, run_dir, models, progress=progress, log=log, stop_after=stop_after)
 
@@ -427,6 +432,17 @@ def dry_run(
         if value_problem is not None:  # the run would fail building it, after earlier targets
             problems.append(f"{key}.options: {value_problem}")
             continue
+        from calibdcd.targets.base import option_problems
+
+        said = None
+        try:  # a served target: the server answers and serves this model (once its options
+            # are right: wrong ones are reported by the config check)
+            if not option_problems(t.backend, t.options):
+                said = preflight_target(t)
+        except ValueError as exc:  # reported; the target's other checks still run
+            problems.append(f"{key}: {exc}")
+        if said is not None:
+            lines.append(f"  {key}: {said}")
         damaged = checkpoint_problems(model_path(t, build_lab=False, root=root))
         if damaged:  # the run would fail loading it, after everything before it
             problems.extend(f"{key}.model: {m}" for m in damaged)

@@ -79,7 +79,7 @@ from urllib.parse import urlparse
 from calibdcd.progress import inner_bar
 from calibdcd.targets.base import INHERIT, GenerationParams, register_backend, validate_prompts
 
-__all__ = ["DIALECTS", "OpenAITarget", "OpenAITargetError", "request_seed"]
+__all__ = ["DIALECTS", "OpenAITarget", "OpenAITargetError", "PreflightError", "request_seed"]
 
 #: how a server takes the non-OpenAI decoding fields (``top_k``, ``repetition_penalty``)
 DIALECTS = ("openai", "vllm", "sglang", "llama.cpp", "transformers")
@@ -89,6 +89,11 @@ log = logging.getLogger(__name__)
 
 class OpenAITargetError(RuntimeError):
     """A request that cannot succeed (non-retryable 4xx, or retries exhausted)."""
+
+
+class PreflightError(ValueError):
+    """The server cannot serve this target: unreachable, refusing the key, or serving another
+    model (found before any work, by :meth:`OpenAITarget.preflight`)."""
 
 
 class _Retryable(Exception):
@@ -378,6 +383,47 @@ class OpenAITarget:
             register_secret(key)
             headers["Authorization"] = f"Bearer {key}"
         return headers
+
+    def preflight(self) -> list[str] | None:
+        """Ask the server which models it serves (``GET .../v1/models``, with the key) before
+        any work: an unreachable server, a refused key, or a server serving another model (the
+        served names against ``model`` and ``model_aliases``) raise :class:`PreflightError` in
+        one line. Returns the served names, or None when the server does not list its models
+        (a 404/405/501 answer: nothing to check, the completions' ``model`` field still is)."""
+        import httpx
+
+        url = self.url.removesuffix("/completions") + "/models"
+        where = self.where.removesuffix("/completions") + "/models"
+        try:
+            with httpx.Client(timeout=min(self.timeout, 15.0), follow_redirects=False) as c:
+                r = c.get(url, headers=self._headers())
+        except httpx.HTTPError as exc:
+            raise PreflightError(
+                f"{where}: cannot reach the server ({type(exc).__name__}: {exc}); is it running, "
+                "and is base_url right?"
+            ) from None
+        if r.status_code in (401, 403):
+            key = f"${self.api_key_env}" if self.api_key_env else "no key (api_key_env unset)"
+            raise PreflightError(
+                f"{where}: the server refused the key (HTTP {r.status_code}; sent {key}): "
+                f"{_quote(r.text, 200)}"
+            )
+        if r.status_code in (404, 405, 501):
+            return None
+        if r.status_code != 200:
+            raise PreflightError(f"{where}: HTTP {r.status_code}: {_quote(r.text, 200)}")
+        try:
+            served = [str(m["id"]) for m in r.json()["data"]]
+        except (ValueError, KeyError, TypeError):
+            raise PreflightError(
+                f"{where}: not an OpenAI model list: {_quote(r.text, 200)}"
+            ) from None
+        if not any(self._same_model(m) for m in served):
+            raise PreflightError(
+                f"{where}: the server serves {served}, not {self.model!r}: set the target's "
+                "model to the served name, or add the served name to its model_aliases"
+            )
+        return served
 
     def _same_model(self, served: Any) -> bool:
         return _same_model_name(served, self.model, self.model_aliases)
