@@ -72,10 +72,10 @@ def test_html_is_self_contained(report):
 def test_main_tables_hold_the_run_numbers(report):
     run_dir, html = report
     results = load_results(run_dir)
-    rows = list(csv.reader(io.StringIO((html.parent / "csv" / "auc_main.csv").read_text())))
-    header, body = rows[0], rows[1:]
     post = [r for r in results if r["post_trained"]]
-    assert header[1:-1] == [f"{r['benchmark']} / {r['target']}" for r in post]
+    md = {t.key: t for t in build_tables(results)}["auc_main"]
+    assert md.header[1:-1] == [f"{r['benchmark']} / {r['target']}" for r in post]
+    body = md.rows
     assert [r[0] for r in body] == [
         "Overlap",
         "Overlap + CalibDCD",
@@ -93,6 +93,19 @@ def test_main_tables_hold_the_run_numbers(report):
     ]
     for row, v in zip(body, values, strict=True):
         assert row[1].rstrip("▲▼†") == f"{100 * v:.1f}"
+    # the CSV is for machines: one number per column, not the display cells
+    recs = list(csv.DictReader(io.StringIO((html.parent / "csv" / "auc_main.csv").read_text())))
+    assert [r["method"] for r in recs] == ["original", "calibdcd", *controls]
+    for rec, v in zip(recs, values, strict=True):
+        assert float(rec["auc"]) == pytest.approx(100 * v, abs=1e-9)
+    d = post[0]["paired"]["calibdcd_vs_original"]["auc"]
+    assert float(recs[1]["delta_auc"]) == pytest.approx(100 * d["estimate"], abs=1e-9)
+    assert float(recs[1]["delta_auc_low"]) == pytest.approx(100 * d["low"], abs=1e-9)
+    assert int(recs[1]["verdict"]) == d["verdict"]
+    paired = list(csv.DictReader(io.StringIO((html.parent / "csv" / "paired.csv").read_text())))
+    for rec in paired:
+        for k in ("delta_auc", "delta_auc_low", "delta_auc_high", "delta_auc_half_width"):
+            float(rec[k])  # numbers, not "66.1 [62.6, 69.6]"
     # the micro lab's members and non-members come from one distribution: the blind baseline
     # is near chance and the detector beats it (no †)
     assert abs(post[0]["controls"]["blind"]["auc"] - 0.5) < 0.15

@@ -146,24 +146,51 @@ def environment(cfg: ExperimentConfig | None = None) -> dict[str, Any]:
     return env
 
 
+#: the paired comparisons of ``results.csv`` (``result.json``'s ``paired`` keys), as columns
+_PAIRED_COLUMNS = (("calibdcd_vs_original", "calibdcd"), ("calibdcd_vs_placebo", "vs_placebo"))
+
+
 def summary_rows(results: list[SettingResult]) -> tuple[list[str], list[list[Any]]]:
+    """``results.csv``: one row per setting, every number in its own column (fractions):
+    the headline metrics with their bootstrap interval, CalibDCD's selection and why it changed
+    nothing where it did, and the paired differences (CalibDCD vs the detector and vs the
+    placebo: estimate, interval, half-width, p)."""
     header = [
         "id", "benchmark", "target", "detector", "seed", "n_pool",
         "auc_before", "auc_after", "tpr_before", "tpr_after",
         "rank", "strength", "selected_views",
+        "auc_before_low", "auc_before_high", "auc_after_low", "auc_after_high",
+        "tpr_before_low", "tpr_before_high", "tpr_after_low", "tpr_after_high",
+        "corrected", "no_correction_reason",
     ]  # fmt: skip
+    for _, name in _PAIRED_COLUMNS:
+        for metric in ("auc", "tpr"):
+            header += [
+                f"{name}_delta_{metric}", f"{name}_delta_{metric}_low",
+                f"{name}_delta_{metric}_high", f"{name}_delta_{metric}_half_width",
+            ]  # fmt: skip
+        header.append(f"{name}_delta_auc_p")
     rows = []
     for r in results:
         c = r.calibration
-        rows.append(
-            [
-                r.id, r.benchmark, r.target, r.detector, r.seed,
-                r.sizes.evaluation[0],
-                r.before.auc.estimate, r.after.auc.estimate,
-                r.before.tpr.estimate, r.after.tpr.estimate,
-                c["rank"], c["strength"], " ".join(c["selected_views"]),
-            ]
-        )  # fmt: skip
+        row = [
+            r.id, r.benchmark, r.target, r.detector, r.seed,
+            r.sizes.evaluation[0],
+            r.before.auc.estimate, r.after.auc.estimate,
+            r.before.tpr.estimate, r.after.tpr.estimate,
+            c["rank"], c["strength"], " ".join(c["selected_views"]),
+            r.before.auc.low, r.before.auc.high, r.after.auc.low, r.after.auc.high,
+            r.before.tpr.low, r.before.tpr.high, r.after.tpr.low, r.after.tpr.high,
+            c.get("corrected", c["rank"] is not None),
+            (c.get("diagnostics") or {}).get("reason"),
+        ]  # fmt: skip
+        for key, _ in _PAIRED_COLUMNS:
+            comp = r.paired.get(key) or {}
+            for metric in ("auc", "tpr"):
+                d = comp.get(metric) or {}
+                row += [d.get("estimate"), d.get("low"), d.get("high"), d.get("half_width")]
+            row.append((comp.get("auc") or {}).get("p_value"))
+        rows.append(row)
     return header, rows
 
 

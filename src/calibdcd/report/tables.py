@@ -48,6 +48,8 @@ class Table:
     rows: list[list[Any]]
     bold: set[tuple[int, int]] = dataclasses.field(default_factory=set)
     note: str = ""
+    #: the table's numbers one per column, for machines (``csv()``): None = the display cells
+    records: list[dict[str, Any]] | None = None
 
     def _cell(self, v: Any) -> str:
         if v is None or (isinstance(v, float) and math.isnan(v)):
@@ -96,8 +98,16 @@ class Table:
         return "\n".join(out) + "\n"
 
     def csv(self) -> str:
+        """The table for machines: its ``records`` (numbers in separate columns: estimate, low,
+        high, half-width, p) when it has them, else its display cells."""
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
+        if self.records is not None:
+            keys = list(dict.fromkeys(k for rec in self.records for k in rec))
+            w.writerow(keys)
+            for rec in self.records:
+                w.writerow([_csv_value(rec.get(k)) for k in keys])
+            return buf.getvalue()
         w.writerow(self.header)
         for r in self.rows:
             w.writerow(["" if v is None else v for v in r])
@@ -118,6 +128,20 @@ class Table:
             out.append("</tr>")
         out.append("</tbody></table>")
         return "".join(out)
+
+
+def _csv_value(v: Any) -> Any:
+    """Empty for a missing number; floats as ``repr`` (exact, parsable)."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    if isinstance(v, bool):
+        return int(v)
+    return repr(v) if isinstance(v, float) else v
+
+
+def _pp(x: float | None) -> float | None:
+    """A fraction in percentage points (the display's unit), None kept."""
+    return None if x is None else 100.0 * float(x)
 
 
 def pct(x: float | None, signed: bool = False) -> str | None:
@@ -150,6 +174,26 @@ def _column(bench: str, target: str, results: list[SettingResult]) -> str:
     return f"{bench} / {target}" + (" (base model)" if base else "")
 
 
+def _cell_record(
+    det: str | None, method: str, bench: str, tgt: str, metric: str, v: dict[str, Any], d: Any
+) -> dict[str, Any]:
+    """One main-table cell for machines: the seed mean and SD, and (for a method compared with
+    its detector) the paired difference with its interval and verdict; percentage points."""
+    return {
+        "detector": det,
+        "method": method,
+        "benchmark": bench,
+        "target": tgt,
+        "n_seeds": v.get("n"),
+        metric: _pp(v["mean"]),
+        f"{metric}_sd": _pp(v.get("sd")),
+        f"delta_{metric}": None if d is None else _pp(d.estimate),
+        f"delta_{metric}_low": None if d is None else _pp(d.low),
+        f"delta_{metric}_high": None if d is None else _pp(d.high),
+        "verdict": None if d is None else int(d.verdict),
+    }
+
+
 def _main_table(
     results: list[SettingResult],
     metric: str,
@@ -180,6 +224,7 @@ def _main_table(
         ]
         rows.append([label, *cells, pct(avg)])
 
+    records: list[dict[str, Any]] = []
     blind_vals: list[dict[str, Any] | None] = [None] * len(cols)
     for det in m["detectors"]:
         cells = [m["cells"].get((det, *c)) for c in cols]
@@ -193,6 +238,11 @@ def _main_table(
                 continue
             if all(v is None for v in vals):
                 continue
+            for (bench, tgt), v in zip(cols, vals, strict=True):
+                if v is not None:
+                    comp = paired.get((det, bench, tgt), {}).get(method)
+                    d = None if comp is None or method == "original" else comp[metric]
+                    records.append(_cell_record(det, method, bench, tgt, metric, v, d))
             if method == "original":
                 marks = [
                     NOT_ABOVE_BLIND if "vs_blind" in p and _mark(p["vs_blind"], "auc") < 1 else ""
@@ -210,6 +260,9 @@ def _main_table(
         from calibdcd.blind import BLIND_LABEL
 
         add_row(BLIND_LABEL, blind_vals, [""] * len(cols))
+        for (bench, tgt), v in zip(cols, blind_vals, strict=True):
+            if v is not None:
+                records.append(_cell_record(None, "blind", bench, tgt, metric, v, None))
     n_seeds = sorted({c["n"] for c in m["cells"].values()})
     seeds = "/".join(str(n) for n in n_seeds)
     return Table(
@@ -218,6 +271,7 @@ def _main_table(
         header,
         rows,
         bold,
+        records=records,
         note=(
             agg.calibdcd_method(results) + " "
             f"Percent; mean ± SD over {seeds} seed(s) (no ± with one seed). ▲/▼ (bold = the "
@@ -242,12 +296,29 @@ def _paired_table(
     if not any(paired.values()):
         return None
     labels = {k: lab for k, lab, _, _ in agg.COMPARISONS}
+    pairs = {k: (a, b) for k, _, a, b in agg.COMPARISONS}
     rows = []
+    records: list[dict[str, Any]] = []
     level = 0.95
     for (det, bench, tgt), comps in paired.items():
         for key, res in comps.items():
             a, t = res["auc"], res["tpr"]
             level = a.level
+            rec: dict[str, Any] = {
+                "comparison": labels[key].format(d=det), "key": key, "a": pairs[key][0],
+                "b": pairs[key][1], "detector": det, "benchmark": bench, "target": tgt,
+                "n_seeds": a.n_seeds,
+            }  # fmt: skip
+            for name, d in (("auc", a), ("tpr", t)):
+                rec.update(
+                    {
+                        f"delta_{name}": _pp(d.estimate), f"delta_{name}_low": _pp(d.low),
+                        f"delta_{name}_high": _pp(d.high),
+                        f"delta_{name}_half_width": _pp(d.half_width),
+                        f"delta_{name}_p": d.p_value, f"delta_{name}_verdict": int(d.verdict),
+                    }
+                )  # fmt: skip
+            records.append(rec)
 
             def verdict(d: Any) -> str:
                 return "better" if d.verdict > 0 else "worse" if d.verdict < 0 else "–"
@@ -306,6 +377,7 @@ def _paired_table(
             "(k+1)-th largest non-member score), so the estimate is unstable and the interval, "
             "not the estimate, is what to read (docs/statistics.md)."
         ),
+        records=records,
     )
 
 
@@ -316,8 +388,31 @@ def _detail_table(results: list[SettingResult]) -> Table:
         return f"{pct(d.estimate)} [{pct(d.low)}, {pct(d.high)}]"
 
     rows = []
+    records = []
     for r in results:
         c = r.calibration
+        rec: dict[str, Any] = {"id": r.id, "n_pool": r.sizes.evaluation[0]}
+        for name, est in (
+            ("auc", r.before.auc), ("auc_calibdcd", r.after.auc),
+            ("tpr", r.before.tpr), ("tpr_calibdcd", r.after.tpr),
+        ):  # fmt: skip
+            rec.update(
+                {
+                    name: _pp(est.estimate),
+                    f"{name}_low": _pp(est.low),
+                    f"{name}_high": _pp(est.high),
+                }
+            )
+        rec.update(
+            {
+                "rank": c["rank"], "strength": c["strength"],
+                "views": " ".join(c["selected_views"]),
+                "no_correction_reason": (c.get("diagnostics") or {}).get("reason"),
+                "auc_placebo": _pp(r.controls.get("placebo", {}).get("auc")),
+                "auc_blind": _pp(r.controls.get("blind", {}).get("auc")),
+            }
+        )  # fmt: skip
+        records.append(rec)
         rows.append(
             [
                 r.id,
@@ -352,6 +447,7 @@ def _detail_table(results: list[SettingResult]) -> Table:
         ],
         rows,
         note=f"Percent with {100 * level:.0f}% stratified bootstrap intervals on the pool.",
+        records=records,
     )
 
 
