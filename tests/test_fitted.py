@@ -651,3 +651,53 @@ def test_fit_dry_run_names_texts_target_and_every_missing_model(tmp_path, monkey
     assert "detector.options.reference.model_path (default)" in res.output
     assert f"calibdcd models fetch {cfg}" in res.output
     assert not (tmp_path / "b").exists()  # nothing written
+
+
+def test_target_spec_reads_like_lm_eval_model_args():
+    from calibdcd.fitted.config import parse_target_spec
+
+    got = parse_target_spec(
+        "openai:base_url=http://127.0.0.1:8000/v1,model=org/m,family=qwen2.5,concurrency=32,"
+        "dialect=vllm"
+    )
+    assert got == {
+        "backend": "openai", "model": "org/m", "family": "qwen2.5",
+        "options": {"base_url": "http://127.0.0.1:8000/v1", "concurrency": 32, "dialect": "vllm"},
+    }  # fmt: skip
+    for bad in ("openai", "base_url=x", "openai:model"):
+        with pytest.raises(ValueError, match="--target"):
+            parse_target_spec(bad)
+
+
+def test_fit_from_flags_without_a_config(tmp_path, monkeypatch):
+    """`calibdcd fit --target ... --members ... --nonmembers ...`: the same checks as a config
+    file (here: the dry run, a mistyped option, a missing flag, flags beside a config)."""
+    from typer.testing import CliRunner
+
+    from calibdcd.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m.txt").write_text("".join(f"member text {i}\n" for i in range(30)))
+    (tmp_path / "n.txt").write_text("".join(f"other text {i}\n" for i in range(30)))
+    base = ["fit", "--members", "m.txt", "--nonmembers", "n.txt", "-o", "b"]
+    runner = CliRunner()
+    res = runner.invoke(app, [*base, "--target", "hf:model=./nowhere", "--dry-run"])
+    assert "texts: supervised" in res.output and "target: hf ./nowhere" in res.output, res.output
+    res = runner.invoke(app, [*base, "--target", "openai:base_url=http://127.0.0.1:9/v1,model=m,"
+                                                 "concurrencyy=4", "--dry-run"])  # fmt: skip
+    assert res.exit_code == 2 and "target.options.concurrencyy" in res.output
+    res = runner.invoke(app, ["fit", "--members", "m.txt", "-o", "b"])
+    assert res.exit_code == 2 and "without a config, fit needs --target, --nonmembers" in res.output
+    (tmp_path / "fit.yaml").write_text("target: {model: m}\n")
+    res = runner.invoke(app, ["fit", "fit.yaml", "--members", "m.txt", "-o", "b"])
+    assert res.exit_code == 2 and "give a config or --target" in res.output
+
+
+@pytest.mark.parametrize("name", ["fit-micro", "audit-vllm"])
+def test_shipped_fit_configs_load(name):
+    from calibdcd.fitted.config import load_fit_config
+
+    cfg = load_fit_config(Path(__file__).resolve().parents[1] / "configs" / f"{name}.yaml")
+    if name == "audit-vllm":
+        assert cfg.target.options["dialect"] == "vllm" and cfg.target.family == "qwen2.5"
+        assert cfg.target.options["base_url"].startswith("http")

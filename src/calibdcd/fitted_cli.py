@@ -179,8 +179,32 @@ def fit_dry_run(cfg: Any, source: Path, out: Path, cache: Path) -> tuple[list[st
 
 
 def fit_command(
-    config: Annotated[Path, typer.Argument(help="fit config (YAML; see docs/fitted.md)")],
     out: Annotated[Path, typer.Option("--out", "-o", help="bundle directory to write")],
+    config: Annotated[
+        Path | None,
+        typer.Argument(help="fit config (YAML; see docs/fitted.md); or the flags below"),
+    ] = None,
+    target: Annotated[
+        str | None,
+        typer.Option(
+            help="without a config: the target as BACKEND:key=value,... (e.g. "
+            "openai:base_url=http://127.0.0.1:8000/v1,model=my-model,family=qwen2.5)"
+        ),
+    ] = None,
+    members: Annotated[
+        Path | None,
+        typer.Option(help="without a config: known members (.jsonl with text, or .txt)"),
+    ] = None,
+    nonmembers: Annotated[
+        Path | None, typer.Option(help="without a config: known non-members (.jsonl or .txt)")
+    ] = None,
+    detector: Annotated[
+        str, typer.Option(help="without a config: veilprobe / dpdllm / overlap")
+    ] = "overlap",
+    preset: Annotated[
+        str | None, typer.Option(help="without a config: the detector's preset")
+    ] = None,
+    fpr: Annotated[float, typer.Option(help="without a config: the decision FPR")] = 0.05,
     cache_dir: Annotated[
         Path | None,
         typer.Option(
@@ -200,10 +224,32 @@ def fit_command(
     from calibdcd.experiment.components import build_detector, resolve_lab_refs
     from calibdcd.experiment.config import DetectorEntry
     from calibdcd.fitted import fit_detector
-    from calibdcd.fitted.config import load_fit_config
+    from calibdcd.fitted.config import fit_config_from, load_fit_config, parse_target_spec
 
+    flags = {"--target": target, "--members": members, "--nonmembers": nonmembers}
     try:
-        cfg = load_fit_config(config)
+        if config is not None:
+            given = [k for k, v in flags.items() if v is not None]
+            if given:
+                raise ValueError(f"give a config or {', '.join(flags)}, not both ({given[0]})")
+            cfg = load_fit_config(config)
+        else:
+            missing = [k for k, v in flags.items() if v is None]
+            if missing:
+                raise ValueError(
+                    f"without a config, fit needs {', '.join(missing)} (e.g. calibdcd fit "
+                    "--target openai:base_url=http://127.0.0.1:8000/v1,model=m --members m.jsonl "
+                    "--nonmembers n.jsonl -o bundle)"
+                )
+            assert target is not None and members is not None and nonmembers is not None
+            data: dict[str, Any] = {
+                "target": parse_target_spec(target),
+                "detector": {"name": detector, **({"preset": preset} if preset else {})},
+                "data": {"members": str(members), "nonmembers": str(nonmembers)},
+                "fpr": fpr,
+            }
+            cfg = fit_config_from(data, source="command line", base_dir=Path.cwd())
+            config = Path("command line")
     except (OSError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

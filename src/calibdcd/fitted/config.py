@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-__all__ = ["FitConfig", "load_fit_config", "read_texts"]
+__all__ = ["FitConfig", "fit_config_from", "load_fit_config", "parse_target_spec", "read_texts"]
 
 
 class _Strict(BaseModel):
@@ -142,6 +142,24 @@ def load_fit_config(path: str | Path) -> FitConfig:
     redaction), and every problem - schema, value, unset variable, the target's backend options,
     the detector's preset and options - reported at once in one
     :class:`~calibdcd.experiment.config.ConfigError`, each with its line and key path."""
+    from calibdcd.experiment.config import ConfigError, _read_yaml
+
+    p = Path(path)
+    data, lines = _read_yaml(p)
+    if not isinstance(data, dict):
+        raise ConfigError("", f"a fit config is a mapping, got {type(data).__name__}", str(p))
+    return fit_config_from(data, source=str(p), base_dir=p.resolve().parent, lines=lines)
+
+
+def fit_config_from(
+    data: dict[str, Any],
+    *,
+    source: str,
+    base_dir: str | Path,
+    lines: Any = None,
+) -> FitConfig:
+    """A fit config from its mapping (a YAML file's, or the command line's flags), checked as
+    :func:`load_fit_config` checks a file; relative paths are read against ``base_dir``."""
     from calibdcd.experiment.components import DETECTORS, _detector_entry_problems
     from calibdcd.experiment.config import (
         ConfigError,
@@ -149,18 +167,13 @@ def load_fit_config(path: str | Path) -> FitConfig:
         DetectorEntry,
         _expand_tree,
         _line,
-        _read_yaml,
         key_path,
     )
     from calibdcd.targets.base import option_problems
 
-    p = Path(path)
-    data, lines = _read_yaml(p)
-    if not isinstance(data, dict):
-        raise ConfigError("", f"a fit config is a mapping, got {type(data).__name__}", str(p))
     found: list[tuple[tuple[Any, ...], str]] = []
     data = _expand_tree(data, (), found)
-    data.setdefault("base_dir", str(p.resolve().parent))
+    data.setdefault("base_dir", str(base_dir))
     cfg = None
     try:
         cfg = FitConfig(**data)
@@ -188,9 +201,42 @@ def load_fit_config(path: str | Path) -> FitConfig:
             (ConfigProblem(key_path(loc), m, _line(loc, lines)) for loc, m in dict.fromkeys(found)),
             key=lambda x: x.line or 0,
         )
-        raise ConfigError("", "", str(p), problems=problems)
+        raise ConfigError("", "", source, problems=problems)
     assert cfg is not None
     return cfg
+
+
+#: ``--target`` keys that are fields of the target section (the rest are backend options)
+_TARGET_FIELDS = ("name", "model", "family", "lab")
+
+
+def parse_target_spec(spec: str) -> dict[str, Any]:
+    """``BACKEND:key=value,key=value`` (``--target``, in the style of lm-eval's
+    ``--model_args``) -> a fit config's ``target`` section: ``model``, ``name``, ``family`` and
+    ``lab`` are its fields, every other key a backend option; values are read as YAML scalars
+    (``concurrency=32`` is a number). E.g. ``openai:base_url=http://127.0.0.1:8000/v1,model=m``.
+    """
+    import yaml
+
+    backend, sep, rest = spec.partition(":")
+    if not sep or not backend or "=" in backend:
+        raise ValueError(
+            f"--target {spec!r}: expected BACKEND:key=value,... "
+            "(e.g. openai:base_url=http://127.0.0.1:8000/v1,model=my-model)"
+        )
+    out: dict[str, Any] = {"backend": backend, "options": {}}
+    for item in filter(None, rest.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise ValueError(f"--target {spec!r}: {item!r} is not key=value")
+        parsed = yaml.safe_load(value) if value else ""
+        if not isinstance(parsed, (str, int, float, bool)) or parsed is None:
+            parsed = value
+        if key in _TARGET_FIELDS:
+            out[key] = str(parsed)
+        else:
+            out["options"][key] = parsed
+    return out
 
 
 def read_texts(path: str | Path, *, text_field: str = "text") -> tuple[list[str], list[str | None]]:
