@@ -26,6 +26,7 @@ from calibdcd.targets.openai import OpenAITarget, OpenAITargetError, request_see
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 SAMPLED = GenerationParams(max_new_tokens=5, temperature=0.9, top_p=0.95, n=2, seed=4)
+GREEDY = GenerationParams(max_new_tokens=8, temperature=0.0, n=1, seed=0)
 
 
 def expected_text(prompt: str, seed: int, max_tokens: int) -> str:
@@ -507,3 +508,45 @@ def test_transformers_dialect_reaches_the_servers_sampler(served_model):
     # no top-k (None) is sent as top_k 0, which transformers reads as "all tokens": it samples
     free = GenerationParams(max_new_tokens=8, temperature=1.0, top_k=None, n=3, seed=5)
     assert any(len(set(o)) > 1 for o in t.generate(prompts, free))
+
+
+def test_replicas_share_the_requests_and_a_dead_one_loses_none(tmp_path):
+    """A target may name several base_urls (replicas of one model): requests are spread over
+    them with ``concurrency`` in flight per replica; when one dies mid-run its requests go to
+    the others (not counted as retries), every prompt gets exactly its completion, and through
+    the generation cache nothing is asked twice on a re-run."""
+    from calibdcd.targets import create_target
+    from calibdcd.targets.cache import CachedTarget
+
+    prompts = [f"prompt-{i}" for i in range(60)]
+    with (
+        FaultServer(lambda p, a: "ok", ok_delay=0.02) as a,
+        FaultServer(lambda p, a: "ok", ok_delay=0.02) as b,
+    ):
+        t = create_target(
+            "openai", base_url=[a.url + "/v1", b.url + "/v1"], model="tiny", concurrency=3,
+            max_retries=0,
+        )  # fmt: skip
+        assert t.preflight() == ["tiny"]  # both replicas asked
+        out = t.generate(prompts[:30], GREEDY)
+        assert [o[0] for o in out] == [
+            expected_text(p, request_seed(0, 0), 8) for p in prompts[:30]
+        ]
+        assert len(a.log) > 0 and len(b.log) > 0  # both served
+        assert a.max_inflight <= 3 and b.max_inflight <= 3
+        # replica b dies: it drops every connection from now on
+        b.plan = lambda p, att: "drop"
+        with CachedTarget(t, tmp_path / "g.sqlite") as c:
+            out = c.generate(prompts[30:], GREEDY)
+            assert [o[0] for o in out] == [
+                expected_text(p, request_seed(0, 0), 8) for p in prompts[30:]
+            ]
+        assert t.retry_reasons["replica down"] >= 1
+        served = [p for _, p, _, kind in a.log if kind == "ok"]
+        assert set(prompts[30:]) <= set(served)  # b's share went to a; max_retries=0 held
+        n = len(a.log)
+        with CachedTarget(t, tmp_path / "g.sqlite") as c:  # a re-run asks nothing
+            c.generate(prompts[30:], GREEDY)
+        assert len(a.log) == n
+    with pytest.raises(ValueError, match="names a replica twice"):
+        OpenAITarget(["http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1/"], "m")

@@ -31,6 +31,13 @@ def run_command(
             "else the user cache)"
         ),
     ] = None,
+    shard: Annotated[
+        str | None,
+        typer.Option(
+            help="i/n: run only the i-th of n parts of the grid (0-based), e.g. one per machine; "
+            "`calibdcd report DIR_0 ... DIR_n-1 -o MERGED` joins their run directories"
+        ),
+    ] = None,
     report: Annotated[bool, typer.Option(help="write the report when the grid is complete")] = True,
     progress: Annotated[bool, typer.Option(help="progress bars")] = True,
     debug: Annotated[
@@ -40,13 +47,18 @@ def run_command(
     """Run (or resume) an experiment grid: benchmarks x targets x detectors x seeds."""
     from calibdcd.experiment.config import ConfigError, read_config
     from calibdcd.experiment.runner import dry_run as check
-    from calibdcd.experiment.runner import run_experiment
+    from calibdcd.experiment.runner import parse_shard, run_experiment
     from calibdcd.models import MissingModelsError
     from calibdcd.redact import redact
 
     def echo(line: str, err: bool = False) -> None:
         typer.echo(redact(line), err=err)
 
+    try:
+        part = parse_shard(shard) if shard is not None else None
+    except ValueError as exc:
+        echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     try:
         cfg, config_problems = read_config(config, cache_dir=cache_dir)
     except ConfigError as exc:
@@ -72,9 +84,9 @@ def run_command(
         return
     assert cfg is not None
     try:
-        run_dir = run_experiment(cfg, out, progress=progress, log=echo)
+        run_dir = run_experiment(cfg, out, progress=progress, log=echo, shard=part)
         echo(f"run directory: {run_dir}")
-        if report:
+        if report and part is None:
             from calibdcd.report import write_report
 
             html = write_report(run_dir)
@@ -106,7 +118,13 @@ def one_line(exc: BaseException) -> str:
 
 
 def report_command(
-    run_dir: Annotated[Path, typer.Argument(help="a run directory written by `calibdcd run`")],
+    run_dirs: Annotated[
+        list[Path],
+        typer.Argument(
+            help="a run directory written by `calibdcd run`; or the directories of its shards "
+            "(`run --shard i/n`), merged into --out first"
+        ),
+    ],
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="report directory (default: RUN_DIR/report)")
     ] = None,
@@ -134,6 +152,16 @@ def report_command(
     from calibdcd.report import write_report
 
     try:
+        if len(run_dirs) > 1:  # shards of one run: merged into one run directory, then reported
+            from calibdcd.experiment.runner import merge_runs
+
+            if out is None:
+                raise ValueError("several run directories (shards) need --out: the merged run")
+            run_dir = merge_runs(list(run_dirs), out)
+            out = None
+            typer.echo(f"merged {len(run_dirs)} shard(s) into {run_dir}")
+        else:
+            run_dir = run_dirs[0]
         html = write_report(run_dir, out)
         if readme is not None:
             from calibdcd.report.readme import write_readme

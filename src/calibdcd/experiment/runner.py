@@ -73,9 +73,12 @@ __all__ = [
     "dry_run",
     "environment",
     "grid",
+    "merge_runs",
+    "parse_shard",
     "portable_config",
     "require_models",
     "run_experiment",
+    "shard_of",
     "summary_rows",
 ]
 
@@ -89,6 +92,96 @@ def grid(cfg: ExperimentConfig) -> list[Setting]:
         for d in cfg.detectors
         for s in cfg.seeds
     ]
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"i/n"`` (``--shard``; 0 <= i < n) -> ``(i, n)``."""
+    i, sep, n = text.partition("/")
+    try:
+        index, count = int(i), int(n)
+    except ValueError:
+        index = count = -1
+    if not sep or count < 1 or not 0 <= index < count:
+        raise ValueError(f"--shard {text!r}: expected i/n with 0 <= i < n (e.g. 0/4)")
+    return index, count
+
+
+def shard_of(settings: list[Setting], shard: tuple[int, int] | None) -> list[Setting]:
+    """Shard ``i`` of ``n``: the i-th of n contiguous, nearly equal blocks of the grid (target-
+    major, so a shard loads few models). Deterministic: the same config gives the same parts
+    on every machine, and the n parts are the whole grid."""
+    if shard is None:
+        return settings
+    i, n = shard
+    size = len(settings)
+    return settings[i * size // n : (i + 1) * size // n]
+
+
+def merge_runs(run_dirs: list[Path], out: Path) -> Path:
+    """One run directory at ``out`` from the run directories of the shards of one config
+    (``calibdcd run --shard i/n``): every setting of the grid from the shard that computed it
+    (the same setting twice must carry the same hashes), the config, grid and models of the
+    first, an ``environment.json`` naming the shards, and the run's summaries. The report of the
+    merged directory is the report of the unsharded run."""
+    import shutil
+
+    from calibdcd.atomic import read_json
+    from calibdcd.results import read_result
+
+    if not run_dirs:
+        raise ValueError("merge needs at least one run directory")
+    grids = []
+    for d in run_dirs:
+        g = d / "grid.json"
+        if not g.is_file():
+            raise FileNotFoundError(f"{g}: not a run directory (no grid.json)")
+        grids.append(read_json(g))
+    for d, g in zip(run_dirs[1:], grids[1:], strict=True):
+        if g != grids[0]:
+            raise ValueError(
+                f"{d}: another grid than {run_dirs[0]} (other config or code): not shards of "
+                "one run"
+            )
+    ids = [e["id"] for e in grids[0]]
+    want = {e["id"]: e["setting_hash"] for e in grids[0]}
+    found: dict[str, Path] = {}
+    for d in run_dirs:
+        for sid in ids:
+            res = d / "settings" / sid / "result.json"
+            if not res.is_file():
+                continue
+            h = read_result(res).setting_hash
+            if h != want[sid]:
+                raise ValueError(f"{res}: setting hash {h} is not the grid's {want[sid]}")
+            found.setdefault(sid, d / "settings" / sid)
+    missing = [sid for sid in ids if sid not in found]
+    if missing:
+        raise ValueError(
+            f"{len(missing)} setting(s) of the grid are in none of the shards: {', '.join(missing)}"
+        )
+    if out.exists() and any(out.iterdir()):
+        raise FileExistsError(f"{out}: exists and is not empty; merge into a new directory")
+    (out / "settings").mkdir(parents=True, exist_ok=True)
+    for name in ("config.yaml", "grid.json", "models.json"):
+        if (run_dirs[0] / name).is_file():
+            shutil.copy2(run_dirs[0] / name, out / name)
+    env = (
+        read_json(run_dirs[0] / "environment.json")
+        if (run_dirs[0] / "environment.json").is_file()
+        else {}
+    )
+    env["merged_from"] = [
+        {
+            "dir": d.name,
+            "shard": read_json(d / "shard.json") if (d / "shard.json").is_file() else None,
+        }
+        for d in run_dirs
+    ]
+    write_json(out / "environment.json", env)
+    for sid in ids:
+        shutil.copytree(found[sid], out / "settings" / sid)
+    _write_summaries(out, [read_result(out / "settings" / sid / "result.json") for sid in ids])
+    return out
 
 
 def portable_config(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
@@ -230,10 +323,12 @@ def run_experiment(
     progress: bool = True,
     log: Callable[[str], None] | None = None,
     stop_after: int | None = None,
+    shard: tuple[int, int] | None = None,
 ) -> Path:
     """Run (or resume) the grid; returns the run directory. ``stop_after`` ends after that many
-    newly computed settings (for tests and staged runs). Raises :class:`RunDirLocked` when
-    another live process writes the same run directory."""
+    newly computed settings (for tests and staged runs). ``shard`` = (i, n): only the i-th of n
+    parts of the grid (:func:`shard_of`; :func:`merge_runs` joins the parts' directories).
+    Raises :class:`RunDirLocked` when another live process writes the same run directory."""
     run_dir = Path(out_dir) if out_dir is not None else _default_out(cfg)
     models = require_models(cfg)  # before the run directory, any generation or lab build
     for t in cfg.targets:  # a served target's server answers, and serves this model
@@ -241,7 +336,9 @@ def run_experiment(
         if line is not None and log is not None:
             log(f"target {t.name}: {line}")
     with lock_run_dir(run_dir):
-        return _run_locked(cfg, run_dir, models, progress=progress, log=log, stop_after=stop_after)
+        return _run_locked(
+            cfg, run_dir, models, progress=progress, log=log, stop_after=stop_after, shard=shard
+        )
 
 
 def _run_locked(
@@ -252,6 +349,7 @@ def _run_locked(
     progress: bool,
     log: Callable[[str], None] | None,
     stop_after: int | None,
+    shard: tuple[int, int] | None = None,
 ) -> Path:
     from tqdm.auto import tqdm
 
@@ -271,6 +369,12 @@ def _run_locked(
         [{"id": s.id, "setting_hash": setting_hash(s, cfg)} for s in settings],
     )
     stale = set_aside_stale(run_dir, [s.id for s in settings])
+    if shard is not None:  # the grid.json above is the whole grid: a shard runs its part
+        write_json(run_dir / "shard.json", {"index": shard[0], "count": shard[1]})
+        settings = shard_of(settings, shard)
+        say(f"shard {shard[0]}/{shard[1]}: {len(settings)} setting(s) of the grid")
+    else:
+        (run_dir / "shard.json").unlink(missing_ok=True)
     if stale:
         say(
             f"{len(stale)} setting(s) not in this config moved to settings/.stale/ "

@@ -129,7 +129,7 @@ class OpenAITarget:
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | Sequence[str],
         model: str,
         *,
         api_key_env: str | None = "OPENAI_API_KEY",
@@ -145,8 +145,13 @@ class OpenAITarget:
         dialect: str = "openai",
         progress: bool = False,
     ) -> None:
-        if not isinstance(base_url, str) or urlparse(base_url).scheme not in ("http", "https"):
-            raise ValueError(f"base_url must be an http(s) URL, got {base_url!r}")
+        bases = [base_url] if isinstance(base_url, str) else list(base_url or [])
+        if not bases or not all(
+            isinstance(b, str) and urlparse(b).scheme in ("http", "https") for b in bases
+        ):
+            raise ValueError(
+                f"base_url must be an http(s) URL or a non-empty list of them, got {base_url!r}"
+            )
         if not isinstance(model, str) or not model:
             raise ValueError(
                 f"model must be a non-empty string (the served model id), got {model!r}"
@@ -165,9 +170,13 @@ class OpenAITarget:
             raise ValueError(f"model_aliases must be a list of model names, got {model_aliases!r}")
         if dialect not in DIALECTS:
             raise ValueError(f"dialect must be one of {', '.join(DIALECTS)}, got {dialect!r}")
-        url = base_url.rstrip("/")
-        self.url = url + ("/completions" if url.endswith("/v1") else "/v1/completions")
-        _register_url_credentials(self.url)
+        #: every replica's completions endpoint (one model served by several servers)
+        self.urls = [_completions_url(b) for b in bases]
+        if len(set(self.urls)) != len(self.urls):
+            raise ValueError(f"base_url names a replica twice: {base_url!r}")
+        self.url = self.urls[0]
+        for u in self.urls:
+            _register_url_credentials(u)
         self.model = model
         self.model_aliases = tuple(model_aliases)
         self.api_key_env = api_key_env
@@ -191,16 +200,19 @@ class OpenAITarget:
         self.retry_reasons: collections.Counter[str] = collections.Counter()
         self._count_lock = threading.Lock()
         self._warned_no_model = False
+        self._said_down: set[str] = set()
 
     def __repr__(self) -> str:
         return f"OpenAITarget(url={self.where!r}, model={self.model!r}, name={self.name!r})"
 
     @property
     def where(self) -> str:
-        """The endpoint for messages: credentials in the URL are redacted."""
+        """The endpoint for messages: credentials in the URL are redacted (with several
+        replicas, the first and how many more)."""
         from calibdcd.redact import redact_url
 
-        return redact_url(self.url)
+        more = f" (+{len(self.urls) - 1} replica(s))" if len(self.urls) > 1 else ""
+        return redact_url(self.url) + more
 
     @property
     def stats(self) -> dict[str, Any]:
@@ -340,10 +352,10 @@ class OpenAITarget:
 
         eff = [(p, 0) if params.greedy else (p, i) for p, i in rows]
         unique = list(dict.fromkeys(eff))
-        sem = asyncio.Semaphore(self.concurrency)
-        limits = httpx.Limits(
-            max_connections=self.concurrency, max_keepalive_connections=self.concurrency
-        )
+        total = self.concurrency * len(self.urls)
+        sem = asyncio.Semaphore(total)
+        pool = _ReplicaPool(self.urls, self.concurrency)
+        limits = httpx.Limits(max_connections=total, max_keepalive_connections=total)
         bar = inner_bar(total=len(unique), desc="requests", unit="request", enabled=self.progress)
         async with httpx.AsyncClient(
             timeout=self.timeout, limits=limits, follow_redirects=False
@@ -351,7 +363,7 @@ class OpenAITarget:
 
             async def one(row: tuple[str, int]) -> str:
                 async with sem:
-                    text = await self._request(client, row[0], row[1], params)
+                    text = await self._request(client, row[0], row[1], params, pool)
                 bar.update(1)
                 return text
 
@@ -390,10 +402,20 @@ class OpenAITarget:
         served names against ``model`` and ``model_aliases``) raise :class:`PreflightError` in
         one line. Returns the served names, or None when the server does not list its models
         (a 404/405/501 answer: nothing to check, the completions' ``model`` field still is)."""
+        served: list[str] | None = None
+        for u in self.urls:
+            got = self._preflight_one(u)
+            if got is not None:
+                served = got if served is None else served + [m for m in got if m not in served]
+        return served
+
+    def _preflight_one(self, completions_url: str) -> list[str] | None:
         import httpx
 
-        url = self.url.removesuffix("/completions") + "/models"
-        where = self.where.removesuffix("/completions") + "/models"
+        from calibdcd.redact import redact_url
+
+        url = completions_url.removesuffix("/completions") + "/models"
+        where = redact_url(url)
         try:
             with httpx.Client(timeout=min(self.timeout, 15.0), follow_redirects=False) as c:
                 r = c.get(url, headers=self._headers())
@@ -437,35 +459,53 @@ class OpenAITarget:
                 self.retry_reasons[reason] += 1
 
     async def _request(
-        self, client: Any, prompt: str, sample: int, params: GenerationParams
+        self,
+        client: Any,
+        prompt: str,
+        sample: int,
+        params: GenerationParams,
+        pool: _ReplicaPool | None = None,
     ) -> str:
         body = self._body(prompt, sample, params)
-        for attempt in range(self.max_retries + 1):
+        pool = pool or _ReplicaPool(self.urls, self.concurrency)
+        attempt = 0
+        while True:
+            url = await pool.acquire()
             try:
-                return await self._attempt(client, body)
+                return await self._attempt(client, body, url)
             except _Retryable as e:
-                if attempt == self.max_retries:
-                    raise OpenAITargetError(
-                        f"{self.where}: giving up after {self.max_retries} retries "
-                        f"(last failure: {e.reason})"
-                    ) from None
-                self._count(e.reason.split(":")[0])
-                delay = min(self.backoff_max, self.backoff_base * 2**attempt)
-                delay *= 0.5 + random.random() / 2  # jitter: spread simultaneous retries
-                if e.retry_after is not None:
-                    delay = max(delay, min(e.retry_after, 10 * self.backoff_max))
-                log.debug("retrying %s in %.2fs (%s)", self.where, delay, e.reason)
-                await asyncio.sleep(delay)
-        raise AssertionError("unreachable")  # pragma: no cover
+                err = e
+            finally:
+                await pool.release(url)
+            if err.reason.startswith("connection") and pool.mark_down(url):
+                # a replica that died: its requests go to the others (not a retry)
+                if url not in self._said_down:
+                    self._said_down.add(url)
+                    log.warning("replica %s is down; its requests go to the others", url)
+                self._count("replica down")
+                continue
+            if attempt == self.max_retries:
+                raise OpenAITargetError(
+                    f"{self.where}: giving up after {self.max_retries} retries "
+                    f"(last failure: {err.reason})"
+                ) from None
+            self._count(err.reason.split(":")[0])
+            delay = min(self.backoff_max, self.backoff_base * 2**attempt)
+            delay *= 0.5 + random.random() / 2  # jitter: spread simultaneous retries
+            if err.retry_after is not None:
+                delay = max(delay, min(err.retry_after, 10 * self.backoff_max))
+            log.debug("retrying %s in %.2fs (%s)", self.where, delay, err.reason)
+            attempt += 1
+            await asyncio.sleep(delay)
 
-    async def _attempt(self, client: Any, body: dict[str, Any]) -> str:
+    async def _attempt(self, client: Any, body: dict[str, Any], url: str | None = None) -> str:
         import httpx
 
         self._count(None)
         try:
             # httpx's timeout bounds each read, not the whole answer: the deadline is total
             resp = await asyncio.wait_for(
-                client.post(self.url, json=body, headers=self._headers()), self.timeout
+                client.post(url or self.url, json=body, headers=self._headers()), self.timeout
             )
         except (TimeoutError, asyncio.TimeoutError):
             raise _Retryable(f"timeout: no complete answer within {self.timeout:g} s") from None
@@ -517,6 +557,55 @@ class OpenAITarget:
         if not isinstance(text, str):
             raise _Retryable(f"malformed: choices[0].text is not a string: {said}")
         return text
+
+
+def _completions_url(base_url: str) -> str:
+    url = base_url.rstrip("/")
+    return url + ("/completions" if url.endswith("/v1") else "/v1/completions")
+
+
+class _ReplicaPool:
+    """Replicas of one served model, each with at most ``per_replica`` requests in flight: a
+    request goes to the live replica with the fewest in flight. A replica whose connection
+    fails is taken out (for the rest of the call) while another is live; when all are down,
+    requests keep trying them (the retry budget and backoff then decide)."""
+
+    def __init__(self, urls: Sequence[str], per_replica: int):
+        self.urls = list(urls)
+        self.per = per_replica
+        self.inflight = dict.fromkeys(self.urls, 0)
+        self.down: set[str] = set()
+        self.cond = asyncio.Condition()
+
+    def _live(self) -> list[str]:
+        live = [u for u in self.urls if u not in self.down]
+        return live or self.urls
+
+    async def acquire(self) -> str:
+        async with self.cond:
+            while True:
+                free = [u for u in self._live() if self.inflight[u] < self.per]
+                if free:
+                    url = min(free, key=lambda u: (self.inflight[u], self.urls.index(u)))
+                    self.inflight[url] += 1
+                    return url
+                await self.cond.wait()
+
+    async def release(self, url: str) -> None:
+        async with self.cond:
+            self.inflight[url] -= 1
+            self.cond.notify_all()
+
+    def mark_down(self, url: str) -> bool:
+        """``url``'s connection failed: take it out while another replica is live. True when
+        the request should go to another replica (``url`` is out, now or already)."""
+        if len(self.urls) == 1:
+            return False
+        if url not in self.down:
+            if len(self.down) + 1 >= len(self.urls):
+                return False  # the last live replica: its failure is a failure
+            self.down.add(url)
+        return True
 
 
 def _same_model_name(served: Any, model: str, aliases: Sequence[str]) -> bool:
