@@ -161,15 +161,14 @@ def compare_sampled(local, server, prompts, truths, max_new_tokens: int, top_k) 
     return out
 
 
-def throughput(make_local, make_server, prompts, max_new_tokens, batches, concurrencies) -> list:
+def throughput(
+    make_local, make_server, label, prompts, max_new_tokens, batches, concurrencies
+) -> list:
     from calibdcd.targets.base import GenerationParams
 
     params = GenerationParams(max_new_tokens=max_new_tokens, temperature=1.0, top_p=1.0, seed=5)
     runs = [("hf (in process)", f"batch {b}", lambda b=b: make_local(b)) for b in batches]
-    runs += [
-        ("openai (transformers serve)", f"concurrency {c}", lambda c=c: make_server(c))
-        for c in concurrencies
-    ]
+    runs += [(label, f"concurrency {c}", lambda c=c: make_server(c)) for c in concurrencies]
     rows = []
     for backend, setting, make in runs:
         t = make()
@@ -186,7 +185,10 @@ def throughput(make_local, make_server, prompts, max_new_tokens, batches, concur
     return rows
 
 
-def run_auc(config: Path, served: Path, url: str, out: Path) -> dict:
+def run_auc(
+    config: Path, served: Path, url: str, out: Path, model: str | None = None,
+    dialect: str = "transformers",
+) -> dict:  # fmt: skip
     """`calibdcd run` of ``config`` (its benchmark, split and seeds) with its Overlap detector
     on its first target in process and on the served copy of that target's model."""
     import yaml
@@ -196,8 +198,8 @@ def run_auc(config: Path, served: Path, url: str, out: Path) -> dict:
     srv = {
         "name": f"{hf['name']}-server",
         "backend": "openai",
-        "model": str(served),
-        "options": {"base_url": url, "concurrency": 4, "timeout": 600, "dialect": "transformers"},
+        "model": model or str(served),
+        "options": {"base_url": url, "concurrency": 4, "timeout": 600, "dialect": dialect},
     }
     cfg.update(
         name=f"{cfg['name']}-server",
@@ -233,7 +235,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sampled-tokens", type=int, default=48)
     ap.add_argument("--batches", type=int, nargs="+", default=[16, 64])
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
-    ap.add_argument("--server-args", default="", help="extra `transformers serve` arguments")
+    ap.add_argument("--server-args", default="", help="extra server arguments")
+    ap.add_argument(
+        "--engine",
+        choices=["transformers", "vllm"],
+        default="transformers",
+        help="the server: `transformers serve` (this venv) or vLLM (its own environment: "
+        "CALIBDCD_VLLM_PYTHON, else ../vllm-env)",
+    )
     ap.add_argument(
         "--auc",
         type=Path,
@@ -259,7 +268,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from calibdcd.targets.hf import HFTarget
     from calibdcd.targets.openai import OpenAITarget
-    from calibdcd.targets.serve import sampling_copy, served_model_id, transformers_serve
+    from calibdcd.targets.serve import (
+        sampling_copy,
+        served_model_id,
+        transformers_serve,
+        vllm_serve,
+    )
 
     args.out.mkdir(parents=True, exist_ok=True)
     model_dir = resolve_model(args.model)
@@ -278,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
         "commit": subprocess.run(
             ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
         ).stdout.strip(),
-        "server": "transformers serve " + args.server_args,
+        "server": f"{'transformers serve' if args.engine == 'transformers' else 'vllm'} "
+        + args.server_args,
     }
 
     def save() -> None:  # after every part: a crash (or a killed session) keeps what was measured
@@ -286,10 +301,19 @@ def main(argv: list[str] | None = None) -> int:
 
     local = HFTarget(served, device="cpu", batch_size=64)
     extra = args.server_args.split()
-    with transformers_serve(served, extra_args=extra, log=args.out / "server.log") as url:
-        mid = served_model_id(served)
+    if args.engine == "vllm":  # vLLM honours each request's temperature and seed itself
+        serve = vllm_serve(
+            served, served_name="served", extra_args=extra, log=args.out / "server.log"
+        )
+    else:
+        serve = transformers_serve(served, extra_args=extra, log=args.out / "server.log")
+    engine_dialect = "vllm" if args.engine == "vllm" else "transformers"
+    with serve as url:
+        mid = "served" if args.engine == "vllm" else served_model_id(served)
 
-        def server(c: int, dialect: str = "transformers") -> OpenAITarget:
+        def server(c: int, dialect: str = engine_dialect) -> OpenAITarget:
+            if dialect == "transformers":  # SAMPLED's dialect is transformers serve's
+                dialect = engine_dialect
             return OpenAITarget(url, mid, concurrency=c, timeout=600, dialect=dialect)
 
         if "greedy" in args.parts:
@@ -306,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
             result["throughput"] = throughput(
                 lambda bs: HFTarget(served, device="cpu", batch_size=bs),
                 server,
+                f"openai ({result['server'].strip()})",
                 prompts[:64],
                 args.sampled_tokens,
                 args.batches,
@@ -314,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
             print("throughput:", json.dumps(result["throughput"], indent=1), flush=True)
             save()
         if args.auc:
-            result["auc"] = run_auc(args.auc, served, url, args.out)
+            result["auc"] = run_auc(args.auc, served, url, args.out, mid, engine_dialect)
     result["seconds"] = time.perf_counter() - t_all + result.get("seconds", 0.0)
     result.setdefault("runs", []).append(
         {"parts": args.parts, "auc": bool(args.auc), "commit": result["commit"]}

