@@ -280,7 +280,7 @@ def test_distribution_check_flags_different_texts_and_not_same_ones():
 
 
 def test_fit_config_reports_every_problem_with_its_line(tmp_path):
-    from calibdcd.fitted.config import load_fit_config
+    from calibdcd.experiment.fit_config import load_fit_config
 
     p = tmp_path / "fit.yaml"
     p.write_text(
@@ -304,7 +304,7 @@ def test_fit_config_reads_like_a_run_config_every_problem_at_once(tmp_path, monk
     options are checked with the run configs' reader: all problems at once, each with its
     line; a good file with ${VAR} loads with the variables expanded."""
     from calibdcd.experiment.config import ConfigError
-    from calibdcd.fitted.config import load_fit_config
+    from calibdcd.experiment.fit_config import load_fit_config
 
     monkeypatch.delenv("CALIBDCD_UNSET_URL", raising=False)
     p = tmp_path / "fit.yaml"
@@ -610,7 +610,7 @@ def test_fit_and_score_share_the_cache_root_rule_of_every_command(tmp_path, monk
     """No cache_dir: $CALIBDCD_CACHE, else the user cache, as `run` (and `score` without
     --cache-dir) use, so a `score` run from another directory finds `fit`'s generations; a
     cache_dir in the file is read against the file's directory."""
-    from calibdcd.fitted.config import load_fit_config
+    from calibdcd.experiment.fit_config import load_fit_config
     from calibdcd.paths import cache_root
 
     monkeypatch.setenv("CALIBDCD_CACHE", str(tmp_path / "shared-cache"))
@@ -695,7 +695,7 @@ def test_fit_from_flags_without_a_config(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("name", ["fit-micro", "audit-vllm"])
 def test_shipped_fit_configs_load(name):
-    from calibdcd.fitted.config import load_fit_config
+    from calibdcd.experiment.fit_config import load_fit_config
 
     cfg = load_fit_config(Path(__file__).resolve().parents[1] / "configs" / f"{name}.yaml")
     if name == "audit-vllm":

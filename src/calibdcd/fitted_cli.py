@@ -223,8 +223,9 @@ def fit_command(
     """Fit a detector (+ CalibDCD) on known members and non-members and save the bundle."""
     from calibdcd.experiment.components import build_detector, resolve_lab_refs
     from calibdcd.experiment.config import DetectorEntry
+    from calibdcd.experiment.fit_config import fit_config_from, load_fit_config
     from calibdcd.fitted import fit_detector
-    from calibdcd.fitted.config import fit_config_from, load_fit_config, parse_target_spec
+    from calibdcd.fitted.config import parse_target_spec
 
     flags = {"--target": target, "--members": members, "--nonmembers": nonmembers}
     try:

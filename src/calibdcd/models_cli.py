@@ -34,8 +34,8 @@ def _is_fit_config(config: Path) -> bool:
 def _uses(config: Path):
     """The model uses of a run config or of a fit config (the same command for both)."""
     from calibdcd.experiment.config import ConfigError, load_config
+    from calibdcd.experiment.fit_config import load_fit_config
     from calibdcd.experiment.model_uses import models_in_config, models_in_fit_config
-    from calibdcd.fitted.config import load_fit_config
 
     try:
         if _is_fit_config(config):

@@ -27,9 +27,9 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["FitConfig", "fit_config_from", "load_fit_config", "parse_target_spec", "read_texts"]
+__all__ = ["FitConfig", "parse_target_spec", "read_texts"]
 
 
 class _Strict(BaseModel):
@@ -134,76 +134,6 @@ class FitConfig(_Strict):
         if self.calibdcd is True:
             return CalibrationConfig()
         return CalibrationConfig(**self.calibdcd)
-
-
-def load_fit_config(path: str | Path) -> FitConfig:
-    """Read and validate a fit config with the run configs' reader (``calibdcd run``): ``${VAR}``
-    and ``${VAR:-default}`` expanded from the environment (secret ones registered for
-    redaction), and every problem - schema, value, unset variable, the target's backend options,
-    the detector's preset and options - reported at once in one
-    :class:`~calibdcd.experiment.config.ConfigError`, each with its line and key path."""
-    from calibdcd.experiment.config import ConfigError, _read_yaml
-
-    p = Path(path)
-    data, lines = _read_yaml(p)
-    if not isinstance(data, dict):
-        raise ConfigError("", f"a fit config is a mapping, got {type(data).__name__}", str(p))
-    return fit_config_from(data, source=str(p), base_dir=p.resolve().parent, lines=lines)
-
-
-def fit_config_from(
-    data: dict[str, Any],
-    *,
-    source: str,
-    base_dir: str | Path,
-    lines: Any = None,
-) -> FitConfig:
-    """A fit config from its mapping (a YAML file's, or the command line's flags), checked as
-    :func:`load_fit_config` checks a file; relative paths are read against ``base_dir``."""
-    from calibdcd.experiment.components import DETECTORS, _detector_entry_problems
-    from calibdcd.experiment.config import (
-        ConfigError,
-        ConfigProblem,
-        DetectorEntry,
-        _expand_tree,
-        _line,
-        key_path,
-    )
-    from calibdcd.targets.base import option_problems
-
-    found: list[tuple[tuple[Any, ...], str]] = []
-    data = _expand_tree(data, (), found)
-    data.setdefault("base_dir", str(base_dir))
-    cfg = None
-    try:
-        cfg = FitConfig(**data)
-    except ValidationError as exc:
-        for e in exc.errors():
-            loc = tuple(
-                x for x in e["loc"] if not isinstance(x, str) or not x.startswith("function-")
-            )
-            msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
-            found.append((loc, str(msg).removeprefix("Value error, ")))
-    t, d = data.get("target"), data.get("detector")
-    if isinstance(t, dict) and isinstance(t.get("options"), dict):
-        backend = t.get("backend", "hf")
-        if isinstance(backend, str):
-            found += [
-                (("target", "options", *k), m) for k, m in option_problems(backend, t["options"])
-            ]
-    if isinstance(d, dict) and isinstance(d.get("name"), str) and d["name"] in DETECTORS:
-        options = d.get("options") if isinstance(d.get("options"), dict) else {}
-        entry = DetectorEntry(name=d["name"], preset=d.get("preset"), options=options)
-        bench = {"benchmarks": [{"name": d.get("benchmark") or ""}]}
-        found += [(("detector", *k), m) for k, m in _detector_entry_problems(entry, bench)]
-    if found:
-        problems = sorted(
-            (ConfigProblem(key_path(loc), m, _line(loc, lines)) for loc, m in dict.fromkeys(found)),
-            key=lambda x: x.line or 0,
-        )
-        raise ConfigError("", "", source, problems=problems)
-    assert cfg is not None
-    return cfg
 
 
 #: ``--target`` keys that are fields of the target section (the rest are backend options)
