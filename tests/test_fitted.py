@@ -197,8 +197,11 @@ def test_load_checks_the_target_identity(bundle):
         FittedDetector.load(bundle, target=other)
     with pytest.warns(RuntimeWarning, match="dtype"):
         FittedDetector.load(bundle, target={**same, "options": {"dtype": "bfloat16"}})
-    # other package versions: a warning that names them
+    # other package versions (a bundle written elsewhere, its digest its own): a warning
+    from calibdcd.fitted.detector import _header_digest
+
     head2 = dict(head, versions={**head["versions"], "numpy": "0.0.1"})
+    head2["header_sha256"] = _header_digest(head2)
     tmp = bundle.parent / "versions"
     import shutil
 
