@@ -185,12 +185,22 @@ def vllm_serve(
             "CALIBDCD_VLLM_PYTHON to its python"
         )
     port = port or free_port()
+    # vLLM's CPU backend reserves --gpu-memory-utilization of the NUMA node's memory (0.92 by
+    # default: more than a shared machine has free); a small model needs little KV cache
+    cpu_memory = [] if "--gpu-memory-utilization" in extra_args else [
+        "--gpu-memory-utilization", "0.3",
+    ]  # fmt: skip
     cmd = [
         str(py), "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1",
         "--port", str(port), "--model", str(model_dir), "--dtype", "float32",
-        "--served-model-name", served_name or str(model_dir), *extra_args,
+        "--served-model-name", served_name or str(model_dir), *cpu_memory, *extra_args,
     ]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
+    env = {
+        "VLLM_CPU_KVCACHE_SPACE": "2",  # GiB of KV cache on a CPU build (unless set)
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+    }
     sink = open(log, "ab") if log is not None else subprocess.DEVNULL
     proc = subprocess.Popen(cmd, env=env, stdout=sink, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
