@@ -58,7 +58,10 @@ def prompt_set(lab_dir: Path | None, n: int, seed: int) -> list[tuple[str, list[
     from calibdcd.detectors.overlap import OverlapConfig, _split
 
     if lab_dir is None or not (lab_dir / "ground_truth.jsonl").is_file():
-        raise SystemExit("--model must name a lab model (lab:<preset>/<model>) for its texts")
+        raise SystemExit(
+            "--model must name a lab model (lab:<preset>/<model>) for its texts, or --texts a "
+            "ground_truth.jsonl"
+        )
     rows = [json.loads(line) for line in (lab_dir / "ground_truth.jsonl").open()]
     rng = np.random.default_rng(seed)
     picked = []
@@ -230,6 +233,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="lab:real-smollm2/chat")
     ap.add_argument("--n", type=int, default=100, help="prompts (half members)")
+    ap.add_argument(
+        "--texts",
+        type=Path,
+        help="a ground_truth.jsonl (text, label) for the prompts when --model is no lab model "
+        "(e.g. a built lab's)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--greedy-tokens", type=int, default=32)
     ap.add_argument("--sampled-tokens", type=int, default=48)
@@ -277,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args.out.mkdir(parents=True, exist_ok=True)
     model_dir = resolve_model(args.model)
-    items = prompt_set(model_dir.parent, args.n, args.seed)
+    items = prompt_set(args.texts.parent if args.texts else model_dir.parent, args.n, args.seed)
     prompts = [p for p, _, _ in items]
     truths = [t for _, t, _ in items]
     served = sampling_copy(model_dir, args.out / "served-model")
@@ -386,9 +395,17 @@ def markdown(r: dict) -> str:
         f"identical ({100 * g['rate']:.0f}%).",
         "",
     ]
+    vllm = str(r.get("server", "")).startswith("vllm")
     for key, (*_, title) in SAMPLED.items():
         if key not in r:
             continue
+        if vllm:  # the same requests in vLLM's dialect: "inherit" means vLLM's default there
+            title = {
+                "sampled": "Sampled, top-k inherited (in process: transformers' default 50 for a "
+                "checkpoint that sets none; vLLM: no top-k), dialect `vllm`",
+                "sampled_topk_none": "Sampled, top-k None on both (the client sends "
+                "`top_k: -1`), dialect `vllm`",
+            }.get(key, title)
         lines += [
             f"{title}, temperature 1, top-p 1:",
             "",
