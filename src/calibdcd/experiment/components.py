@@ -311,7 +311,10 @@ def build_target(
     if entry.family is not None:
         kwargs["family"] = entry.family
     target = create_target(entry.backend, **kwargs)
-    return CachedTarget(target, cache_path)
+    # a served target keeps concurrency x replicas requests in flight: a cache chunk (what one
+    # call hands it) must hold at least that many, twice over to keep the servers busy
+    in_flight = int(getattr(target, "concurrency", 0) or 0) * len(getattr(target, "urls", [0]))
+    return CachedTarget(target, cache_path, chunk_size=max(64, 2 * in_flight))
 
 
 def preflight_target(entry: TargetEntry) -> str | None:
