@@ -72,7 +72,6 @@ def transformers_serve(
     """Start ``transformers serve`` on 127.0.0.1 with ``model_dir`` preloaded on the CPU; yield
     its base URL once ``/health`` answers; stop it on exit. ``threads`` sets the server's torch
     threads (``OMP_NUM_THREADS``); ``log`` keeps its output (else it is discarded)."""
-    import httpx
 
     model_dir = Path(model_dir)
     if not (model_dir / "config.json").is_file():
@@ -83,6 +82,25 @@ def transformers_serve(
         env["OMP_NUM_THREADS"] = str(threads)
     cmd = [str(_cli()), "serve", "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"]
     cmd += [*extra_args, str(model_dir)]
+    with _serving(cmd, env, port, "transformers serve", startup_timeout, log, 0.5, 20) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def _serving(
+    cmd: list[str],
+    env: dict[str, str],
+    port: int,
+    name: str,
+    startup_timeout: float,
+    log: str | os.PathLike[str] | None,
+    poll: float,
+    stop_timeout: float,
+) -> Iterator[str]:
+    """Run ``cmd`` (a server on 127.0.0.1:``port``), yield its URL once ``/health`` answers,
+    stop it on exit (terminate, then kill); one :class:`ServerError` line if it never does."""
+    import httpx
+
     sink = open(log, "ab") if log is not None else subprocess.DEVNULL
     proc = subprocess.Popen(cmd, env=env, stdout=sink, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -96,19 +114,17 @@ def transformers_serve(
                 pass
             if proc.poll() is not None:
                 raise ServerError(
-                    f"transformers serve exited with code {proc.returncode} during start-up"
+                    f"{name} exited with code {proc.returncode} during start-up"
                     + (f" (its output: {log})" if log is not None else "")
                 )
             if time.monotonic() > deadline:
-                raise ServerError(
-                    f"transformers serve did not answer /health in {startup_timeout} s"
-                )
-            time.sleep(0.5)
+                raise ServerError(f"{name} did not answer /health in {startup_timeout} s")
+            time.sleep(poll)
         yield url
     finally:
         proc.terminate()
         try:
-            proc.wait(timeout=20)
+            proc.wait(timeout=stop_timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
@@ -174,7 +190,6 @@ def vllm_serve(
     own environment: ``python``, else :func:`vllm_python`) on 127.0.0.1 for ``model_dir``
     (float32 on a CPU build), yield its base URL once ``/health`` answers, stop it on exit.
     The served name is ``served_name`` (default: the directory as given)."""
-    import httpx
 
     model_dir = Path(model_dir)
     py = Path(python) if python is not None else vllm_python()
@@ -201,32 +216,5 @@ def vllm_serve(
         "HF_HUB_OFFLINE": "1",
         "VLLM_NO_USAGE_STATS": "1",
     }
-    sink = open(log, "ab") if log is not None else subprocess.DEVNULL
-    proc = subprocess.Popen(cmd, env=env, stdout=sink, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + startup_timeout
-        while True:
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None:
-                raise ServerError(
-                    f"vLLM exited with code {proc.returncode} during start-up"
-                    + (f" (its output: {log})" if log is not None else "")
-                )
-            if time.monotonic() > deadline:
-                raise ServerError(f"vLLM did not answer /health in {startup_timeout} s")
-            time.sleep(1.0)
+    with _serving(cmd, env, port, "vLLM", startup_timeout, log, 1.0, 30) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if sink is not subprocess.DEVNULL:
-            sink.close()
