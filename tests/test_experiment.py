@@ -234,6 +234,10 @@ def test_run_directory_contents(run):
     _, run_dir = run
     for name in ("config.yaml", "environment.json", "grid.json", "results.csv", "results.jsonl"):
         assert (run_dir / name).is_file(), name
+    # which data the run read: where from (no machine path) and a digest of its content
+    (bench,) = json.loads((run_dir / "benchmarks.json").read_text())
+    assert bench["source"] == "ground_truth.jsonl" and bench["n_texts"] == 300
+    assert len(bench["content_digest"]) >= 16
     env = json.loads((run_dir / "environment.json").read_text())
     assert len(env["git"]["commit"]) == 40
     assert env["versions"]["numpy"] == np.__version__

@@ -162,7 +162,7 @@ def merge_runs(run_dirs: list[Path], out: Path) -> Path:
     if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"{out}: exists and is not empty; merge into a new directory")
     (out / "settings").mkdir(parents=True, exist_ok=True)
-    for name in ("config.yaml", "grid.json", "models.json"):
+    for name in ("config.yaml", "grid.json", "models.json", "benchmarks.json"):
         if (run_dirs[0] / name).is_file():
             shutil.copy2(run_dirs[0] / name, out / name)
     env = (
@@ -413,7 +413,33 @@ def _run_locked(
     finally:
         bar.close()
         ctx.release_target()
+        _write_benchmarks(run_dir, ctx)
     return run_dir
+
+
+def _write_benchmarks(run_dir: Path, ctx: RunContext) -> None:
+    """``benchmarks.json``: each benchmark the run read, where from (a file's name, or the hub
+    repository and commit) and a digest of its texts, labels and ids, so two runs can tell
+    whether they saw the same data."""
+    rows = []
+    for entry in ctx.cfg.benchmarks:
+        bench = ctx._benchmarks.get(entry.label)  # only those this run (or shard) loaded
+        if bench is None:
+            continue
+        src = str(bench.source)
+        portable = src if src.startswith("hf://") else Path(src.split(" (")[0]).name
+        rows.append(
+            {
+                "label": entry.label,
+                "name": bench.name,
+                "source": portable,
+                "n_texts": len(bench),
+                "n_members": int(sum(bench.labels)),
+                "content_digest": ctx.benchmark_digest(entry),
+            }
+        )
+    if rows:
+        write_json(run_dir / "benchmarks.json", rows)
 
 
 # --------------------------------------------------------------------------------------------
