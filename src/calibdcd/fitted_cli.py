@@ -29,14 +29,10 @@ def _progress(enabled: bool, total: int | None = None) -> Any:
 def _target_parts(cfg: Any, cache_dir: Path) -> tuple[Any, dict[str, Any], list[Any]]:
     """(cached target, its identity record, its view bank) for a fit config's target section."""
     from calibdcd.experiment.components import build_target, model_path, view_bank_for
-    from calibdcd.experiment.config import TargetEntry
     from calibdcd.targets.identity import target_record
 
     t = cfg.target
-    entry = TargetEntry(
-        name=t.name, backend=t.backend, model=t.model, family=t.family, lab=t.lab,
-        options=dict(t.options),
-    )  # fmt: skip
+    entry = _target_entry(t)
     local = Path(model_path(entry, root=cache_dir))  # a lab target's lab under the cache root
     record = target_record(
         t.backend, t.model, model_dir=local if local.exists() else None, family=t.family,
@@ -48,18 +44,23 @@ def _target_parts(cfg: Any, cache_dir: Path) -> tuple[Any, dict[str, Any], list[
     return target, record, views
 
 
+def _target_entry(section: Any) -> Any:
+    """A fit config's (or a bundle's) target section as the run's target entry."""
+    from calibdcd.experiment.config import TargetEntry
+
+    return TargetEntry(
+        name=section.name, backend=section.backend, model=section.model, family=section.family,
+        lab=section.lab, options=dict(section.options),
+    )  # fmt: skip
+
+
 def _preflight(section: Any) -> None:
     """A served target's server answers and serves the model, before any work (one line if
     not: exit 2)."""
     from calibdcd.experiment.components import preflight_target
-    from calibdcd.experiment.config import TargetEntry
 
-    entry = TargetEntry(
-        name=section.name, backend=section.backend, model=section.model, family=section.family,
-        options=dict(section.options),
-    )  # fmt: skip
     try:
-        said = preflight_target(entry)
+        said = preflight_target(_target_entry(section))
     except ValueError as exc:
         typer.echo(f"error: target: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -115,20 +116,19 @@ def _fit_texts(cfg: Any, cache: Path) -> Any:
 def fit_dry_run(cfg: Any, source: Path, out: Path, cache: Path) -> tuple[list[str], list[str]]:
     """What ``fit`` would do, checked without loading any model: the texts and their split,
     the target's backend and lab, every model and dataset it needs. (lines, problems)."""
-    from calibdcd.experiment.components import resolve_lab
-    from calibdcd.experiment.model_uses import models_in_fit_config
-    from calibdcd.models import MissingModelError, MissingModelsError, resolve_model
+    from calibdcd.experiment.components import preflight_target, resolve_lab
+    from calibdcd.experiment.model_uses import models_in_fit_config, resolve_uses
     from calibdcd.targets.base import available_backends
 
     lines = [f"fit config {source}: cache {cache}; bundle: {out}"]
     problems: list[str] = []
     t, d = cfg.target, cfg.detector
-    for lab in {x for x in (t.lab, cfg.data.lab) if x}:
-        if resolve_lab(lab, build=False, root=cache) is None:
-            lines.append(f"  lab {lab!r}: not built yet (built on first use)")
+    unbuilt = {
+        x for x in (t.lab, cfg.data.lab) if x and resolve_lab(x, build=False, root=cache) is None
+    }
+    lines += [f"  lab {lab!r}: not built yet (built on first use)" for lab in sorted(unbuilt)]
     try:
-        unbuilt = cfg.data.lab and resolve_lab(cfg.data.lab, build=False, root=cache) is None
-        texts = None if unbuilt else _fit_texts(cfg, cache)
+        texts = None if cfg.data.lab in unbuilt else _fit_texts(cfg, cache)
     except (OSError, ValueError) as exc:
         problems.append(f"data: {exc}")
         texts = None
@@ -146,14 +146,8 @@ def fit_dry_run(cfg: Any, source: Path, out: Path, cache: Path) -> tuple[list[st
         )
     else:
         lines.append(f"  target: {t.backend} {t.model}" + (f" (lab {t.lab})" if t.lab else ""))
-        from calibdcd.experiment.components import preflight_target
-        from calibdcd.experiment.config import TargetEntry
-
-        entry = TargetEntry(
-            name=t.name, backend=t.backend, model=t.model, family=t.family, options=dict(t.options)
-        )
         try:
-            said = preflight_target(entry)
+            said = preflight_target(_target_entry(t))
         except ValueError as exc:
             problems.append(f"target: {exc}")
         else:
@@ -161,20 +155,11 @@ def fit_dry_run(cfg: Any, source: Path, out: Path, cache: Path) -> tuple[list[st
                 lines.append(f"  target: {said}")
     lines.append(f"  detector: {d.name}" + (f" (preset {d.preset})" if d.preset else ""))
     try:
-        uses = models_in_fit_config(cfg)
-    except ValueError as exc:
+        resolved = resolve_uses(models_in_fit_config(cfg), str(source))
+    except ValueError as exc:  # every missing model at once, or a detector that does not build
         problems.append(str(exc))
-        uses = []
-    missing = []
-    for use in uses:
-        try:
-            resolve_model(use.ref, need=use.need)
-        except MissingModelError as exc:
-            missing.append((use, exc))
-    if missing:
-        problems.append(str(MissingModelsError(missing, str(source))))
     else:
-        lines.append(f"  models and hub datasets: {len(uses)} named, all available here")
+        lines.append(f"  models and hub datasets: {len(resolved)} named, all available here")
     return lines, problems
 
 

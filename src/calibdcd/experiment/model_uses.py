@@ -27,7 +27,13 @@ from calibdcd.models import (
 )
 from calibdcd.paths import cache_root
 
-__all__ = ["check_models", "hub_dataset_of", "models_in_config", "models_in_fit_config"]
+__all__ = [
+    "check_models",
+    "hub_dataset_of",
+    "models_in_config",
+    "models_in_fit_config",
+    "resolve_uses",
+]
 
 
 def hub_dataset_of(entry: Any) -> str | None:
@@ -133,7 +139,12 @@ def check_models(
 ) -> list[tuple[ModelUse, ResolvedModel]]:
     """Resolve every model of ``cfg`` (no download, no weights loaded); raise one
     :class:`MissingModelsError` that names every missing model and where it is used."""
-    uses = models_in_config(cfg) if uses is None else uses
+    return resolve_uses(models_in_config(cfg) if uses is None else uses, cfg.source or "CONFIG")
+
+
+def resolve_uses(uses: Sequence[ModelUse], source: str) -> list[tuple[ModelUse, ResolvedModel]]:
+    """Resolve every use (no download); one :class:`MissingModelsError` naming every missing
+    one, where it is used and the command that fetches them all (``source``: the config)."""
     ok: list[tuple[ModelUse, ResolvedModel]] = []
     missing: list[tuple[ModelUse, MissingModelError]] = []
     for use in uses:
@@ -142,5 +153,5 @@ def check_models(
         except MissingModelError as e:
             missing.append((use, e))
     if missing:
-        raise MissingModelsError(missing, cfg.source or "CONFIG")
+        raise MissingModelsError(missing, source)
     return ok

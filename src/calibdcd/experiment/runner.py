@@ -492,7 +492,7 @@ def dry_run(
         load_benchmark_entry,
         model_path,
     )
-    from calibdcd.targets.base import available_backends, unknown_options
+    from calibdcd.targets.base import available_backends, option_problems, unknown_options
 
     lines: list[str] = [f"config {cfg.name}" + (f" ({cfg.source})" if cfg.source else "")]
     problems: list[str] = []
@@ -589,8 +589,6 @@ def dry_run(
         if value_problem is not None:  # the run would fail building it, after earlier targets
             problems.append(f"{key}.options: {value_problem}")
             continue
-        from calibdcd.targets.base import option_problems
-
         said = None
         try:  # a served target: the server answers and serves this model (once its options
             # are right: wrong ones are reported by the config check)

@@ -498,14 +498,14 @@ class OpenAITarget:
             attempt += 1
             await asyncio.sleep(delay)
 
-    async def _attempt(self, client: Any, body: dict[str, Any], url: str | None = None) -> str:
+    async def _attempt(self, client: Any, body: dict[str, Any], url: str) -> str:
         import httpx
 
         self._count(None)
         try:
             # httpx's timeout bounds each read, not the whole answer: the deadline is total
             resp = await asyncio.wait_for(
-                client.post(url or self.url, json=body, headers=self._headers()), self.timeout
+                client.post(url, json=body, headers=self._headers()), self.timeout
             )
         except (TimeoutError, asyncio.TimeoutError):
             raise _Retryable(f"timeout: no complete answer within {self.timeout:g} s") from None
