@@ -82,8 +82,11 @@ def test_wrong_option_types_and_structure_are_collected(tmp_path):
 @pytest.mark.parametrize(
     "name", ["demo", "lab-micro", "lab-small", "lab-v2", "paper", "paper-vllm"]
 )
-def test_shipped_configs_round_trip_through_the_schema(name, tmp_path):
+def test_shipped_configs_round_trip_through_the_schema(name, tmp_path, request):
     import yaml
+
+    if name.startswith("paper"):
+        request.getfixturevalue("shared_data_dir")  # its benchmarks are the shared copies
 
     from calibdcd.experiment.runner import portable_config
     from calibdcd.experiment.setting import setting_hash

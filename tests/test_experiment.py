@@ -187,7 +187,7 @@ def load_config_roundtrip(cfg):
     return parse_config(yaml.safe_load(yaml.safe_dump(cfg.as_dict())))
 
 
-def test_paper_config_dry_run_passes_but_for_its_hub_models(tmp_path, monkeypatch):
+def test_paper_config_dry_run_passes_but_for_its_hub_models(tmp_path, monkeypatch, shared_data_dir):
     from typer.testing import CliRunner
 
     from calibdcd.cli import app
