@@ -36,6 +36,7 @@ analysis: {blind: false}
 def test_four_mistakes_report_four_with_paths_and_lines(tmp_path):
     p = tmp_path / "four.yaml"
     p.write_text(FOUR)
+    (tmp_path / "data.jsonl").write_text("")  # exists: a missing file would be a fifth problem
     with pytest.raises(ConfigError) as exc:
         load_config(p)
     got = [(q.path, q.line) for q in exc.value.problems]
@@ -373,3 +374,72 @@ def test_dry_run_names_a_truncated_lab_checkpoint(tmp_path, monkeypatch):
     assert len(problems) == 1, problems
     assert problems[0].startswith("targets[1] (base).model: ")
     assert "base/model.safetensors: truncated safetensors file" in problems[0]
+
+
+ONE_OF_EACH = """\
+name: one-of-each
+seeds: [0, -1]
+calibration: {ranks: [0], strengths: [1.5], tau: 1.5}
+split: {calibration_fraction: 1.5}
+benchmarks:
+  - {name: wiki, path: missing.jsonl}
+  - {name: wikimai}
+targets:
+  - {name: served, backend: openaii, model: m, options: {base_url: "http://127.0.0.1:9/v1"}}
+  - {name: qwen, backend: hf, model: Qwen/Qwen2.5-0.5B, family: qwen9}
+  - {name: api, backend: openai, model: m, family: qwen2.5, options: {base_url: "not a url"}}
+  - {name: typo, backend: openai, model: m, family: qwen2.5, options: {base_ur: "http://x/v1"}}
+detectors:
+  - {name: overlapp}
+  - {name: veilprobe, preset: offical}
+evaluation: {fpr: 2.0}
+analyses: {blindd: true}
+"""
+
+
+def test_one_mistake_of_each_kind_is_reported_at_once_with_lines(tmp_path):
+    """Schema, value, path, URL, option and name problems in one pass, each with its line and
+    key path (an unknown family and a missing file included): before, a file like this reported
+    six of them, and the rest only once those were fixed."""
+    p = tmp_path / "bad.yaml"
+    p.write_text(ONE_OF_EACH)
+    cfg, problems = read_config(p)
+    assert cfg is None
+    got = {q.path: (q.line, q.problem) for q in problems}
+    expected_lines = {
+        "seeds[1]": 2,
+        "calibration.ranks": 3,
+        "calibration.strengths": 3,
+        "calibration.tau": 3,
+        "split.calibration_fraction": 4,
+        "benchmarks[0].path": 6,
+        "benchmarks[1].name": 7,
+        "targets[0].backend": 9,
+        "targets[1].family": 10,
+        "targets[2].options.base_url": 11,
+        "targets[3].options.base_ur": 12,
+        "detectors[0].name": 14,
+        "detectors[1].preset": 15,
+        "evaluation.fpr": 16,
+        "analyses.blindd": 17,
+    }
+    assert {k: v[0] for k, v in got.items()} == expected_lines, got
+    assert (
+        got["benchmarks[0].path"][1] == f"no such file or directory: {tmp_path / 'missing.jsonl'}"
+    )
+    assert "(did you mean 'wikimia'?)" in got["benchmarks[1].name"][1]
+    assert "(did you mean 'openai'?)" in got["targets[0].backend"][1]
+    assert "unknown chat family 'qwen9' (did you mean 'qwen2.5'?)" in got["targets[1].family"][1]
+    assert "http(s) URL" in got["targets[2].options.base_url"][1]
+    assert "(did you mean 'base_url'?)" in got["targets[3].options.base_ur"][1]
+    assert "(did you mean 'overlap'?)" in got["detectors[0].name"][1]
+    assert "must lie in (0, 1], got 1.5" in got["calibration.tau"][1]
+    # the command line prints them all, each as file:line: key: problem
+    from typer.testing import CliRunner
+
+    from calibdcd.cli import app
+
+    res = CliRunner().invoke(app, ["run", str(p), "--dry-run"])
+    assert res.exit_code == 2
+    assert f"dry run: {len(expected_lines)} problem(s)" in res.output
+    assert f"{p}:10: targets[1].family: unknown chat family 'qwen9'" in res.output

@@ -210,7 +210,10 @@ def test_hub_without_datasets_package_says_what_to_install(monkeypatch):
 
 
 def test_unknown_name_lists_known_benchmarks():
-    with pytest.raises(ValueError, match=r"unknown benchmark 'nope'.*arxivtection.*wikimia"):
+    with pytest.raises(
+        ValueError,
+        match=r"nope: no such file, and 'nope' is not a known benchmark.*arxivtection.*wikimia",
+    ):
         load_benchmark("nope")
 
 

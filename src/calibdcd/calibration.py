@@ -75,6 +75,7 @@ __all__ = [
     "no_correction_reason",
     "score_weights",
     "selection_diagnostics",
+    "settings_problems",
     "top_right_singular_vectors",
 ]
 
@@ -123,33 +124,68 @@ class CalibrationConfig:
         return dataclasses.asdict(self)
 
 
+def _positive_int(v: Any) -> bool:
+    return not isinstance(v, bool) and isinstance(v, (int, np.integer)) and v >= 1
+
+
+def _real(v: Any) -> bool:
+    return not isinstance(v, bool) and isinstance(v, (int, float, np.integer, np.floating))
+
+
+def _ranks_problem(v: Any) -> str | None:
+    if not v:
+        return "must contain at least one rank"
+    bad = [r for r in v if not _positive_int(r)]
+    return f"must be positive integers, got {bad[0]!r}" if bad else None
+
+
+def _strengths_problem(v: Any) -> str | None:
+    if not v:
+        return "must contain at least one strength"
+    bad = [x for x in v if not (_real(x) and 0.0 <= float(x) <= 1.0)]
+    return f"must lie in [0, 1], got {bad[0]!r}" if bad else None
+
+
+def _choice(*allowed: str) -> Callable[[Any], str | None]:
+    def check(v: Any) -> str | None:
+        if v in allowed:
+            return None
+        return f"must be {', '.join(map(repr, allowed[:-1]))} or {allowed[-1]!r}, got {v!r}"
+
+    return check
+
+
+#: each setting's value check (None = fine); :func:`settings_problems` runs all of them
+_SETTING_CHECKS: dict[str, Callable[[Any], str | None]] = {
+    "ranks": _ranks_problem,
+    "strengths": _strengths_problem,
+    "tau": lambda v: (
+        None if _real(v) and 0.0 < float(v) <= 1.0 else f"must lie in (0, 1], got {v!r}"
+    ),
+    "n_views": lambda v: None if _positive_int(v) else f"must be a positive integer, got {v!r}",
+    "clip_percentile": lambda v: (
+        None if _real(v) and 0.0 < float(v) <= 100.0 else f"must lie in (0, 100], got {v!r}"
+    ),
+    "view_selection": _choice("fpp", "random", "top1"),
+    "weighting": _choice("score", "binary"),
+    "centering": _choice("origin", "nonmembers"),
+}
+
+
+def settings_problems(values: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Every range problem of CalibDCD settings (``(field, problem)`` pairs, all at once, so a
+    config reports each of them); fields not given are not checked."""
+    return [
+        (k, problem)
+        for k, check in _SETTING_CHECKS.items()
+        if k in values and (problem := check(values[k])) is not None
+    ]
+
+
 def _check_settings(cfg: CalibrationConfig) -> None:
-    if not cfg.ranks:
-        raise ValueError("ranks must contain at least one rank")
-    for r in cfg.ranks:
-        if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or r < 1:
-            raise ValueError(f"ranks must be positive integers, got {r!r}")
-    if not cfg.strengths:
-        raise ValueError("strengths must contain at least one strength")
-    for lam in cfg.strengths:
-        if not (isinstance(lam, (int, float, np.floating)) and 0.0 <= float(lam) <= 1.0):
-            raise ValueError(f"strengths must lie in [0, 1], got {lam!r}")
-    if not (0.0 < float(cfg.tau) <= 1.0):
-        raise ValueError(f"tau must lie in (0, 1], got {cfg.tau!r}")
-    if isinstance(cfg.n_views, bool) or not isinstance(cfg.n_views, (int, np.integer)):
-        raise ValueError(f"n_views must be a positive integer, got {cfg.n_views!r}")
-    if cfg.n_views < 1:
-        raise ValueError(f"n_views must be a positive integer, got {cfg.n_views!r}")
-    if not (0.0 < float(cfg.clip_percentile) <= 100.0):
-        raise ValueError(f"clip_percentile must lie in (0, 100], got {cfg.clip_percentile!r}")
-    if cfg.view_selection not in ("fpp", "random", "top1"):
-        raise ValueError(
-            f"view_selection must be 'fpp', 'random' or 'top1', got {cfg.view_selection!r}"
-        )
-    if cfg.weighting not in ("score", "binary"):
-        raise ValueError(f"weighting must be 'score' or 'binary', got {cfg.weighting!r}")
-    if cfg.centering not in ("origin", "nonmembers"):
-        raise ValueError(f"centering must be 'origin' or 'nonmembers', got {cfg.centering!r}")
+    problems = settings_problems(dataclasses.asdict(cfg))
+    if problems:
+        raise ValueError("; ".join(f"{k} {m}" for k, m in problems))
 
 
 # --------------------------------------------------------------------------------------------

@@ -244,6 +244,10 @@ def fit_command(
         lines, problems = fit_dry_run(cfg, config, out, cache_dir)
         for line in lines:
             typer.echo(line)
+        if config.is_file():  # each problem with its line in the fit config
+            from calibdcd.experiment.config import locate
+
+            problems = [locate(p, config) for p in problems]
         for p in problems:
             typer.echo(f"error: {p}", err=True)
         if problems:

@@ -55,6 +55,7 @@ __all__ = [
     "ORIGINAL",
     "View",
     "family_views",
+    "known_family",
     "load_tokenizer",
     "strip_reasoning",
     "template_views",
@@ -171,6 +172,11 @@ FAMILIES: tuple[str, ...] = tuple(_BUILDERS)
 
 def _canonical_family(family: str) -> str | None:
     return _ALIASES.get(family.strip().lower().replace("_", "-").replace(" ", ""))
+
+
+def known_family(family: str) -> bool:
+    """Whether ``family`` names a family with built-in boundary views (or an alias of one)."""
+    return _canonical_family(family) is not None
 
 
 # --- generic derivation from any chat template ----------------------------------------------------

@@ -385,8 +385,8 @@ def load_benchmark(
         if not file.exists():
             known = ", ".join(sorted(BENCHMARKS))
             raise ValueError(
-                f"unknown benchmark {str(name_or_path)!r} and no such file; "
-                f"known benchmarks: {known}; or pass a jsonl/json/csv/tsv/parquet path"
+                f"{file}: no such file, and {str(name_or_path)!r} is not a known benchmark "
+                f"({known}); pass a jsonl/json/csv/tsv/parquet path"
             )
         if file.is_dir():
             raise ValueError(f"{file} is a directory; pass a file for a generic dataset")

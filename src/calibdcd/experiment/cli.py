@@ -45,7 +45,7 @@ def run_command(
     ] = False,
 ) -> None:
     """Run (or resume) an experiment grid: benchmarks x targets x detectors x seeds."""
-    from calibdcd.experiment.config import ConfigError, read_config
+    from calibdcd.experiment.config import ConfigError, locate, read_config
     from calibdcd.experiment.runner import dry_run as check
     from calibdcd.experiment.runner import parse_shard, run_experiment
     from calibdcd.models import MissingModelsError
@@ -74,7 +74,7 @@ def run_command(
             lines, more = check(cfg, options=False, out=out)
             for line in lines:
                 echo(line)
-            problems += more
+            problems += [locate(p, config) for p in more]
         for p in problems:
             echo(f"error: {p}", err=True)
         if problems:

@@ -32,7 +32,7 @@ from calibdcd.experiment.config import (
     register_entry_check,
 )
 from calibdcd.keys import key_dict
-from calibdcd.options import OptionsError, option_problems, replace_nested
+from calibdcd.options import OptionsError, option_problems, replace_nested, suggestion
 from calibdcd.paths import cache_root
 
 __all__ = [
@@ -390,8 +390,16 @@ def _guess_id_field(path: str) -> str | None:
 def _detector_entry_problems(entry: DetectorEntry, data: Mapping[str, Any]) -> list[Any]:
     """A config check (:func:`calibdcd.experiment.config.register_entry_check`): the entry's
     preset and every option against the detector's typed config, without building models."""
-    if entry.name not in DETECTORS or not detector_available(entry.name):
-        return []  # the dry run names unknown or missing detectors
+    if entry.name not in DETECTORS:
+        known = sorted(DETECTORS)
+        return [
+            (
+                ("name",),
+                f"unknown detector {entry.name!r}{suggestion(entry.name, known)}",
+            )
+        ]
+    if not detector_available(entry.name):
+        return []  # the dry run names detectors whose module is not installed
     benches = data.get("benchmarks")
     first = benches[0] if isinstance(benches, list) and benches else {}
     bench = first.get("name") if isinstance(first, Mapping) else None

@@ -380,23 +380,36 @@ def _secret_names(v: Any) -> Any:
     return v
 
 
+def calibration_problems(v: Any) -> list[tuple[Loc, str]]:
+    """Every problem of a ``calibration:`` mapping at once (unknown keys, types, ranges), each
+    with its key path; the values are checked as written (``strengths: [1]`` stays an int)."""
+    if not isinstance(v, Mapping):
+        return []  # None is the default; anything else pydantic reports as "must be a mapping"
+    from calibdcd.calibration import settings_problems
+    from calibdcd.options import type_hints, type_problem
+
+    hints = type_hints(CalibrationConfig)
+    out: list[tuple[Loc, str]] = []
+    typed: dict[str, Any] = {}
+    for k, x in v.items():
+        if k not in hints:
+            out.append((("calibration", k), f"unknown key{suggestion(str(k), sorted(hints))}"))
+        elif (problem := type_problem(hints[k], x)) is not None:
+            out.append((("calibration", k), problem))
+        else:
+            typed[k] = x
+    out += [(("calibration", k), m) for k, m in settings_problems(typed)]
+    return out
+
+
 def _calibration(v: Any) -> Any:
     """``calibration:`` -> :class:`CalibrationConfig`, built from the values as written (so that
-    ``strengths: [1]`` stays the integer it was, and setting hashes with it), with strict types
-    and the config's own range checks."""
+    ``strengths: [1]`` stays the integer it was, and setting hashes with it); its problems are
+    :func:`calibration_problems`, reported with the file's before this runs."""
     if v is None:
         return CalibrationConfig()
     if not isinstance(v, Mapping):
         return v  # pydantic reports the type
-    from calibdcd.options import type_hints, type_problem
-
-    hints = type_hints(CalibrationConfig)
-    for k, x in v.items():
-        if k not in hints:
-            raise ValueError(f"{k}: unknown key{suggestion(str(k), sorted(hints))}")
-        problem = type_problem(hints[k], x)
-        if problem is not None:
-            raise ValueError(f"{k}: {problem}")
     return CalibrationConfig(**{k: tuple(x) if isinstance(x, list) else x for k, x in v.items()})
 
 
@@ -622,6 +635,31 @@ def _line(loc: Loc, lines: Mapping[Loc, int] | None) -> int | None:
     return None
 
 
+_PROBLEM_KEY = re.compile(
+    r"^(?P<section>[a-z_]+)(?:\[(?P<index>\d+)\])?(?: \([^)]*\))?(?P<rest>(?:\.[A-Za-z_]+)*)"
+)
+
+
+def locate(problem: str, source: str | Path) -> str:
+    """A dry run's problem (``"targets[0] (served).family: ..."``) prefixed with the file and the
+    line of its key (or of the nearest key written above it), as the config's own problems are;
+    unchanged when it names no key of the file."""
+    m = _PROBLEM_KEY.match(problem)
+    if m is None:
+        return problem
+    try:
+        lines = yaml_lines(Path(source).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return problem
+    loc: Loc = (m["section"],)
+    if m["index"] is not None:
+        loc += (int(m["index"]),)
+    loc += tuple(x for x in m["rest"].split(".") if x)
+    if loc[:1] not in lines:
+        return problem
+    return f"{source}:{_line(loc, lines)}: {problem}"
+
+
 # --------------------------------------------------------------------------------------------
 # pydantic's errors as key paths and plain messages
 # --------------------------------------------------------------------------------------------
@@ -771,6 +809,34 @@ def _cross_checks(data: Mapping[str, Any]) -> list[tuple[Loc, str]]:
     return out
 
 
+def _benchmark_file_checks(data: Mapping[str, Any], base: Path | None) -> list[tuple[Loc, str]]:
+    """Each benchmark's file exists (``path`` resolved as the run resolves it), and a benchmark
+    without ``path`` or ``lab`` is a known one (read from the hub) or itself a file."""
+    from calibdcd.data.benchmarks import BENCHMARKS, benchmark_spec
+
+    out: list[tuple[Loc, str]] = []
+    raw = data.get("benchmarks")
+    for i, b in enumerate(raw if isinstance(raw, list) else []):
+        if not isinstance(b, Mapping) or b.get("lab") is not None:
+            continue
+        name, path = b.get("name"), b.get("path")
+        if isinstance(path, str) and path:
+            p = Path(_resolve_path(path, base) or path)
+            if not p.exists():
+                out.append((("benchmarks", i, "path"), f"no such file or directory: {p}"))
+        elif path is None and isinstance(name, str) and name and benchmark_spec(name) is None:
+            if not Path(name).exists():
+                known = sorted(BENCHMARKS)
+                out.append(
+                    (
+                        ("benchmarks", i, "name"),
+                        f"unknown benchmark {name!r}{suggestion(name, known)} and no such file; "
+                        "give path: (a jsonl/csv/parquet file) for a dataset of your own",
+                    )
+                )
+    return out
+
+
 #: checks of one validated entry, by section ("targets", "detectors"): ``check(entry, cfg)``
 #: returns (key path below the entry, problem) pairs. The experiment's component wiring
 #: registers the detectors' check (it knows each detector's typed config).
@@ -786,13 +852,45 @@ def register_entry_check(
         checks.append(check)
 
 
-def _target_options(entry: TargetEntry, data: Mapping[str, Any]) -> list[tuple[Loc, str]]:
-    from calibdcd.targets.base import option_problems
+def _target_checks(entry: TargetEntry, data: Mapping[str, Any]) -> list[tuple[Loc, str]]:
+    """A target's backend and family are known ones, its options are the backend's, and their
+    values are ones its constructor takes (a base URL is a URL), all without building it."""
+    from calibdcd.targets.base import available_backends, option_problems, value_problem_of
+    from calibdcd.views import FAMILIES, known_family
 
-    return [(("options", *k), m) for k, m in option_problems(entry.backend, entry.options)]
+    out: list[tuple[Loc, str]] = []
+    if entry.family is not None and not known_family(entry.family):
+        out.append(
+            (
+                ("family",),
+                f"unknown chat family {entry.family!r}{suggestion(entry.family, list(FAMILIES))}"
+                "; leave it out to take CalibDCD's boundary views from the checkpoint's chat "
+                "template",
+            )
+        )
+    backends = available_backends()
+    if entry.backend not in backends:
+        return [
+            *out,
+            (
+                ("backend",),
+                f"unknown backend {entry.backend!r}{suggestion(entry.backend, backends)}",
+            ),
+        ]
+    named = [(("options", *k), m) for k, m in option_problems(entry.backend, entry.options)]
+    if named:  # a misspelt option would also read as a required one missing: say it once
+        return out + named
+    value = value_problem_of(entry.backend, entry.model, entry.options)
+    if value is not None:
+        field, sep, rest = value.partition(" ")
+        in_options = sep and field in entry.options
+        out.append(
+            (("options", field) if in_options else ("options",), rest if in_options else value)
+        )
+    return out
 
 
-register_entry_check("targets", _target_options)
+register_entry_check("targets", _target_checks)
 
 _ENTRY_TYPES = {"benchmarks": BenchmarkEntry, "targets": TargetEntry, "detectors": DetectorEntry}
 
@@ -939,13 +1037,21 @@ def _build(
     data = _expand_tree(dict(data), (), env_problems)
     found += [(loc, m, True) for loc, m in env_problems]
     parsed: ConfigFile | None = None
-    try:
-        parsed = ConfigFile.model_validate(data)
+    calibration = calibration_problems(data.get("calibration"))
+    found += [(loc, m, True) for loc, m in calibration]
+    try:  # with a bad calibration section, the rest of the file is still checked
+        parsed = ConfigFile.model_validate(
+            {k: v for k, v in data.items() if k != "calibration"} if calibration else data
+        )
     except ValidationError as exc:
         found += [(*_message(e), True) for e in exc.errors()]
     found += [(loc, m, True) for loc, m in _cross_checks(data)]
+    if lines is not None:  # a file a run or dry run is about to use (not a mapping in code)
+        found += [(loc, m, True) for loc, m in _benchmark_file_checks(data, base)]
     if options:
-        found += [(loc, m, False) for loc, m in _option_checks(data)]
+        # a bad name, family or preset stops the config (the dry run would repeat it); an
+        # option problem does not (the dry run reports the rest of the file beside it)
+        found += [(loc, m, loc[2:3] != ("options",)) for loc, m in _option_checks(data)]
     labs: dict[str, LabRef] = {}
     if parsed is not None:
         root = _resolve_path(parsed.cache_dir, base) if parsed.cache_dir else None

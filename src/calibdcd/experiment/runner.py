@@ -492,7 +492,12 @@ def dry_run(
         load_benchmark_entry,
         model_path,
     )
-    from calibdcd.targets.base import available_backends, option_problems, unknown_options
+    from calibdcd.targets.base import (
+        available_backends,
+        option_problems,
+        unknown_options,
+        value_problem_of,
+    )
 
     lines: list[str] = [f"config {cfg.name}" + (f" ({cfg.source})" if cfg.source else "")]
     problems: list[str] = []
@@ -585,14 +590,17 @@ def dry_run(
                 problems.append(f"{key}.options.base_url: required by backend {t.backend!r}")
                 continue
             where = f"{t.options['base_url']} model {t.model}"
-        value_problem = _target_value_problem(t)
+        # (with the config's option checks, read_config reported it already)
+        value_problem = value_problem_of(t.backend, t.model, t.options) if options else None
         if value_problem is not None:  # the run would fail building it, after earlier targets
             problems.append(f"{key}.options: {value_problem}")
             continue
         said = None
         try:  # a served target: the server answers and serves this model (once its options
             # are right: wrong ones are reported by the config check)
-            if not option_problems(t.backend, t.options):
+            if not option_problems(t.backend, t.options) and (
+                value_problem_of(t.backend, t.model, t.options) is None
+            ):
                 said = preflight_target(t)
         except ValueError as exc:  # reported; the target's other checks still run
             problems.append(f"{key}: {exc}")
@@ -689,31 +697,6 @@ def split_size_problems(sizes: dict[str, tuple[int, int, int]], seed: int) -> li
                 "non-member(s); it needs both"
             )
     return out
-
-
-def _target_value_problem(t: Any) -> str | None:
-    """What the target's constructor would reject in its option values (a negative timeout, a
-    zero batch size, an unknown dtype, a device this machine lacks), checked without loading a
-    model or opening a connection; None when nothing."""
-    from calibdcd.targets.base import option_problems
-
-    # unknown or mistyped options are reported by the config check; judge only the others
-    flagged = {key[0] for key, _ in option_problems(t.backend, t.options)}
-    opts = {k: v for k, v in t.options.items() if k not in flagged}
-    try:
-        if t.backend == "hf":
-            from calibdcd.targets.hf import check_options
-
-            check_options(**{k: opts[k] for k in ("device", "dtype", "batch_size") if k in opts})
-        elif t.backend == "openai":
-            from calibdcd.targets.base import create_target
-
-            create_target("openai", model=t.model, **opts)  # validates; connects to nothing
-    except ImportError:
-        return None
-    except (ValueError, TypeError, RuntimeError) as exc:
-        return str(exc)
-    return None
 
 
 def _dry_view_bank(t: Any, system: str, root: Path) -> list[str] | None:

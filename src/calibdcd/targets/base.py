@@ -225,6 +225,27 @@ def option_problems(backend: str, options: Mapping[str, Any]) -> list[tuple[tupl
     return out
 
 
+def value_problem_of(backend: str, model: str, options: Mapping[str, Any]) -> str | None:
+    """What ``backend``'s constructor would reject in the option values (a negative timeout, a
+    zero batch size, an unknown dtype, a device this machine lacks, a base URL that is not one),
+    checked without loading a model or opening a connection; None when nothing. Unknown or
+    mistyped options are :func:`option_problems`' to report and are left out here."""
+    flagged = {key[0] for key, _ in option_problems(backend, options)}
+    opts = {k: v for k, v in options.items() if k not in flagged}
+    try:
+        if backend == "hf":
+            from calibdcd.targets.hf import check_options
+
+            check_options(**{k: opts[k] for k in ("device", "dtype", "batch_size") if k in opts})
+        elif backend == "openai":
+            create_target("openai", model=model, **opts)  # validates; connects to nothing
+    except ImportError:
+        return None
+    except (ValueError, TypeError, RuntimeError) as exc:
+        return str(exc)
+    return None
+
+
 def _import_builtin_backends() -> None:
     # Imported lazily so that `import calibdcd` never needs torch.
     import importlib
