@@ -38,9 +38,19 @@ class FaultServer:
     ok | 429 | 500 | stall | drop | malformed | 400. It records every request."""
 
     def __init__(
-        self, plan, *, stall: float = 1.0, ok_delay: float = 0.0, served_model: str | None = None
+        self,
+        plan,
+        *,
+        stall: float = 1.0,
+        ok_delay: float = 0.0,
+        served_model: str | None = None,
+        answer=None,
     ):
         self.plan, self.stall, self.ok_delay = plan, stall, ok_delay
+        #: ``answer(request body) -> text`` of an ok answer (default: :func:`expected_text`)
+        self.answer = answer or (
+            lambda req: expected_text(req["prompt"], req["seed"], req["max_tokens"])
+        )
         self.served_model = served_model  # the "model" field of ok answers (None: not sent)
         #: the answer to GET /v1/models: (HTTP status, served model names)
         self.models: tuple[int, list[str]] = (200, [served_model or "tiny"])
@@ -51,6 +61,7 @@ class FaultServer:
         self.auth: list[str | None] = []
         self.bodies: list[dict] = []  # every request body, in arrival order
         self.inflight = self.max_inflight = 0
+        self.closed = False
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -105,7 +116,7 @@ class FaultServer:
             def _answer(self, kind, req, key):
                 if kind == "ok":
                     time.sleep(server.ok_delay)
-                    text = expected_text(req["prompt"], req["seed"], req["max_tokens"])
+                    text = server.answer(req)
                     body = {"choices": [{"text": text, "index": 0, "finish_reason": "length"}]}
                     if server.served_model is not None:
                         body["model"] = server.served_model
@@ -151,6 +162,11 @@ class FaultServer:
                     self._send(400, json.dumps({"error": said}).encode())
                 elif kind == "503":
                     self._send(503, b'{"error": "loading model, retry later"}')
+                elif kind == "kill":  # the server process dies: this answer is lost, and
+                    # every later connection is refused
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    threading.Thread(target=server.close, daemon=True).start()
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
@@ -161,9 +177,16 @@ class FaultServer:
         self.thread.start()
         return self
 
-    def __exit__(self, *exc):
+    def close(self):
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
         self.httpd.shutdown()
         self.httpd.server_close()
+
+    def __exit__(self, *exc):
+        self.close()
 
 
 FAULTS = ["429", "500", "stall", "drop", "malformed"]
@@ -550,3 +573,121 @@ def test_replicas_share_the_requests_and_a_dead_one_loses_none(tmp_path):
         assert len(a.log) == n
     with pytest.raises(ValueError, match="names a replica twice"):
         OpenAITarget(["http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1/"], "m")
+
+
+def _memorising_answer(texts: list[str], labels: list[int]):
+    """A deterministic stand-in for a served model that memorised the members: a prompt holding
+    a member's opening is continued with part of that member's true continuation (how much
+    depends on the prompt and seed), any other prompt with pseudo-random words. Any replica
+    gives any request the same answer, as replicas of one model with per-request seeds do."""
+    import hashlib
+
+    vocab = sorted({w for t in texts for w in t.split()})
+    members = {
+        " ".join(t.split()[:6]): t.split()[20:] for t, y in zip(texts, labels, strict=True) if y
+    }
+
+    def answer(req: dict) -> str:
+        h = hashlib.sha256(f"{req['prompt']}|{req['seed']}".encode()).digest()
+        noise = [vocab[b % len(vocab)] for b in h[:8]]
+        cont = next((c for o, c in members.items() if o in req["prompt"]), None)
+        if cont is None:
+            return " " + " ".join(noise)
+        keep = 2 + h[8] % 7
+        return " " + " ".join(cont[:keep] + noise[keep:])
+
+    return answer
+
+
+def test_a_run_through_two_replicas_one_killed_gives_the_one_replica_tables(tmp_path):
+    """The issue's check, at the level of a config: a run through two replicas of one
+    deterministic model, one of them killed mid-run, writes the tables a run through one replica
+    writes, and no request is answered twice. The one-replica run is also a whole run that
+    loads no torch model: it never imports torch (a run's environment record used to)."""
+    import random
+
+    rng = random.Random(0)
+    words = [f"w{i}" for i in range(300)]
+    texts = [" ".join(rng.choice(words) for _ in range(40)) for _ in range(240)]
+    labels = [i % 2 for i in range(240)]
+    data = tmp_path / "texts.jsonl"
+    data.write_text(
+        "".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in zip(texts, labels))
+    )
+    answer = _memorising_answer(texts, labels)
+
+    def config(name: str, urls: list[str]) -> Path:
+        p = tmp_path / f"{name}.yaml"
+        target = {
+            "name": "served", "backend": "openai", "model": "tiny", "family": "qwen2.5",
+            "options": {"base_url": urls, "concurrency": 4, "max_retries": 0, "dialect": "vllm"},
+        }  # fmt: skip
+        p.write_text(
+            json.dumps(
+                {
+                    "name": name,
+                    "benchmarks": [{"name": "mine", "path": str(data)}],
+                    "targets": [target],
+                    "detectors": ["overlap"],
+                    "cache_dir": str(tmp_path / f"cache-{name}"),
+                    "output": str(tmp_path / name),
+                }
+            )
+        )
+        return p
+
+    ok = lambda p, a: "ok"  # noqa: E731
+    with FaultServer(ok, answer=answer, served_model="tiny") as one:
+        script = (
+            "import json, resource, sys\n"
+            "from calibdcd.cli import main\n"
+            "sys.argv = ['calibdcd', 'run', sys.argv[1], '--no-progress']\n"
+            "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+            "print(json.dumps({'torch': 'torch' in sys.modules,"
+            " 'rss_kb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))\n"
+        )
+        env = {**os.environ, "PYTHONPATH": SRC, "HF_HUB_OFFLINE": "1"}
+        res = subprocess.run(
+            [sys.executable, "-c", script, str(config("one", [one.url + "/v1"]))],
+            capture_output=True, text=True, env=env, timeout=600,
+        )  # fmt: skip
+        assert res.returncode == 0, res.stderr[-3000:]
+        said = json.loads(res.stdout.strip().splitlines()[-1])
+        assert said["torch"] is False, said  # the run loaded no torch model, and no torch
+        n_one = len(one.log)
+    env_json = json.loads((tmp_path / "one" / "environment.json").read_text())
+    assert env_json["torch"] == {"loaded": False} and env_json["cpu_capability"] is None
+
+    served = Counter()
+    dead = {"after": 150, "seen": 0}
+
+    def dies(p, a):
+        dead["seen"] += 1  # called under the server's lock
+        return "ok" if dead["seen"] < dead["after"] else "kill"
+
+    from calibdcd.experiment import load_config, run_experiment
+
+    with (
+        FaultServer(ok, answer=answer, served_model="tiny") as a,
+        FaultServer(dies, answer=answer, served_model="tiny") as b,
+    ):
+        two = config("two", [a.url + "/v1", b.url + "/v1"])
+        run_experiment(load_config(two), progress=False)
+        assert b.closed and dead["seen"] >= dead["after"]  # b died mid-run
+        for srv in (a, b):
+            for key, n in srv.successes.items():
+                served[key] += n
+    assert max(served.values()) == 1  # no request answered twice
+    assert sum(served.values()) == n_one  # and exactly the one-replica run's requests
+    results = (tmp_path / "one" / "results.csv").read_text()
+    assert (tmp_path / "two" / "results.csv").read_text() == results
+    import csv
+
+    row = next(csv.DictReader(results.splitlines()))
+    assert float(row["auc_before"]) > 0.8  # the tables say something: members are readable
+    from calibdcd.report import write_report
+
+    tables = [
+        (write_report(tmp_path / d).parent / "tables.md").read_text() for d in ("one", "two")
+    ]
+    assert tables[0] == tables[1]

@@ -129,20 +129,23 @@ def _cpu_capability() -> str | None:
         return None
 
 
-def hardware_info() -> dict[str, Any]:
+def hardware_info(*, torch: bool = True) -> dict[str, Any]:
     """The machine an artefact was made on: CPU model, core count and torch's CPU kernel level.
     Recorded beside trained artefacts (``lab.json``) but kept out of their cache keys, so a cache
     copied between machines stays usable; comparing it is how a difference between two builds
-    of one lab is traced to the hardware."""
+    of one lab is traced to the hardware. ``torch=False``: the kernel level is None unless torch
+    is already imported (reading it imports torch: 250 MB for a run that loads no torch model)."""
     return {
         "machine": platform.machine(),
         "cpu": _cpu_model(),
         "cpu_count": os.cpu_count(),
-        "cpu_capability": _cpu_capability(),
+        "cpu_capability": _cpu_capability() if torch or "torch" in sys.modules else None,
     }
 
 
-def _torch_info() -> dict[str, Any]:
+def _torch_info(load: bool = True) -> dict[str, Any]:
+    if not load and "torch" not in sys.modules:
+        return {"loaded": False}
     try:
         import torch
     except ImportError:
@@ -156,15 +159,17 @@ def _torch_info() -> dict[str, Any]:
     }
 
 
-def run_environment() -> dict[str, Any]:
-    """Everything a run directory records about where it ran (no absolute paths)."""
+def run_environment(*, torch: bool = True) -> dict[str, Any]:
+    """Everything a run directory records about where it ran (no absolute paths). ``torch``:
+    the run uses torch (False: torch is not imported to describe it; ``"torch": {"loaded":
+    false}`` unless something imported it already)."""
     return {
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),
         "platform": platform.platform(),
-        **hardware_info(),
+        **hardware_info(torch=torch),
         "versions": library_versions(),
-        "torch": _torch_info(),
+        "torch": _torch_info(torch),
         "env": {
             k: os.environ[k]
             for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG")

@@ -86,4 +86,5 @@ register_detector(
     _overlap,
     description="continuation overlap with the true second half, logistic regression",
     module="calibdcd.detectors.overlap",
+    uses_torch=False,
 )

@@ -41,6 +41,8 @@ class DetectorRegistration:
     model_fields: tuple[tuple[str, str], ...] = ()
     #: its options take ``progress`` (bool): the experiment passes its own setting down
     progress: bool = False
+    #: it runs torch models (a run whose targets and detectors run none never imports torch)
+    uses_torch: bool = True
 
     def build(self, entry: Any, benchmark: str | None, cache_dir: str) -> Detector:
         """The detector of a config entry (anything with ``preset`` and ``options``)."""
@@ -58,6 +60,7 @@ def register_detector(
     module: str | None = None,
     model_fields: tuple[tuple[str, str], ...] = (),
     progress: bool = False,
+    uses_torch: bool = True,
     replace: bool = False,
 ) -> None:
     """Make detector ``name`` buildable by configs and :func:`create_detector`.
@@ -65,14 +68,15 @@ def register_detector(
     ``factory(preset, options, benchmark, cache_dir)`` returns the detector; ``module`` names
     the module that implements it (a dry run checks it is importable without importing it);
     ``progress``: its options take a ``progress`` flag (inner bars), which runs set to their own
-    unless a config sets it.
+    unless a config sets it; ``uses_torch``: it runs torch models (False lets a run with no
+    torch model leave torch unimported).
     """
     if not name or not isinstance(name, str):
         raise ValueError("a detector name must be a non-empty string")
     if name in _FACTORIES and not replace:
         raise ValueError(f"detector {name!r} is already registered (pass replace=True)")
     _FACTORIES[name] = DetectorRegistration(
-        name, factory, description, module, model_fields, progress
+        name, factory, description, module, model_fields, progress, uses_torch
     )
 
 

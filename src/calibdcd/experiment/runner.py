@@ -225,12 +225,20 @@ def _target_runtime(cfg: ExperimentConfig) -> dict[str, Any]:
     return out
 
 
+def uses_torch(cfg: ExperimentConfig) -> bool:
+    """Whether a run of ``cfg`` loads a torch model: an in-process target, or a detector
+    registered as using torch (an unknown one counts as using it)."""
+    if any(t.backend == "hf" for t in cfg.targets):
+        return True
+    return any(d.name not in DETECTORS or DETECTORS[d.name].uses_torch for d in cfg.detectors)
+
+
 def environment(cfg: ExperimentConfig | None = None) -> dict[str, Any]:
     """What ``environment.json`` records: versions, Python, platform/CPU, torch threads, git
     commit + dirty flag, each target's device and dtype, the config's name (no absolute path)."""
     from calibdcd.provenance import run_environment
 
-    env = run_environment()
+    env = run_environment(torch=cfg is None or uses_torch(cfg))
     if cfg is not None:
         env["config"] = cfg.name
         env["seeds"] = list(cfg.seeds)

@@ -61,6 +61,7 @@ from calibdcd.experiment.analyses import (
     resolve_space,
 )
 from calibdcd.experiment.components import (
+    DETECTORS,
     build_detector,
     build_target,
     detector_fingerprint,
@@ -533,13 +534,15 @@ def prepare_setting(
         return detector.new_classifier(seed)
 
     # the fitting libraries' versions and device are in the key: they can change a fit's bytes
+    # (torch's device and threads only for a detector that runs torch: reading them imports it)
+    torch_env = DETECTORS[setting.detector.name].uses_torch
     clf_key = digest(
         "classifier/v1",
         ext.det_key,
         z_sup_ok,
         y_sup,
         seed,
-        build_environment(None),
+        *([build_environment(None)] if torch_env else []),
         library_versions(("numpy", "scipy", "scikit-learn")),
     )
     clf_type = type(new_clf())

@@ -90,6 +90,7 @@ def _provenance(run_dir: Path, env: dict[str, Any] | None, n_settings: int) -> s
         f"{machine}, {env.get('platform', '?')}",
         f"Python {env.get('python', '?')}, torch {versions.get('torch', '?')}"
         + (f" ({threads} threads)" if threads else "")
+        + (" (not loaded: no torch model in this run)" if torch_info.get("loaded") is False else "")
         + (f", {', '.join(devices)}" if devices else ""),
         f"run started {env.get('started', '?')}",
         f"{n_settings} settings",
