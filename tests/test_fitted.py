@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import math
 import os
 import subprocess
@@ -704,3 +705,60 @@ def test_shipped_fit_configs_load(name):
     if name == "audit-vllm":
         assert cfg.target.options["dialect"] == "vllm" and cfg.target.family == "qwen2.5"
         assert cfg.target.options["base_url"].startswith("http")
+
+
+def test_a_served_fit_keeps_no_credential_in_its_bundle_and_scores_through_base_url(
+    tmp_path, monkeypatch
+):
+    """fit and score through a real loopback server, the overlap detector (no torch model):
+    the URL's password is not written into the bundle meant to be shared; score of that bundle
+    asks for the server (--base-url) instead of failing on a masked URL, and with it gives the
+    verdicts; a doubled suspect file gives the single file's set-level verdict."""
+    import random
+
+    from typer.testing import CliRunner
+
+    from calibdcd.cli import app
+    from test_openai_target import FaultServer, _memorising_answer
+
+    rng = random.Random(1)
+    words = [f"w{i}" for i in range(300)]
+    texts = [" ".join(rng.choice(words) for _ in range(40)) for _ in range(320)]
+    labels = [i % 2 for i in range(320)]
+    monkeypatch.chdir(tmp_path)
+    m = [t for t, y in zip(texts, labels) if y]
+    n = [t for t, y in zip(texts, labels) if not y]
+    (tmp_path / "m.txt").write_text("".join(t + "\n" for t in m[:120]))
+    (tmp_path / "n.txt").write_text("".join(t + "\n" for t in n[:140]))
+    (tmp_path / "suspect.txt").write_text("".join(t + "\n" for t in m[120:150]))
+    (tmp_path / "twice.txt").write_text(2 * "".join(t + "\n" for t in m[120:150]))
+    with FaultServer(
+        lambda p, a: "ok", answer=_memorising_answer(texts, labels), served_model="tiny"
+    ) as srv:
+        host = srv.url.removeprefix("http://")
+        url = f"http://auditor:s3cret-pw@{host}/v1"
+        runner = CliRunner()
+        spec = f"openai:base_url={url},model=tiny,family=qwen2.5,dialect=vllm"
+        res = runner.invoke(
+            app,
+            ["fit", "--target", spec, "--members", "m.txt", "--nonmembers", "n.txt",
+             "--detector", "overlap", "-o", "bundle", "--cache-dir", "cache", "--no-progress"],
+        )  # fmt: skip
+        assert res.exit_code == 0, res.output
+        saved = (tmp_path / "bundle" / "bundle.json").read_text()
+        assert "s3cret-pw" not in saved and "auditor:" not in saved
+        assert f"http://***@{host}/v1" in saved
+        score = ["score", "bundle", "suspect.txt", "--cache-dir", "cache", "--no-progress"]
+        res = runner.invoke(app, [*score, "-o", "s.jsonl"])
+        assert res.exit_code == 2 and "pass the server with --base-url" in res.output
+        verdicts = []
+        for name in ("suspect.txt", "twice.txt"):
+            res = runner.invoke(
+                app,
+                ["score", "bundle", name, "--cache-dir", "cache", "--no-progress",
+                 "--base-url", url, "-o", f"{name}.jsonl"],
+            )  # fmt: skip
+            assert res.exit_code == 0, res.output
+            verdicts.append(re.search(r"the set is .*\)", res.output)[0])
+        assert "MORE member-like" in verdicts[0] and verdicts[0] == verdicts[1]
+        assert "30 repeated text(s): each distinct text counts once" in res.output

@@ -687,7 +687,5 @@ def test_a_run_through_two_replicas_one_killed_gives_the_one_replica_tables(tmp_
     assert float(row["auc_before"]) > 0.8  # the tables say something: members are readable
     from calibdcd.report import write_report
 
-    tables = [
-        (write_report(tmp_path / d).parent / "tables.md").read_text() for d in ("one", "two")
-    ]
+    tables = [(write_report(tmp_path / d).parent / "tables.md").read_text() for d in ("one", "two")]
     assert tables[0] == tables[1]

@@ -325,6 +325,15 @@ def score_command(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     t = dict(header["target"])
+    from calibdcd.redact import MASK
+
+    if base_url is None and MASK in json.dumps(t["options"].get("base_url")):
+        typer.echo(
+            f"error: {bundle}: the fit's base_url held credentials, which a bundle does not "
+            "keep; pass the server with --base-url",
+            err=True,
+        )
+        raise typer.Exit(2)
     if base_url is not None:
         if t["backend"] != "openai":
             typer.echo(

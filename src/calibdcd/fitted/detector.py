@@ -55,6 +55,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from calibdcd.redact import redact_tree
 from calibdcd.atomic import atomic_write_bytes, atomic_write_text
 from calibdcd.calibration import CalibrationConfig
 from calibdcd.detectors.base import (
@@ -561,7 +562,9 @@ class FittedDetector:
         header = {
             "format_version": self.format_version,
             "versions": self.versions,
-            "target": self.target,
+            # a bundle is meant to be shared: no credential of the target (URL passwords,
+            # keys from ${..._KEY} variables, headers naming one) is written into it
+            "target": redact_tree(self.target),
             "detector": self.detector_spec,
             "mode": self.mode,
             "fpr": self.fpr,
@@ -795,6 +798,7 @@ IDENTITY_FIELDS = ("backend", "content", "revision", "model")
 def check_target(saved: Mapping[str, Any], current: Mapping[str, Any], *, where: str) -> None:
     """Error (:class:`TargetMismatchError`) when the model differs; a warning for other
     differences (decoding options, family)."""
+    current = redact_tree(dict(current))  # as the bundle recorded it: credentials masked
     hard = IDENTITY_FIELDS
     if saved.get("content") and current.get("content"):  # the files decide, not their name
         hard = ("backend", "content")
