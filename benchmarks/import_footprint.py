@@ -1,6 +1,7 @@
 """Peak memory of a run that loads no torch model (issue "Resolve a config once", item 5):
 
-    python benchmarks/import_footprint.py [--texts 240] [--out benchmarks/results/import_footprint.json]
+    python benchmarks/import_footprint.py [--texts 240] \
+        [--out benchmarks/results/import_footprint.json]
 
 A whole ``calibdcd run`` (overlap detector, CalibDCD and its analyses, the report) against the
 instant loopback server of ``client_throughput.py`` (a fixed completion for every prompt), in a
@@ -41,8 +42,8 @@ try:
     main()
 except SystemExit as exc:
     assert not exc.code, exc.code
-print(json.dumps({"torch": "torch" in sys.modules,
-                  "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}))
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"torch": "torch" in sys.modules, "peak_rss_mb": round(peak, 1)}))
 """
 
 

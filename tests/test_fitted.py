@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import csv
 import json
-import re
 import math
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -726,8 +726,8 @@ def test_a_served_fit_keeps_no_credential_in_its_bundle_and_scores_through_base_
     texts = [" ".join(rng.choice(words) for _ in range(40)) for _ in range(320)]
     labels = [i % 2 for i in range(320)]
     monkeypatch.chdir(tmp_path)
-    m = [t for t, y in zip(texts, labels) if y]
-    n = [t for t, y in zip(texts, labels) if not y]
+    m = [t for t, y in zip(texts, labels, strict=True) if y]
+    n = [t for t, y in zip(texts, labels, strict=True) if not y]
     (tmp_path / "m.txt").write_text("".join(t + "\n" for t in m[:120]))
     (tmp_path / "n.txt").write_text("".join(t + "\n" for t in n[:140]))
     (tmp_path / "suspect.txt").write_text("".join(t + "\n" for t in m[120:150]))

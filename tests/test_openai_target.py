@@ -612,7 +612,9 @@ def test_a_run_through_two_replicas_one_killed_gives_the_one_replica_tables(tmp_
     labels = [i % 2 for i in range(240)]
     data = tmp_path / "texts.jsonl"
     data.write_text(
-        "".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in zip(texts, labels))
+        "".join(
+            json.dumps({"text": t, "label": y}) + "\n" for t, y in zip(texts, labels, strict=True)
+        )
     )
     answer = _memorising_answer(texts, labels)
 

@@ -55,7 +55,6 @@ from typing import Any, Literal
 
 import numpy as np
 
-from calibdcd.redact import redact_tree
 from calibdcd.atomic import atomic_write_bytes, atomic_write_text
 from calibdcd.calibration import CalibrationConfig
 from calibdcd.detectors.base import (
@@ -79,6 +78,7 @@ from calibdcd.fitted.calibrated import (
     resolve_space,
     retrain,
 )
+from calibdcd.redact import redact_tree
 
 __all__ = [
     "FORMAT_VERSION",
