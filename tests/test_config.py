@@ -341,6 +341,32 @@ def test_result_json_is_typed_versioned_and_reads_version_0(tmp_path):
         read_result(p)
 
 
+def test_result_sections_are_typed_and_the_shipped_schema_is_current(tmp_path):
+    """analyses/controls/paired are typed: a result whose section does not fit is refused when
+    written (naming the field), and docs/result.schema.json is the schema the code exports."""
+    from calibdcd.results import ResultError, parse_result, result_json_schema, write_result
+
+    good = {
+        "controls": {"placebo": {"auc": 0.61, "tpr": 0.1, "corrected": True, "rank": 3}},
+        "paired": {
+            "calibdcd_vs_original": {
+                "auc": {"metric": "auc", "estimate": 0.01, "low": -0.02, "high": 0.04},
+                "tpr": {"metric": "tpr", "estimate": 0.0, "low": -0.05, "high": 0.05},
+            }
+        },
+        "analyses": {"fixed": {"auc": 0.6, "config": {"rank": 3, "strength": 0.9}}},
+    }
+    write_result(tmp_path / "ok.json", parse_result(_result(**good)))
+    bad = {**good, "paired": {"x": {"auc": {"metric": "auc", "low": "wide"}}}}
+    with pytest.raises(ResultError, match=r"does not fit its schema \(paired\.x\.auc\.low"):
+        write_result(tmp_path / "bad.json", parse_result(_result(**bad)))
+    shipped = json.loads((REPO / "docs" / "result.schema.json").read_text())
+    assert shipped == result_json_schema(), "regenerate: calibdcd schema result > docs/..."
+    props = shipped["properties"]
+    assert {"analyses", "controls", "paired"} <= set(props)
+    assert "PairedEstimate" in shipped["$defs"] and "MethodOutcome" in shipped["$defs"]
+
+
 def test_dry_run_names_a_truncated_lab_checkpoint(tmp_path, monkeypatch):
     """A prebuilt lab whose base model.safetensors lost its tail: the dry run names the file
     (the run would fail only when loading it, after the other targets' work)."""

@@ -51,6 +51,21 @@ app.add_typer(_veilprobe_app, name="veilprobe")
 
 
 @app.command()
+def schema(
+    what: str = typer.Argument("result", help="result: a setting's result.json"),
+) -> None:
+    """Print the JSON Schema of a file calibdcd writes (``result``: settings/<id>/result.json)."""
+    import json
+
+    if what != "result":
+        typer.echo(f"error: unknown schema {what!r}; known: result", err=True)
+        raise typer.Exit(2)
+    from calibdcd.results import result_json_schema
+
+    typer.echo(json.dumps(result_json_schema(), indent=2, sort_keys=True))
+
+
+@app.command()
 def version() -> None:
     """Print the calibdcd version."""
     from calibdcd import __version__

@@ -2,9 +2,11 @@
 
 ``settings/<id>/result.json`` is one :class:`SettingResult` (pydantic). The headline numbers
 (``before``/``after`` AUC and TPR with their bootstrap intervals), the identity of the setting
-(ids, labels, hashes, seed) and the split sizes are typed fields; the analyses, controls and
-paired comparisons stay mappings (their keys are the analyses' names, see
-:mod:`calibdcd.experiment.analyses`), as does the calibration summary.
+(ids, labels, hashes, seed) and the split sizes are typed fields. The analyses, controls and
+paired comparisons are typed by :class:`TypedSettingResult` (every result is checked against it
+when written; ``docs/result.schema.json`` is its JSON Schema) and read as mappings (their keys
+are the analyses' names, see :mod:`calibdcd.experiment.analyses`), as is the calibration
+summary.
 
 ``schema_version`` (:data:`RESULT_SCHEMA_VERSION`) is written first. Version history:
 
@@ -31,12 +33,18 @@ from calibdcd.atomic import read_json, write_json
 
 __all__ = [
     "RESULT_SCHEMA_VERSION",
+    "Analyses",
     "Estimate",
     "Headline",
+    "MethodOutcome",
+    "PairedComparison",
+    "PairedEstimate",
     "ResultError",
     "SettingResult",
     "Sizes",
+    "TypedSettingResult",
     "read_result",
+    "result_json_schema",
     "write_result",
 ]
 
@@ -90,6 +98,92 @@ class Sizes(_Record):
     excluded_by_group: int = 0
 
 
+class MethodOutcome(_Record):
+    """One method's outcome on the evaluation pool (a control, a variant, an ablation): its AUC
+    and TPR, and for a CalibDCD-like method the selected correction."""
+
+    auc: float | None = None
+    tpr: float | None = None
+    label: str | None = None
+    corrected: bool | None = None
+    rank: int | None = None
+    strength: float | None = None
+    basis_dim: int | None = None
+    selected_views: list[str] | None = None
+    best_objective: float | None = None
+    #: why no correction was applied (CalibDCD-like methods that left the detector unchanged)
+    reason: str | None = None
+    #: a variant beyond the paper
+    beyond_paper: bool | None = None
+    #: the space the correction worked in ("raw" = φ's output, "normalized")
+    space: str | None = None
+
+
+class PairedEstimate(_Record):
+    """A paired difference A − B on the same texts (:mod:`calibdcd.stats`): the estimate, its
+    hierarchical bootstrap interval, the smallest difference the setting resolves
+    (``half_width``), a DeLong p-value (AUC only) and ``verdict`` (+1 better, −1 worse, 0:
+    the interval holds 0)."""
+
+    metric: str
+    estimate: float | None = None
+    low: float | None = None
+    high: float | None = None
+    level: float | None = None
+    n_boot: int | None = None
+    n_seeds: int | None = None
+    per_seed: list[float | None] | None = None
+    p_value: float | None = None
+    z: float | None = None
+    half_width: float | None = None
+    verdict: int | None = None
+
+
+class PairedComparison(_Record):
+    auc: PairedEstimate
+    tpr: PairedEstimate
+
+
+class FpRecoveryPool(_Record):
+    threshold_before: float | None = None
+    threshold_after: float | None = None
+    fp_before: int
+    fp_after: int
+    recovered: int
+    new_fp: int
+    tp_before: int
+    tp_after: int
+    members_lost: int
+    members_gained: int
+
+
+class FpRecoveryAffected(_Record):
+    view: str | None = None
+    cases: int = 0
+    recovered: int = 0
+    rate: float | None = None
+
+
+class FpRecovery(_Record):
+    fpr: float
+    pool: FpRecoveryPool
+    affected: FpRecoveryAffected
+
+
+class FixedOutcome(MethodOutcome):
+    #: the (r, λ) applied whatever its objective
+    config: dict[str, float] | None = None
+
+
+class Analyses(_Record):
+    """The analyses of a setting (each absent when turned off in the config)."""
+
+    ablations: dict[str, MethodOutcome | None] | None = None
+    fixed: FixedOutcome | None = None
+    fp_recovery: FpRecovery | None = None
+    space: MethodOutcome | None = None
+
+
 class SettingResult(_Record):
     """One setting's result (``settings/<id>/result.json``)."""
 
@@ -133,6 +227,25 @@ class SettingResult(_Record):
         return self.model_dump(exclude={"pool"})
 
 
+class TypedSettingResult(SettingResult):
+    """:class:`SettingResult` with its ``analyses``, ``controls`` and ``paired`` sections typed:
+    what :func:`result_json_schema` exports and :func:`write_result` checks every result
+    against. (:class:`SettingResult` keeps them as mappings for the code that reads them.)"""
+
+    analyses: Analyses = Field(default_factory=Analyses)  # type: ignore[assignment]
+    controls: dict[str, MethodOutcome | None] = Field(default_factory=dict)  # type: ignore[assignment]
+    paired: dict[str, PairedComparison] = Field(default_factory=dict)  # type: ignore[assignment]
+
+
+def result_json_schema() -> dict[str, Any]:
+    """The JSON Schema of ``result.json`` (``calibdcd schema result``; the file
+    ``docs/result.schema.json`` is this, tested to be current)."""
+    schema = TypedSettingResult.model_json_schema(mode="serialization")
+    schema["title"] = "calibdcd setting result (settings/<id>/result.json)"
+    schema["$comment"] = f"schema_version {RESULT_SCHEMA_VERSION}"
+    return schema
+
+
 def parse_result(data: Any, source: str = "result") -> SettingResult:
     """A result from its JSON mapping (``schema_version`` absent: version 0)."""
     if not isinstance(data, dict):
@@ -161,5 +274,13 @@ def read_result(path: str | Path) -> SettingResult:
 
 
 def write_result(path: str | Path, result: SettingResult) -> None:
-    """Write ``result.json`` atomically."""
-    write_json(Path(path), result.to_json())
+    """Write ``result.json`` atomically, after checking it against the typed schema (a result
+    the schema does not describe is a bug here, not a file to write)."""
+    data = result.to_json()
+    try:
+        TypedSettingResult.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ResultError(f"{path}: result does not fit its schema ({where}: {first['msg']})")
+    write_json(Path(path), data)
