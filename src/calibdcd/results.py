@@ -282,5 +282,7 @@ def write_result(path: str | Path, result: SettingResult) -> None:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        raise ResultError(f"{path}: result does not fit its schema ({where}: {first['msg']})")
+        raise ResultError(
+            f"{path}: result does not fit its schema ({where}: {first['msg']})"
+        ) from None
     write_json(Path(path), data)
