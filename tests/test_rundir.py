@@ -187,3 +187,58 @@ cache_dir: {tmp_path / "cache"}
     assert sum(x.startswith("WARNING lab__remote__Overlap__s0") for x in log) == 2
     page = write_report(run).read_text()
     assert "mostly noise" in page and "measures nothing" in page
+
+
+def test_log_samples_writes_every_completion_a_setting_used(tmp_path, loopback_server):
+    """``--log-samples``: settings/<id>/samples.jsonl holds one record per prompt the
+    setting's features used (e0 and every view), with its completions and decoding; features
+    cached without them are extracted again (from the generation cache: the server is asked
+    nothing new), and a complete setting without the file is run again."""
+    from typer.testing import CliRunner
+
+    from calibdcd.cli import app
+
+    lab = lab_micro()
+    rows = (lab / "ground_truth.jsonl").read_text().splitlines()
+    ones = [r for r in rows if json.loads(r)["label"] == 1][:60]
+    zeros = [r for r in rows if json.loads(r)["label"] == 0][:60]
+    small = _write(tmp_path / "small.jsonl", "\n".join(ones + zeros) + "\n")
+    cfg = _write(
+        tmp_path / "c.yaml",
+        f"""
+name: samples
+benchmarks: [{{name: lab, path: {small}, label: lab}}]
+targets:
+  - {{name: remote, backend: openai, model: tiny, family: llama3,
+     options: {{base_url: "{loopback_server.url}/v1", max_retries: 0, dialect: vllm}}}}
+detectors:
+  - {{name: overlap, label: Overlap, options: {{max_new_tokens: 4, positions: 4}}}}
+split: {{n_supervised_per_class: 20}}
+analyses: {{ablations: false, adaptive_vs_fixed: false, fp_recovery: false, blind: false}}
+evaluation: {{n_boot: 20}}
+cache_dir: {tmp_path / "cache"}
+""",
+    )
+    runner = CliRunner()
+    base = ["run", str(cfg), "--no-progress", "--no-report", "--out"]
+    res = runner.invoke(app, [*base, str(tmp_path / "plain")])
+    assert res.exit_code == 0, res.output
+    sid = "lab__remote__Overlap__s0"
+    assert not (tmp_path / "plain" / "settings" / sid / "samples.jsonl").exists()
+    asked = len(loopback_server.log)
+    res = runner.invoke(app, [*base, str(tmp_path / "plain"), "--log-samples"])
+    assert res.exit_code == 0, res.output
+    assert "skip" not in res.output  # complete, but without its samples: run again
+    assert len(loopback_server.log) == asked  # from the caches: nothing asked twice
+    lines = (tmp_path / "plain" / "settings" / sid / "samples.jsonl").read_text().splitlines()
+    recs = [json.loads(x) for x in lines]
+    phases = {r["phase"] for r in recs}
+    result = json.loads((tmp_path / "plain" / "settings" / sid / "result.json").read_text())
+    assert phases == {"e0", *result["views"]}, phases
+    assert all(r["params"]["max_new_tokens"] == 4 and len(r["completions"]) == 1 for r in recs)
+    served = {(b["prompt"]) for b in loopback_server.bodies}
+    assert {r["prompt"] for r in recs} <= served  # each logged prompt is one the server got
+    # a second directory, same cache: the samples come with the cached features
+    assert runner.invoke(app, [*base, str(tmp_path / "again"), "--log-samples"]).exit_code == 0
+    again = (tmp_path / "again" / "settings" / sid / "samples.jsonl").read_text().splitlines()
+    assert sorted(again) == sorted(lines) and len(loopback_server.log) == asked

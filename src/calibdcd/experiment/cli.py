@@ -39,6 +39,14 @@ def run_command(
         ),
     ] = None,
     report: Annotated[bool, typer.Option(help="write the report when the grid is complete")] = True,
+    log_samples: Annotated[
+        bool,
+        typer.Option(
+            "--log-samples",
+            help="write settings/<id>/samples.jsonl: every prompt, completion and decoding a "
+            "setting's features used",
+        ),
+    ] = False,
     progress: Annotated[bool, typer.Option(help="progress bars")] = True,
     debug: Annotated[
         bool, typer.Option("--debug", help="show the full traceback of an error")
@@ -84,7 +92,9 @@ def run_command(
         return
     assert cfg is not None
     try:
-        run_dir = run_experiment(cfg, out, progress=progress, log=echo, shard=part)
+        run_dir = run_experiment(
+            cfg, out, progress=progress, log=echo, shard=part, log_samples=log_samples
+        )
         echo(f"run directory: {run_dir}")
         if report and part is None:
             from calibdcd.report import write_report

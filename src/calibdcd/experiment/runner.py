@@ -332,10 +332,13 @@ def run_experiment(
     log: Callable[[str], None] | None = None,
     stop_after: int | None = None,
     shard: tuple[int, int] | None = None,
+    log_samples: bool = False,
 ) -> Path:
     """Run (or resume) the grid; returns the run directory. ``stop_after`` ends after that many
     newly computed settings (for tests and staged runs). ``shard`` = (i, n): only the i-th of n
     parts of the grid (:func:`shard_of`; :func:`merge_runs` joins the parts' directories).
+    ``log_samples``: each setting also writes ``samples.jsonl``, every completion its features
+    used (a complete setting without one is run again, from the caches).
     Raises :class:`RunDirLocked` when another live process writes the same run directory."""
     run_dir = Path(out_dir) if out_dir is not None else _default_out(cfg)
     models = require_models(cfg)  # before the run directory, any generation or lab build
@@ -345,8 +348,9 @@ def run_experiment(
             log(f"target {t.name}: {line}")
     with lock_run_dir(run_dir):
         return _run_locked(
-            cfg, run_dir, models, progress=progress, log=log, stop_after=stop_after, shard=shard
-        )
+            cfg, run_dir, models, progress=progress, log=log, stop_after=stop_after, shard=shard,
+            log_samples=log_samples,
+        )  # fmt: skip
 
 
 def _run_locked(
@@ -358,6 +362,7 @@ def _run_locked(
     log: Callable[[str], None] | None,
     stop_after: int | None,
     shard: tuple[int, int] | None = None,
+    log_samples: bool = False,
 ) -> Path:
     from tqdm.auto import tqdm
 
@@ -389,7 +394,7 @@ def _run_locked(
             f"(not in results or the report): {', '.join(stale)}"
         )
     _quiet_hub_bars()
-    ctx = RunContext(cfg, progress=progress)
+    ctx = RunContext(cfg, progress=progress, log_samples=log_samples)
     results: list[SettingResult] = []
     computed = 0
     bar = tqdm(settings, desc="settings", unit="setting", disable=not progress, dynamic_ncols=True)

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from calibdcd.atomic import atomic_write_text
 from calibdcd.calibration import Calibration, no_correction_reason
 from calibdcd.detectors.base import (
     PoolTrained,
@@ -88,6 +89,7 @@ from calibdcd.results import (
     read_result,
     write_result,
 )
+from calibdcd.targets.recording import RecordingTarget
 
 __all__ = [
     "PreparedSetting",
@@ -101,6 +103,8 @@ __all__ = [
 ]
 
 RESULT = "result.json"
+#: ``--log-samples``: every completion the setting's features used, one JSON line per prompt
+SAMPLES = "samples.jsonl"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,8 +214,10 @@ def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 class RunContext:
     """Loaded benchmarks, detectors and (at most one) target, shared across a run's settings."""
 
-    def __init__(self, cfg: ExperimentConfig, *, progress: bool = True):
+    def __init__(self, cfg: ExperimentConfig, *, progress: bool = True, log_samples: bool = False):
         self.cfg = cfg
+        #: keep every completion a setting's features used (``settings/<id>/samples.jsonl``)
+        self.log_samples = log_samples
         self.cache_root = cache_root(cfg.cache_dir)  # labs and everything built live here
         self.arrays = ArrayCache(self.cache_root)
         self.progress = progress
@@ -345,6 +351,8 @@ class _Extractor:
         self.generation: dict[str, Any] = {}
         #: {kind: GenerationParams} of a detector whose features do not carry the record
         self.kinds: dict[str, Any] = dict(getattr(detector, "generation_kinds", None) or {})
+        #: every completion the features used (``--log-samples``; empty otherwise)
+        self.samples: list[dict[str, Any]] = []
 
     def __call__(self, texts: list[str], view: Any | None, reference: list[str]) -> np.ndarray:
         key = digest(
@@ -357,7 +365,12 @@ class _Extractor:
             self.pool if self.has_prepare else None,
         )
         hit = self.ctx.arrays.load_arrays("features", key, require=("values",))
+        if hit is not None and self.ctx.log_samples and "samples" not in hit:
+            hit = None  # cached without its completions: extracted again (from the generation
+            # cache, so nothing is generated twice) to log them
         if hit is not None:
+            if "samples" in hit:
+                self.samples.extend(json.loads(str(hit["samples"])))
             self._set_blocks(hit)
             if "generation" in hit:
                 self._add_generation(json.loads(str(hit["generation"])))
@@ -372,12 +385,17 @@ class _Extractor:
             return hit["values"]
         t0 = time.perf_counter()
         target = self.ctx.target(self.setting.target)
+        recorder = RecordingTarget(target, "prepare") if self.ctx.log_samples else None
+        if recorder is not None:
+            target = recorder
         timed = isinstance(self.detector, Timed)
         before = dict(self.detector.timings) if timed else {}
         if self.has_prepare and not self._prepared:
             self.detector.prepare(self.pool, target)
             self._prepared = True
         kw = {"reference_texts": reference} if self.takes_reference else {}
+        if recorder is not None:
+            recorder.phase = "e0" if view is None else view.code
         feats = self.detector.extract(texts, target, view=view, **kw)
         # a detector keeps per-step seconds on itself (VeilProbe) or on its features (DPDLLM)
         after = dict(self.detector.timings) if timed else {}
@@ -394,6 +412,9 @@ class _Extractor:
         if generation:
             arrays["generation"] = np.array(json.dumps(generation, sort_keys=True, default=str))
             self._add_generation(generation)
+        if recorder is not None:  # kept with the features: a later hit logs them too
+            arrays["samples"] = np.array(json.dumps(recorder.records, default=str))
+            self.samples.extend(recorder.records)
         self.ctx.arrays.save_arrays("features", key, arrays)
         self._set_blocks(arrays)
         self.seconds += time.perf_counter() - t0
@@ -450,6 +471,8 @@ class PreparedSetting:
     detector_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
     #: the target's decoding per kind of detector query (detectors.base.decoding_record)
     generation: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: every completion the features used, one record per prompt (``--log-samples``)
+    samples: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
 def split_config(benchmark: BenchmarkEntry, cfg: ExperimentConfig) -> Any:
@@ -592,6 +615,7 @@ def prepare_setting(
         extractions=ext.extracted,
         detector_seconds={k: round(v, 3) for k, v in ext.steps.items()},
         generation=ext.generation,
+        samples=ext.samples,
     )
 
 
@@ -736,7 +760,7 @@ def run_setting(
     out = Path(run_dir) / "settings" / setting.id
     shash = setting_hash(setting, cfg)
     done = out / RESULT
-    if done.is_file():
+    if done.is_file() and not (ctx.log_samples and not (out / SAMPLES).is_file()):
         try:
             prev = read_result(done)
             if prev.setting_hash == shash and prev.inputs_hash == inputs_hash(setting, cfg, ctx):
@@ -854,5 +878,10 @@ def run_setting(
     typed = SettingResult.model_validate(result)
     for w in typed.warnings:
         warnings.warn(f"{setting.id}: {w}", RuntimeWarning, stacklevel=2)
+    if ctx.log_samples:  # before the result: a result without its samples is re-run
+        atomic_write_text(
+            out / SAMPLES,
+            "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in prep.samples),
+        )
     write_result(done, typed)
     return typed
