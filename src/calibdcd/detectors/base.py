@@ -41,9 +41,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from calibdcd.targets.base import GenerationParams
 
 __all__ = [
     "Classifier",
@@ -124,9 +127,25 @@ class Classifier(Protocol):
 
 @runtime_checkable
 class Detector(Protocol):
+    """What every detector is (``tests/test_detector_contract.py`` checks each registered one).
+
+    ``config``: its parameters, a dataclass, set at construction and never changed by fitting
+    (as scikit-learn's ``get_params``): the feature cache's key is its fingerprint, so every
+    option that changes a feature must be in it. ``cache_version``: bumped when the recipe of
+    its cached artefacts changes without an option changing (None: never). ``generation_kinds``:
+    the decoding of each kind of target query it sends (a run records what the target used).
+    The optional capabilities (:class:`PoolTrained`, :class:`ReferenceTrained`,
+    :class:`Timed`, :class:`NeedsSupervised`) are dispatched in one place,
+    :class:`calibdcd.detectors.adapter.DetectorAdapter`."""
+
     name: str
     #: names of the feature blocks CalibDCD may correct; None = the whole vector
     calibration_blocks: tuple[str, ...] | None
+    config: Any
+    cache_version: int | str | None
+
+    @property
+    def generation_kinds(self) -> Mapping[str, GenerationParams]: ...
 
     def query(self, text: str) -> str:
         """The original query e0(s) sent to the target."""
@@ -233,5 +252,4 @@ def decoding_record(detector: Any, target: Any, features: Any = None) -> dict[st
     own = dict(getattr(features, "generation", None) or {})
     if own:
         return own
-    kinds = getattr(detector, "generation_kinds", None) or {}
-    return {str(k): generation_record(target, p) for k, p in kinds.items()}
+    return {str(k): generation_record(target, p) for k, p in detector.generation_kinds.items()}

@@ -209,6 +209,8 @@ class ContinuationOverlap:
 
     name = "overlap"
     calibration_blocks: tuple[str, ...] | None = None
+    #: its cached features' recipe changes only with its config
+    cache_version: int | None = None
 
     def __init__(self, config: OverlapConfig | None = None):
         self.config = config or OverlapConfig()

@@ -187,13 +187,16 @@ def _without_locations(value: Any, root: str | Path | None = None) -> Any:
 def detector_fingerprint(detector: Any, root: str | Path | None = None) -> str:
     """A stable description of a detector's configuration, for cache keys (``root``: the run's
     cache root, where checkpoint digests are memoised)."""
-    cfg = getattr(detector, "config", None)
-    if cfg is not None and dataclasses.is_dataclass(cfg):
-        d = _without_locations(key_dict(cfg), root)  # added fields at old values: old keys
-        body = json.dumps(d, sort_keys=True, default=str)
-    else:
-        body = repr(cfg)
-    version = getattr(detector, "cache_version", None)
+    cfg = detector.config
+    if not (dataclasses.is_dataclass(cfg) and not isinstance(cfg, type)):
+        # a repr would give every option variant one feature-cache key (or a new one per run)
+        raise TypeError(
+            f"detector {detector.name!r}: its config must be a dataclass instance (the feature "
+            f"cache's key is its fingerprint), got {type(cfg).__name__}"
+        )
+    d = _without_locations(key_dict(cfg), root)  # added fields at old values: old keys
+    body = json.dumps(d, sort_keys=True, default=str)
+    version = detector.cache_version
     if version is not None:  # a detector's artefact recipe changed: its old features are stale
         body += f"\x1ecache_version={version}"
     return f"{detector.name}:{hashlib.sha256(body.encode()).hexdigest()[:16]}"
@@ -413,10 +416,7 @@ def _detector_entry_problems(entry: DetectorEntry, data: Mapping[str, Any]) -> l
     except (ValueError, TypeError) as exc:
         field, sep, rest = str(exc).partition(": ")
         return [(("preset",), rest)] if sep and field == "preset" else [((), str(exc))]
-    cfg = getattr(base, "config", None)
-    if cfg is None or not dataclasses.is_dataclass(cfg):
-        return []
-    problems = option_problems(cfg, entry.options)
+    problems = option_problems(base.config, entry.options)
     if not problems:
         try:
             build_detector(entry, bench, ".calibdcd-cache", build_labs=False)

@@ -117,7 +117,7 @@ def _detector_uses(
         except Exception as exc:
             raise ValueError(f"{label}: {exc}") from None
         for field, need in spec.model_fields:
-            found, value = _get_path(getattr(det, "config", None), field)
+            found, value = _get_path(det.config, field)
             if not found or value is None:
                 continue
             spelled, _ = _get_path(dict(d.options), field)

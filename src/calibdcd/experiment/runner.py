@@ -499,7 +499,7 @@ def dry_run(
     detectors' options were checked with the config (``read_config``) and are not repeated.
     ``out``: the run directory a run would use instead of the config's output (``--out``)."""
     from calibdcd.data import split_benchmark
-    from calibdcd.detectors.base import NeedsSupervised
+    from calibdcd.detectors.adapter import DetectorAdapter
     from calibdcd.experiment.components import (
         lab_model_problem,
         load_benchmark_entry,
@@ -654,15 +654,13 @@ def dry_run(
                 det = build_detector(d, bn, cfg.cache_dir, build_labs=False)
             lines.append(
                 f"  {key}: {DETECTORS[d.name].description}; correctable blocks "
-                f"{getattr(det, 'calibration_blocks', None) or 'all'}"
+                f"{det.calibration_blocks or 'all'}"
             )
-            if (
-                isinstance(det, NeedsSupervised)
-                and cfg.n_supervised_per_class < det.min_supervised_per_class
-            ):
+            need = DetectorAdapter(det).min_supervised_per_class
+            if cfg.n_supervised_per_class < need:
                 problems.append(
                     f"split.n_supervised_per_class: {cfg.n_supervised_per_class} is fewer than "
-                    f"{key} needs per class ({det.min_supervised_per_class})"
+                    f"{key} needs per class ({need})"
                 )
         except OptionsError as exc:
             if options:

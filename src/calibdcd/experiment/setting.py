@@ -41,10 +41,8 @@ import numpy as np
 
 from calibdcd.atomic import atomic_write_text
 from calibdcd.calibration import Calibration, no_correction_reason
+from calibdcd.detectors.adapter import DetectorAdapter
 from calibdcd.detectors.base import (
-    PoolTrained,
-    ReferenceTrained,
-    Timed,
     block_columns,
     decoding_record,
 )
@@ -261,7 +259,7 @@ class RunContext:
                 self._detectors[(entry.label, benchmark_name, 0)] = base
             if seed == 0:
                 return base
-            offsets = seed_offsets(getattr(base, "config", None), seed)
+            offsets = seed_offsets(base.config, seed)
             opts = _deep_merge(dict(entry.options), offsets)
             self._detectors[key] = build_detector(
                 dataclasses.replace(entry, options=opts),
@@ -340,9 +338,9 @@ class _Extractor:
             model_path(setting.target, build_lab=False, root=ctx.cache_root),
             ctx.cache_root,
         )
-        self.takes_reference = isinstance(detector, ReferenceTrained)
-        self.has_prepare = isinstance(detector, PoolTrained)
-        self._prepared = False
+        self.adapter = DetectorAdapter(detector)
+        self.takes_reference = self.adapter.takes_reference
+        self.has_prepare = self.adapter.pool_trained
         self.blocks: dict[str, slice] | None = None
         self.seconds = 0.0
         self.extracted = 0
@@ -350,7 +348,7 @@ class _Extractor:
         #: the target's decoding per kind of query (the detector's features' ``generation``)
         self.generation: dict[str, Any] = {}
         #: {kind: GenerationParams} of a detector whose features do not carry the record
-        self.kinds: dict[str, Any] = dict(getattr(detector, "generation_kinds", None) or {})
+        self.kinds: dict[str, Any] = dict(detector.generation_kinds)
         #: every completion the features used (``--log-samples``; empty otherwise)
         self.samples: list[dict[str, Any]] = []
 
@@ -388,17 +386,13 @@ class _Extractor:
         recorder = RecordingTarget(target, "prepare") if self.ctx.log_samples else None
         if recorder is not None:
             target = recorder
-        timed = isinstance(self.detector, Timed)
-        before = dict(self.detector.timings) if timed else {}
-        if self.has_prepare and not self._prepared:
-            self.detector.prepare(self.pool, target)
-            self._prepared = True
-        kw = {"reference_texts": reference} if self.takes_reference else {}
+        before = self.adapter.timings()
+        self.adapter.prepare(self.pool, target)
         if recorder is not None:
             recorder.phase = "e0" if view is None else view.code
-        feats = self.detector.extract(texts, target, view=view, **kw)
+        feats = self.adapter.extract(texts, target, view, reference)
         # a detector keeps per-step seconds on itself (VeilProbe) or on its features (DPDLLM)
-        after = dict(self.detector.timings) if timed else {}
+        after = self.adapter.timings()
         spent = {k: float(v) - float(before.get(k, 0.0)) for k, v in after.items()}
         for k, v in (getattr(feats, "timings", None) or {}).items():
             spent[k] = spent.get(k, 0.0) + float(v)
@@ -523,9 +517,9 @@ def prepare_setting(
     cal_texts = [texts[i] for i in cal_idx]
 
     ref_sup, ref_rest = sup_texts, rest_texts
-    if isinstance(detector, ReferenceTrained):  # e.g. DPDLLM's shared reference: the subsample
-        ref_sup = detector.reference_texts_for(sup_texts, pool)
-        ref_rest = detector.reference_texts_for(rest_texts, pool)
+    if ext.takes_reference:  # e.g. DPDLLM's shared reference: the subsample
+        ref_sup = ext.adapter.reference_texts(sup_texts, pool)
+        ref_rest = ext.adapter.reference_texts(rest_texts, pool)
 
     say("features e0")
     z_sup = ext(sup_texts, None, ref_sup)
@@ -584,7 +578,7 @@ def prepare_setting(
             ctx.arrays.save_model("models", key, m)
         return m
 
-    block = block_columns(ext.blocks, getattr(detector, "calibration_blocks", None))
+    block = block_columns(ext.blocks, detector.calibration_blocks)
     problem = CalibrationProblem(
         z_sup=z_sup_ok,
         y_sup=y_sup,

@@ -57,10 +57,9 @@ import numpy as np
 
 from calibdcd.atomic import atomic_write_bytes, atomic_write_text
 from calibdcd.calibration import CalibrationConfig
+from calibdcd.detectors.adapter import DetectorAdapter
 from calibdcd.detectors.base import (
     PersistableClassifier,
-    PoolTrained,
-    ReferenceTrained,
     block_columns,
     decoding_record,
 )
@@ -231,29 +230,23 @@ class FitTexts:
 
 
 def _extract(detector: Any, target: Any, texts: Sequence[str], view: Any, pool: list[str]) -> Any:
-    if isinstance(detector, ReferenceTrained):
-        ref = detector.reference_texts_for(list(texts), pool)
-        return detector.extract(list(texts), target, view=view, reference_texts=ref)
-    return detector.extract(list(texts), target, view=view)
+    adapter = DetectorAdapter(detector)
+    return adapter.extract(texts, target, view, adapter.reference_texts(texts, pool))
 
 
 def _prepare(detector: Any, target: Any, pool: list[str], mode: Mode) -> None:
-    if isinstance(detector, ReferenceTrained) and mode == "inductive":
-        if detector.reference_texts_for(["x"], pool) != pool:  # per split: not frozen
+    adapter = DetectorAdapter(detector)
+    if adapter.takes_reference and mode == "inductive":
+        if adapter.reference_texts(["x"], pool) != pool:  # per split: not frozen
             raise ValueError(
                 f"{detector.name}: mode inductive needs one reference model for every text "
                 "(reference.arrangement: shared); use mode transductive for per_split"
             )
-    if isinstance(detector, PoolTrained):
-        detector.prepare(pool, target)
+    adapter.prepare(pool, target)
 
 
 def _learnt_parts(detector: Any, target: Any, pool: list[str]) -> dict[str, Path]:
-    if isinstance(detector, PoolTrained):
-        return detector.learnt_parts(target)
-    if isinstance(detector, ReferenceTrained):
-        return detector.learnt_parts(pool)
-    return {}
+    return DetectorAdapter(detector).learnt_parts(target, pool)
 
 
 @dataclasses.dataclass
@@ -312,7 +305,7 @@ def _fit_pipeline(
     ok = _finite_rows(z_sup)
     z_sup, y_sup = z_sup[ok], y_sup[ok]
     blocks = dict(f_sup.blocks)
-    block = block_columns(blocks, getattr(detector, "calibration_blocks", None))
+    block = block_columns(blocks, detector.calibration_blocks)
 
     def new_clf() -> Any:
         return detector.new_classifier(seed)
@@ -418,10 +411,7 @@ class FittedDetector:
         if self.mode != "inductive" or not self.learnt:
             return detector
         pool = self.texts.fit_pool("inductive")
-        if isinstance(detector, PoolTrained):
-            detector.restore_parts(self.learnt, pool, target)
-        elif isinstance(detector, ReferenceTrained):
-            detector.restore_parts(self.learnt, pool)
+        DetectorAdapter(detector).restore_parts(self.learnt, pool, target)
         return detector
 
     def score_features(self, z: np.ndarray) -> np.ndarray:

@@ -185,6 +185,8 @@ class DPDLLM(ReferenceTrained):
     name = "dpdllm"
     #: the whole DPDLLM vector is output-derived (paper §4: correction on the complete vector)
     calibration_blocks: tuple[str, ...] | None = None
+    #: its cached features' recipe changes only with its config
+    cache_version: int | None = None
 
     def __init__(self, config: DPDLLMConfig | None = None, **overrides: Any) -> None:
         base = config or DPDLLMConfig()
@@ -195,6 +197,11 @@ class DPDLLM(ReferenceTrained):
 
     def __repr__(self) -> str:
         return f"DPDLLM({self.config!r})"
+
+    @property
+    def generation_kinds(self) -> dict[str, GenerationParams]:
+        """The decoding it asks for (its features also carry what the target used)."""
+        return {"continuation": self.config.generation_params()}
 
     @property
     def reference_arrangement(self) -> str:
