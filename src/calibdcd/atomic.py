@@ -115,21 +115,22 @@ def read_json(path: str | Path) -> Any:
 
 @contextlib.contextmanager
 def file_lock(path: Path, waiting: str | None = None) -> Iterator[None]:
-    """An exclusive ``flock`` on ``path`` for a build that two processes must not both do (a
-    lab, a lab's clean reference LM); ``waiting`` is printed to stderr when another process
-    holds it, so a second run says why it is idle instead of looking hung."""
-    import fcntl
+    """An exclusive lock on ``path`` (``filelock.FileLock``) for a build that two processes must
+    not both do (a lab, a lab's clean reference LM); ``waiting`` is printed to stderr when
+    another process holds it, so a second run says why it is idle instead of looking hung."""
     import sys
 
+    from filelock import FileLock, Timeout
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if waiting:
-                print(waiting, file=sys.stderr, flush=True)
-            fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    lock = FileLock(str(path))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        if waiting:
+            print(waiting, file=sys.stderr, flush=True)
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()

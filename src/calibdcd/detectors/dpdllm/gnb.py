@@ -1,12 +1,15 @@
-"""Gaussian Naive Bayes in numpy, scored by its log-odds.
+"""Gaussian Naive Bayes, fitted by scikit-learn, scored by its log-odds.
 
-DPDLLM's official classifier is scikit-learn's ``GaussianNB()`` with default settings. This is
-the same model (same variance smoothing, same empirical class priors) written in numpy so that
-calibdcd's core needs no scikit-learn. The score is the difference of the two classes' joint
-log-likelihoods, ``log p(z | 1) + log pi_1 - log p(z | 0) - log pi_0``: a continuous log-odds,
-higher = member. The official script's hard-label AUC (``roc_auc_score(y, clf.predict(X))``)
-equals balanced accuracy and is not used; ``predict_proba`` is not used either because it
-saturates at 0/1 on 64-256-dimensional inputs and makes TPR@5%FPR meaningless.
+DPDLLM's official classifier is scikit-learn's ``GaussianNB()`` with default settings; this
+class fits exactly that model (``sklearn.naive_bayes.GaussianNB``: its variance smoothing, its
+empirical class priors) and keeps what it learnt as arrays (``state``/``from_state``: no
+pickle). The score is the difference of the two classes' joint log-likelihoods,
+``log p(z | 1) + log pi_1 - log p(z | 0) - log pi_0``: a continuous log-odds, higher = member,
+computed from the stored arrays with scikit-learn's own formula (tested equal to its
+``predict_joint_log_proba``) so that a restored bundle scores without rebuilding a scikit-learn
+object. The official script's hard-label AUC (``roc_auc_score(y, clf.predict(X))``) equals
+balanced accuracy and is not used; ``predict_proba`` is not used either because it saturates at
+0/1 on 64-256-dimensional inputs and makes TPR@5%FPR meaningless.
 """
 
 from __future__ import annotations
@@ -93,16 +96,20 @@ class GaussianNB(PersistableClassifier):
         counts = np.bincount(y, minlength=2)
         if np.any(counts == 0):
             raise ValueError(f"labels need both classes, got counts {counts.tolist()} for (0, 1)")
-        eps = self.var_smoothing * float(np.var(x, axis=0).max())
-        means = np.stack([x[y == c].mean(axis=0) for c in (0, 1)])
-        variances = np.stack([x[y == c].var(axis=0) for c in (0, 1)]) + eps
-        if np.any(variances <= 0):
+        from sklearn.naive_bayes import GaussianNB as SkGaussianNB
+
+        sk = SkGaussianNB(
+            var_smoothing=self.var_smoothing,
+            priors=None if self.priors is None else list(self.priors),
+        ).fit(x, y)
+        if np.any(sk.var_ <= 0):
             raise ValueError(
                 "a feature has zero variance within a class and var_smoothing gives no floor "
                 "(all features constant?); increase var_smoothing"
             )
-        priors = np.asarray(self.priors, dtype=float) if self.priors else counts / counts.sum()
-        self.means_, self.variances_, self.log_priors_ = means, variances, np.log(priors)
+        self.means_ = np.asarray(sk.theta_, dtype=np.float64)
+        self.variances_ = np.asarray(sk.var_, dtype=np.float64)
+        self.log_priors_ = np.log(np.asarray(sk.class_prior_, dtype=np.float64))
         return self
 
     def state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
