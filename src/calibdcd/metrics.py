@@ -4,6 +4,13 @@ Conventions (everywhere in calibdcd): labels 1 = member, 0 = non-member; higher 
 Ties in scores are handled as scikit-learn's ``roc_curve`` / ``roc_auc_score`` do: all texts
 sharing a score cross the threshold together, so the ROC moves diagonally across a tie and the
 AUC counts a tied (member, non-member) pair as one half.
+
+Why not scikit-learn's functions, a core dependency: :func:`bootstrap_ci` calls the metric once
+per replicate (1,000 per interval, about twenty intervals per setting), and
+``sklearn.metrics.roc_auc_score`` takes 1.9 ms a call on 440 texts against 0.068 ms for
+:func:`auc` here (28x; measured 2026-11-26 on the 2-core Intel Xeon, scikit-learn 1.x, with its
+input validation). The outputs are equal: ``tests/test_metrics.py`` checks :func:`auc` and
+:func:`roc_curve` against ``roc_auc_score`` and ``roc_curve(drop_intermediate=False)``.
 """
 
 from __future__ import annotations
