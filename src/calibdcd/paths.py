@@ -11,9 +11,18 @@ second waits on the lab's file lock). This module is the only place that knows t
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
+from typing import Any
 
-__all__ = ["CACHE_ENV", "cache_root", "default_shared", "user_cache_root"]
+__all__ = [
+    "CACHE_ENV",
+    "cache_root",
+    "default_shared",
+    "path_name",
+    "strip_locations",
+    "user_cache_root",
+]
 
 #: the environment variable naming the cache root of runs whose config sets no ``cache_dir``
 CACHE_ENV = "CALIBDCD_CACHE"
@@ -42,3 +51,33 @@ def default_shared() -> str | None:
         if (parent / "shared").is_dir():
             return str(parent / "shared")
     return None
+
+
+def path_name(path: str) -> str:
+    """An absolute path's last component (trailing separators ignored; ``/`` stays ``/``)."""
+    return os.path.basename(path.rstrip("/\\")) or path
+
+
+def strip_locations(
+    value: Any,
+    *,
+    drop_keys: Collection[str] = (),
+    path: Callable[[str], Any] = path_name,
+) -> Any:
+    """``value`` (nested mappings, lists, tuples) without where things live on this machine:
+    every absolute path string replaced by ``path(it)`` (default: its last component), every
+    mapping key in ``drop_keys`` dropped; tuples become lists. The one helper behind setting
+    hashes (:func:`calibdcd.experiment.setting.setting_hash`) and detector fingerprints
+    (:func:`calibdcd.experiment.components.detector_fingerprint`), so a hash is the same in
+    every checkout and cache location."""
+    if isinstance(value, Mapping):
+        return {
+            k: strip_locations(v, drop_keys=drop_keys, path=path)
+            for k, v in value.items()
+            if k not in drop_keys
+        }
+    if isinstance(value, (list, tuple)):
+        return [strip_locations(v, drop_keys=drop_keys, path=path) for v in value]
+    if isinstance(value, str) and os.path.isabs(value):
+        return path(value)
+    return value

@@ -33,7 +33,7 @@ from calibdcd.experiment.config import (
 )
 from calibdcd.keys import key_dict
 from calibdcd.options import OptionsError, option_problems, replace_nested, suggestion
-from calibdcd.paths import cache_root
+from calibdcd.paths import cache_root, strip_locations
 
 __all__ = [
     "DETECTORS",
@@ -163,15 +163,8 @@ def _without_locations(value: Any, root: str | Path | None = None) -> Any:
     every level, a local model path replaced by its name and content hash (e.g. a lab's clean
     reference LM in the cache; digests memoised under the cache root ``root``), any other
     absolute path by its name."""
-    if isinstance(value, Mapping):
-        return {
-            k: _without_locations(v, root)
-            for k, v in value.items()
-            if k not in ("progress", "cache_dir")
-        }
-    if isinstance(value, (list, tuple)):
-        return [_without_locations(v, root) for v in value]
-    if isinstance(value, str) and os.path.isabs(value):
+
+    def located(value: str) -> Any:
         p = Path(value)
         if p.is_dir():
             from calibdcd.models import checkpoint_identity
@@ -181,7 +174,8 @@ def _without_locations(value: Any, root: str | Path | None = None) -> Any:
             except ValueError:  # no checkpoint files in it
                 pass
         return p.name
-    return value
+
+    return strip_locations(value, drop_keys=("progress", "cache_dir"), path=located)
 
 
 def detector_fingerprint(detector: Any, root: str | Path | None = None) -> str:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import time
 import warnings
 from collections.abc import Callable
@@ -79,7 +78,7 @@ from calibdcd.experiment.config import (
 )
 from calibdcd.experiment.store import ArrayCache, digest, write_csv, write_json
 from calibdcd.metrics import Interval, auc, bootstrap_ci, tpr_at_fpr
-from calibdcd.paths import cache_root
+from calibdcd.paths import cache_root, strip_locations
 from calibdcd.provenance import build_environment, library_versions
 from calibdcd.results import (
     RESULT_SCHEMA_VERSION,
@@ -120,13 +119,7 @@ class Setting:
 def _portable(value: Any) -> Any:
     """``value`` with every absolute path replaced by its file name: a hash of it is the same in
     every checkout (the files' contents are in :func:`inputs_hash`)."""
-    if isinstance(value, str) and os.path.isabs(value):
-        return os.path.basename(value.rstrip("/\\")) or value
-    if isinstance(value, dict):
-        return {k: _portable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_portable(v) for v in value]
-    return value
+    return strip_locations(value)
 
 
 def setting_hash(setting: Setting, cfg: ExperimentConfig) -> str:
