@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -143,6 +143,52 @@ def _packed_epoch(docs: Sequence[Sequence[int]], sep: int, seq_len: int, rng: ra
     return [stream[j * seq_len : (j + 1) * seq_len] for j in range(n)]
 
 
+def _run_steps(
+    model,
+    batches: Iterator[tuple[dict[str, Any], int]],
+    *,
+    total: int,
+    opt,
+    lr_of: Callable[[int], float],
+    grad_clip: float,
+    ema: tuple[float, float],
+    postfix_every: int,
+    device: torch.device,
+    progress: bool,
+    desc: str,
+) -> TrainStats:
+    """The lab's one training loop (pre-training and SFT): for each ``(inputs, tokens)`` of
+    ``batches``, the step's learning rate, the loss of ``model(**inputs)`` under autocast, a
+    clipped AdamW step; the loss's exponential average (``ema`` = (old weight, new weight)) is
+    shown every ``postfix_every`` steps and reported with the first loss."""
+    import torch
+
+    step, first, last, avg, tokens = 0, float("nan"), float("nan"), None, 0
+    t0 = time.perf_counter()
+    bar = inner_bar(total=total, desc=desc, unit="step", enabled=progress)
+    for inputs, n_tokens in batches:
+        for g in opt.param_groups:
+            g["lr"] = lr_of(step)
+        with autocast(device):
+            loss = model(**inputs).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        opt.step()
+        value = float(loss.detach())
+        first = value if step == 0 else first
+        avg = value if avg is None else ema[0] * avg + ema[1] * value
+        last = avg
+        tokens += n_tokens
+        step += 1
+        bar.update(1)
+        if step % postfix_every == 0:
+            bar.set_postfix(loss=f"{avg:.3f}")
+    bar.close()
+    model.eval()
+    return TrainStats(step, tokens, time.perf_counter() - t0, first, last)
+
+
 def pretrain(
     model,
     docs: Sequence[Sequence[int]],
@@ -167,36 +213,21 @@ def pretrain(
     warmup = min(cfg.warmup_steps, max(total // 20, 1))
     model.to(device).train()
     opt = _optimizer(model, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2))
-    step, first, last, ema = 0, float("nan"), float("nan"), None
-    t0 = time.perf_counter()
-    bar = inner_bar(total=total, desc=desc, unit="step", enabled=progress)
-    for _epoch in range(cfg.epochs):
-        chunks = _packed_epoch(docs, sep_id, cfg.seq_len, rng)
-        for b in range(steps_per_epoch):
-            batch = torch.tensor(
-                chunks[b * cfg.batch_size : (b + 1) * cfg.batch_size], device=device
-            )
-            for g in opt.param_groups:
-                g["lr"] = lr_at(step, total, cfg.lr, warmup, cfg.min_lr_ratio)
-            with autocast(device):
-                loss = model(input_ids=batch, labels=batch).loss
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            opt.step()
-            value = float(loss.detach())
-            first = value if step == 0 else first
-            ema = value if ema is None else 0.98 * ema + 0.02 * value
-            last = ema
-            step += 1
-            bar.update(1)
-            if step % 50 == 0:
-                bar.set_postfix(loss=f"{ema:.3f}")
-    bar.close()
-    model.eval()
-    return TrainStats(
-        step, step * cfg.batch_size * cfg.seq_len, time.perf_counter() - t0, first, last
-    )
+
+    def batches() -> Iterator[tuple[dict[str, Any], int]]:
+        for _epoch in range(cfg.epochs):
+            chunks = _packed_epoch(docs, sep_id, cfg.seq_len, rng)
+            for b in range(steps_per_epoch):
+                rows = chunks[b * cfg.batch_size : (b + 1) * cfg.batch_size]
+                batch = torch.tensor(rows, device=device)
+                yield {"input_ids": batch, "labels": batch}, cfg.batch_size * cfg.seq_len
+
+    return _run_steps(
+        model, batches(), total=total, opt=opt,
+        lr_of=lambda step: lr_at(step, total, cfg.lr, warmup, cfg.min_lr_ratio),
+        grad_clip=cfg.grad_clip, ema=(0.98, 0.02), postfix_every=50, device=device,
+        progress=progress, desc=desc,
+    )  # fmt: skip
 
 
 def sft(
@@ -221,40 +252,32 @@ def sft(
         raise ValueError("no post-training examples")
     model.to(device).train()
     opt = _optimizer(model, cfg.lr, cfg.weight_decay, (0.9, 0.95))
-    step, first, last, ema, tokens = 0, float("nan"), float("nan"), None, 0
-    t0 = time.perf_counter()
-    bar = inner_bar(total=total, desc=desc, unit="step", enabled=progress)
-    for _epoch in range(cfg.epochs):
-        order = list(range(len(examples)))
-        rng.shuffle(order)
-        for b in range(n_batches):
-            items = [examples[i] for i in order[b * cfg.batch_size : (b + 1) * cfg.batch_size]]
-            width = max(len(e.input_ids) for e in items)
-            ids = torch.full((len(items), width), pad_id, dtype=torch.long)
-            labels = torch.full((len(items), width), -100, dtype=torch.long)
-            mask = torch.zeros((len(items), width), dtype=torch.long)
-            for r, e in enumerate(items):
-                n = len(e.input_ids)
-                ids[r, :n] = torch.tensor(e.input_ids)
-                labels[r, :n] = torch.tensor(e.labels)
-                mask[r, :n] = 1
-            ids, labels, mask = ids.to(device), labels.to(device), mask.to(device)
-            for g in opt.param_groups:
-                g["lr"] = lr_at(step, total, cfg.lr, cfg.warmup_steps, cfg.min_lr_ratio)
-            with autocast(device):
-                loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            opt.step()
-            value = float(loss.detach())
-            first = value if step == 0 else first
-            ema = value if ema is None else 0.9 * ema + 0.1 * value
-            last = ema
-            tokens += int(mask.sum())
-            step += 1
-            bar.update(1)
-            bar.set_postfix(loss=f"{ema:.3f}")
-    bar.close()
-    model.eval()
-    return TrainStats(step, tokens, time.perf_counter() - t0, first, last)
+
+    def batches() -> Iterator[tuple[dict[str, Any], int]]:
+        for _epoch in range(cfg.epochs):
+            order = list(range(len(examples)))
+            rng.shuffle(order)
+            for b in range(n_batches):
+                items = [examples[i] for i in order[b * cfg.batch_size : (b + 1) * cfg.batch_size]]
+                width = max(len(e.input_ids) for e in items)
+                ids = torch.full((len(items), width), pad_id, dtype=torch.long)
+                labels = torch.full((len(items), width), -100, dtype=torch.long)
+                mask = torch.zeros((len(items), width), dtype=torch.long)
+                for r, e in enumerate(items):
+                    n = len(e.input_ids)
+                    ids[r, :n] = torch.tensor(e.input_ids)
+                    labels[r, :n] = torch.tensor(e.labels)
+                    mask[r, :n] = 1
+                inputs = {
+                    "input_ids": ids.to(device),
+                    "attention_mask": mask.to(device),
+                    "labels": labels.to(device),
+                }
+                yield inputs, int(mask.sum())
+
+    return _run_steps(
+        model, batches(), total=total, opt=opt,
+        lr_of=lambda step: lr_at(step, total, cfg.lr, cfg.warmup_steps, cfg.min_lr_ratio),
+        grad_clip=cfg.grad_clip, ema=(0.9, 0.1), postfix_every=1, device=device,
+        progress=progress, desc=desc,
+    )  # fmt: skip
