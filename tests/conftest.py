@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# Everything the suite builds (the tiny LM, the micro lab, generations, features) goes under one
+# cache root of its own, never the user's: $CALIBDCD_TEST_CACHE when set (a developer reusing
+# builds across runs), else a fresh temporary directory removed when the session ends. Tests
+# that exercise the cache-root rule itself set their own $CALIBDCD_CACHE and $HOME.
+_TEST_CACHE = os.environ.get("CALIBDCD_TEST_CACHE")
+if not _TEST_CACHE:
+    _TEST_CACHE = tempfile.mkdtemp(prefix="calibdcd-tests-")
+    atexit.register(shutil.rmtree, _TEST_CACHE, True)
+os.environ["CALIBDCD_CACHE"] = _TEST_CACHE
 
 
 def shared_dir() -> Path:
@@ -55,8 +68,8 @@ def shared_data_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def lab_micro() -> Path:
-    """The micro lab (base + chat-qwen/chat-llama/chat-reasoning), built once into the cache
-    (``$CALIBDCD_CACHE`` or ``~/.cache/calibdcd``) and reused by every test and later runs.
+    """The micro lab (base + chat-qwen/chat-llama/chat-reasoning), built once into the suite's
+    cache root (``$CALIBDCD_TEST_CACHE``, else a temporary one) and reused by every test.
     Built without its ``lab check`` (64 s of a cold suite's 11 min on 2 cores), as experiments
     build it: the check's measurements are tested on their own (test_lab.py), and the cache key
     ignores ``check``."""
