@@ -15,7 +15,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PY) -m pip install -q --upgrade pip
 	# exactly this torch: the CPU wheel on local disk (any other spec pulls a CUDA build)
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -c constraints.txt -e '.[hf,serve,dev,report]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[hf,serve,dev,report,data]'
 	@$(PY) -c 'import platform; v = platform.python_version(); v == "3.11.7" or print(f"warning: Python {v}; constraints.txt and the default lab text pool (read from the standard library) come from 3.11.7, so lab results differ")'
 	touch $@
 

@@ -197,10 +197,7 @@ def test_hub_offline_error_names_a_local_path(monkeypatch):
 
 
 def test_hub_without_datasets_package_says_what_to_install(monkeypatch):
-    import importlib.util
-
-    if importlib.util.find_spec("datasets") is not None:
-        pytest.skip("`datasets` is installed here; this checks the message when it is missing")
+    monkeypatch.setitem(sys.modules, "datasets", None)  # as if not installed: import fails
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
     with pytest.raises(
@@ -850,3 +847,73 @@ def test_hub_benchmark_reads_offline_from_a_fetched_dataset_snapshot(tmp_path, m
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty"))
     with pytest.raises(HubUnavailableError, match=r"calibdcd models fetch CONFIG.*repo-type"):
         load_benchmark("bookmia")
+
+
+def _fake_hub_dataset(hub: Path, repo: str, commit: str = "c0ffee" * 6 + "c0ff") -> None:
+    """A dataset repository as `hf download --repo-type dataset` leaves it in the hub cache:
+    two splits of jsonl rows and a card that names them."""
+    import json
+
+    root = hub / f"datasets--{repo.replace('/', '--')}"
+    snap = root / "snapshots" / commit
+    (snap / "data").mkdir(parents=True)
+    (root / "refs").mkdir()
+    (root / "refs" / "main").write_text(commit)
+    for split, n in (("train", 40), ("test", 30)):
+        rows = [
+            {"input": f"{split} passage number {i} on a topic", "is_member": i % 2}
+            for i in range(n)
+        ]
+        (snap / "data" / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (snap / "README.md").write_text(
+        "---\nconfigs:\n- config_name: default\n  data_files:\n"
+        "  - split: train\n    path: data/train.jsonl\n  - split: test\n    path: data/test.jsonl\n"
+        "---\n"
+    )
+
+
+def test_any_hub_dataset_loads_offline_from_the_local_hub_cache(tmp_path, monkeypatch):
+    """A hub dataset that is no known benchmark (`owner/name`, its split, its columns), read with
+    `datasets` from its snapshot in the local hub cache with the hub disabled: `data show`
+    prints it, a run config names it with `hub:`, the dry run reads it and names a missing one
+    with the command that fetches it."""
+    pytest.importorskip("datasets")
+    from typer.testing import CliRunner
+
+    from calibdcd.cli import app
+    from calibdcd.experiment import ConfigError, dry_run, load_config
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "datasets"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    _fake_hub_dataset(tmp_path / "hub", "someone/my-mia")
+    runner = CliRunner()
+    args = ["data", "show", "someone/my-mia", "--split", "test", "--text-field", "input"]
+    res = runner.invoke(app, [*args, "--label-field", "is_member", "--subsample", "all"])
+    assert res.exit_code == 0, res.output
+    assert (
+        "hf://datasets/someone/my-mia@c0ffee" in res.output
+        and "member (1)           15" in res.output
+    )
+    res = runner.invoke(app, ["data", "show", "someone/absent"])
+    assert res.exit_code == 2 and "hf download --repo-type dataset someone/absent" in res.output
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "benchmarks:\n"
+        "  - {name: mine, hub: someone/my-mia, split: train, text_field: input,"
+        " label_field: is_member}\n"
+        "  - {name: gone, hub: someone/absent}\n"
+        "  - {name: both, hub: someone/my-mia, path: x.jsonl}\n"
+        "targets: [{name: m, backend: openai, model: m, family: qwen2.5,"
+        " options: {base_url: 'http://127.0.0.1:9/v1'}}]\n"
+        "detectors: [overlap]\n"
+        "split: {n_supervised_per_class: 5}\n"
+    )
+    with pytest.raises(ConfigError, match=r"benchmarks\[2\]\.path: cannot be given with hub"):
+        load_config(cfg)
+    cfg.write_text("\n".join(x for x in cfg.read_text().splitlines() if "both" not in x))
+    lines, problems = dry_run(load_config(cfg))
+    text = "\n".join(lines + problems)
+    assert "benchmarks[0] (mine-train): 40 texts from hf://datasets/someone/my-mia@c0ffee" in text
+    assert "benchmarks[1] (gone): hub dataset someone/absent not fetched yet" in text
+    assert "someone/absent: not in the local hub cache; used by benchmarks[1]" in text

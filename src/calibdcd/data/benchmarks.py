@@ -60,6 +60,7 @@ __all__ = [
     "BenchmarkSpec",
     "benchmark_spec",
     "load_benchmark",
+    "load_hub_benchmark",
 ]
 
 #: total sizes of the paper's data table ("Statistics of the DCD benchmarks")
@@ -477,3 +478,68 @@ def _with_groups(bench: Benchmark, fields: Sequence[str]) -> Benchmark:
         for s in bench.samples
     )
     return dataclasses.replace(bench, samples=samples)
+
+
+def load_hub_benchmark(
+    repo: str,
+    *,
+    name: str | None = None,
+    config: str | None = None,
+    split: str | None = None,
+    revision: str | None = None,
+    text_field: str | Sequence[str] | None = None,
+    label_field: str | Sequence[str] | None = None,
+    id_field: str | None = None,
+    label_map: Mapping[str, int] | None = None,
+    dedupe: bool = False,
+) -> Benchmark:
+    """Any Hugging Face hub dataset as a benchmark: repository ``repo`` (``owner/name``), its
+    ``config`` and ``split`` (default ``train``) as the dataset's card defines them, at
+    ``revision``, one row per text with a text and a 0/1 label column (``text_field``,
+    ``label_field``; defaults as for files). Read with ``datasets`` from the dataset's snapshot
+    in the local hub cache (``calibdcd models fetch`` puts it there, or any ``hf download
+    --repo-type dataset``), so it loads offline; its source names the snapshot's commit, which
+    with the run's content digest is the dataset's fingerprint (``benchmarks.json``)."""
+    from calibdcd.data.hub import HubUnavailableError, hub_offline
+    from calibdcd.models import MissingModelError, resolve_model
+
+    ref = repo + (f"@{revision}" if revision else "")
+    try:
+        snapshot = resolve_model(ref, need="dataset").path
+    except MissingModelError:
+        if hub_offline():
+            raise HubUnavailableError(
+                f"hub dataset {ref} is not in the local hub cache and the hub is disabled "
+                f"(HF_HUB_OFFLINE=1): fetch it once with `calibdcd models fetch CONFIG` or "
+                f"`hf download --repo-type dataset {repo}`"
+            ) from None
+        from huggingface_hub import snapshot_download
+
+        snapshot = Path(snapshot_download(repo, repo_type="dataset", revision=revision))
+    try:
+        import datasets  # the `data` extra (installed by `make`)
+    except ImportError:
+        raise HubUnavailableError(
+            f"reading hub dataset {repo} needs the `datasets` package: pip install 'calibdcd[data]'"
+        ) from None
+    hf_split = split or "train"
+    datasets.disable_progress_bars()  # its "Generating split" bars; the run has its own
+    try:
+        ds = datasets.load_dataset(str(snapshot), name=config, split=hf_split)
+    except (ValueError, FileNotFoundError) as exc:  # an unknown config or split: say which
+        raise ValueError(f"hub dataset {repo}: {exc}") from None
+    source = f"hf://datasets/{repo}@{snapshot.name}" + (f"/{config}" if config else "")
+    source += f"/{hf_split}"
+    records, columns = rows_as_records((dict(r) for r in ds), source)
+    return build_benchmark(
+        records,
+        columns,
+        name=name or repo.split("/")[-1],
+        source=source,
+        text_field=text_field or DEFAULT_TEXT_FIELDS,
+        label_field=label_field or DEFAULT_LABEL_FIELDS,
+        id_field=id_field,
+        label_map=label_map,
+        on_empty="error",
+        dedupe=dedupe,
+    )

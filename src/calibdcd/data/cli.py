@@ -8,7 +8,14 @@ from typing import Annotated
 import numpy as np
 import typer
 
-from calibdcd.data.benchmarks import BENCHMARKS, PAPER_POOLS, PAPER_SIZES, load_benchmark
+from calibdcd.data.benchmarks import (
+    BENCHMARKS,
+    PAPER_POOLS,
+    PAPER_SIZES,
+    benchmark_spec,
+    load_benchmark,
+    load_hub_benchmark,
+)
 from calibdcd.data.hub import HubUnavailableError
 from calibdcd.data.protocol import SplitConfig, resolve_subsample_size, split_benchmark
 from calibdcd.data.types import Benchmark
@@ -52,6 +59,18 @@ def _length_table(bench: Benchmark) -> list[str]:
     return rows
 
 
+def _is_hub_id(name: str, path: str | None) -> bool:
+    """``owner/name`` that is neither a known benchmark nor a file here: a hub dataset id."""
+    from pathlib import Path
+
+    return (
+        path is None
+        and benchmark_spec(name) is None
+        and name.count("/") == 1
+        and not Path(name).exists()
+    )
+
+
 @app.command("show")
 def show(
     name: Annotated[
@@ -60,7 +79,14 @@ def show(
     path: Annotated[
         str | None, typer.Option(help="local file or directory (else the HF hub)")
     ] = None,
-    split: Annotated[str | None, typer.Option(help="subset, e.g. 64 for WikiMIA length-64")] = None,
+    split: Annotated[
+        str | None,
+        typer.Option(help="subset, e.g. 64 for WikiMIA length-64; a hub dataset's split"),
+    ] = None,
+    config: Annotated[
+        str | None, typer.Option(help="a hub dataset's config (owner/name datasets)")
+    ] = None,
+    revision: Annotated[str | None, typer.Option(help="a hub dataset's revision")] = None,
     text_field: Annotated[str | None, typer.Option(help="text column (generic files)")] = None,
     label_field: Annotated[str | None, typer.Option(help="label column (generic files)")] = None,
     dedupe: Annotated[bool, typer.Option(help="drop repeated texts")] = False,
@@ -72,14 +98,20 @@ def show(
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            bench = load_benchmark(
-                name,
-                path=path,
-                split=split,
-                text_field=text_field,
-                label_field=label_field,
-                dedupe=dedupe,
-            )
+            if _is_hub_id(name, path):
+                bench = load_hub_benchmark(
+                    name, config=config, split=split, revision=revision,
+                    text_field=text_field, label_field=label_field, dedupe=dedupe,
+                )  # fmt: skip
+            else:
+                bench = load_benchmark(
+                    name,
+                    path=path,
+                    split=split,
+                    text_field=text_field,
+                    label_field=label_field,
+                    dedupe=dedupe,
+                )
             config = SplitConfig(protocol=protocol, subsample=_parse_subsample(subsample))  # type: ignore[arg-type]
             size = resolve_subsample_size(config, bench.name, bench.subset)
             try:

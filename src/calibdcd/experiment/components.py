@@ -349,6 +349,14 @@ def load_benchmark_entry(
 ) -> Any:
     from calibdcd.data import load_benchmark
 
+    if entry.hub is not None:
+        from calibdcd.data.benchmarks import load_hub_benchmark
+
+        return load_hub_benchmark(
+            entry.hub, name=entry.name, config=entry.config, split=entry.split,
+            revision=entry.revision, text_field=entry.text_field, label_field=entry.label_field,
+            id_field=entry.id_field, dedupe=entry.dedupe,
+        )  # fmt: skip
     path = entry.path
     if entry.lab is not None:
         lab = resolve_lab(entry.lab, build=build_lab, root=root, progress=progress)

@@ -229,6 +229,12 @@ class BenchmarkEntry:
     split: Text | None = None
     label: Label = ""
     lab: Text | None = None
+    #: any Hugging Face hub dataset (``owner/name``), read with ``datasets`` from its snapshot
+    #: in the local hub cache: ``config`` and ``split`` (default ``train``) as its card defines
+    #: them, at ``revision``; ``text_field``/``label_field`` name its columns
+    hub: Text | None = None
+    config: Text | None = None
+    revision: Text | None = None
     text_field: Text | None = None
     label_field: Text | None = None
     id_field: Text | None = None
@@ -761,6 +767,18 @@ def _cross_checks(data: Mapping[str, Any]) -> list[tuple[Loc, str]]:
         ]
 
     for i, b in items("benchmarks"):
+        if b.get("hub") is not None:
+            for key in ("path", "lab"):
+                if b.get(key) is not None:
+                    out.append(
+                        (
+                            ("benchmarks", i, key),
+                            "cannot be given with hub (one source per benchmark)",
+                        )
+                    )
+        elif b.get("config") is not None or b.get("revision") is not None:
+            key = "config" if b.get("config") is not None else "revision"
+            out.append((("benchmarks", i, key), "applies to a hub dataset (give hub: owner/name)"))
         if b.get("lab") is not None and b.get("path") is None:
             out.append(
                 (
@@ -817,7 +835,7 @@ def _benchmark_file_checks(data: Mapping[str, Any], base: Path | None) -> list[t
     out: list[tuple[Loc, str]] = []
     raw = data.get("benchmarks")
     for i, b in enumerate(raw if isinstance(raw, list) else []):
-        if not isinstance(b, Mapping) or b.get("lab") is not None:
+        if not isinstance(b, Mapping) or b.get("lab") is not None or b.get("hub") is not None:
             continue
         name, path = b.get("name"), b.get("path")
         if isinstance(path, str) and path:

@@ -41,6 +41,10 @@ def hub_dataset_of(entry: Any) -> str | None:
     known benchmark), else None."""
     from calibdcd.data.benchmarks import benchmark_spec
 
+    hub = getattr(entry, "hub", None)  # fit configs' data entries have no hub field
+    if hub is not None:
+        revision = getattr(entry, "revision", None)
+        return hub + (f"@{revision}" if revision else "")
     if entry.path is not None or entry.lab is not None:
         return None
     spec = benchmark_spec(entry.name)
