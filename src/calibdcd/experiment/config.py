@@ -66,6 +66,7 @@ from pydantic import (
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from calibdcd.calibration import CalibrationConfig
+from calibdcd.keys import added_field
 from calibdcd.options import suggestion
 from calibdcd.paths import default_shared
 from calibdcd.redact import is_secret_var, register_secret
@@ -232,9 +233,10 @@ class BenchmarkEntry:
     #: any Hugging Face hub dataset (``owner/name``), read with ``datasets`` from its snapshot
     #: in the local hub cache: ``config`` and ``split`` (default ``train``) as its card defines
     #: them, at ``revision``; ``text_field``/``label_field`` name its columns
-    hub: Text | None = None
-    config: Text | None = None
-    revision: Text | None = None
+    #: (added fields: left out of setting hashes while unset, so stored runs stay complete)
+    hub: Text | None = added_field(None, legacy=None)
+    config: Text | None = added_field(None, legacy=None)
+    revision: Text | None = added_field(None, legacy=None)
     text_field: Text | None = None
     label_field: Text | None = None
     id_field: Text | None = None

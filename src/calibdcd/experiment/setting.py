@@ -77,6 +77,7 @@ from calibdcd.experiment.config import (
     labs_of,
 )
 from calibdcd.experiment.store import ArrayCache, digest, write_csv, write_json
+from calibdcd.keys import key_dict
 from calibdcd.metrics import Interval, auc, bootstrap_ci, tpr_at_fpr
 from calibdcd.paths import cache_root, strip_locations
 from calibdcd.provenance import build_environment, library_versions
@@ -127,7 +128,7 @@ def setting_hash(setting: Setting, cfg: ExperimentConfig) -> str:
     Absolute paths enter as their file names only, so the hash does not depend on where the
     checkout, the data or the cache live."""
     return digest(
-        _portable(dataclasses.asdict(setting)),
+        _portable(key_dict(setting)),  # fields added since at their old value: left out
         cfg.protocol,
         cfg.n_supervised_per_class,
         cfg.calibration_fraction,
