@@ -233,6 +233,23 @@ def test_dry_run_builds_the_view_bank_of_a_remote_target(tmp_path):
     lines, problems = dry_run(_target_config(tmp_path, target))
     assert len(problems) == 1 and problems[0].startswith(unreachable)
     assert any("views U1" in x and "Q1 Q2" in x for x in lines)
+    # a family without built-in views: the served model's chat template from a named local
+    # tokenizer (here the tiny LM's), or one clear line when it cannot be read
+    from calibdcd.targets.tiny import cached_tiny_lm
+
+    del target["family"]
+    target["tokenizer"] = str(cached_tiny_lm())
+    lines, problems = dry_run(_target_config(tmp_path, target))
+    assert len(problems) == 1 and problems[0].startswith(unreachable)
+    assert any("views U1" in x and "T1 T2" in x for x in lines)
+    target["tokenizer"] = str(tmp_path / "no-such-tokenizer")
+    _, problems = dry_run(_target_config(tmp_path, target))
+    assert len(problems) == 2 and "no-such-tokenizer: no such path" in problems[1]
+    assert "used by targets[0] (remote).tokenizer" in problems[1]
+    (tmp_path / "no-template").mkdir()  # a directory that is no tokenizer: one line
+    target["tokenizer"] = str(tmp_path / "no-template")
+    _, problems = dry_run(_target_config(tmp_path, target))
+    assert len(problems) == 2 and "cannot build the view bank" in problems[1], problems
 
 
 def test_dry_run_rejects_unknown_target_options_and_too_small_splits(tmp_path):

@@ -51,6 +51,7 @@ def _target_entry(section: Any) -> Any:
     return TargetEntry(
         name=section.name, backend=section.backend, model=section.model, family=section.family,
         lab=section.lab, options=dict(section.options),
+        tokenizer=getattr(section, "tokenizer", None),  # (a bundle's target has none)
     )  # fmt: skip
 
 

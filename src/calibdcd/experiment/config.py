@@ -277,6 +277,11 @@ class TargetEntry:
     base: Text | None = None
     post_trained: StrictBool = True
     options: Options = dataclasses.field(default_factory=dict)
+    #: where CalibDCD's two boundary views come from when ``family`` has no built-in ones: a
+    #: local tokenizer directory (or hub id) whose chat template is the served model's. Default:
+    #: the family's, else the checkpoint's own (an in-process or hub model), else a family
+    #: told by the model's name
+    tokenizer: Text | None = added_field(None, legacy=None)
 
 
 @pydantic_dataclass(frozen=True, config=_ENTRY)
@@ -1117,6 +1122,8 @@ def _resolve(
         benchmarks.append(dataclasses.replace(b, **changes) if changes else b)
     targets = []
     for t in f.targets:
+        if t.tokenizer is not None and t.tokenizer.startswith((".", "/", "~")):
+            t = dataclasses.replace(t, tokenizer=_resolve_path(t.tokenizer, base))
         m = t.model
         if (
             t.lab is None

@@ -102,9 +102,13 @@ def models_in_fit_config(cfg: Any) -> list[ModelUse]:
 
 
 def _target_uses(t: Any, where: str) -> list[ModelUse]:
+    uses = []
     if t.backend == "hf" and t.lab is None and not _skip(t.model):
-        return [ModelUse(f"{where}.model", t.model)]
-    return []
+        uses.append(ModelUse(f"{where}.model", t.model))
+    tokenizer = getattr(t, "tokenizer", None)  # (a fit config's target has none)
+    if tokenizer is not None and not _skip(tokenizer):  # a hub id: the chat template's source
+        uses.append(ModelUse(f"{where}.tokenizer", tokenizer, "tokenizer"))
+    return uses
 
 
 def _detector_uses(

@@ -718,6 +718,15 @@ def _dry_view_bank(t: Any, system: str, root: Path) -> list[str] | None:
     from calibdcd.views import view_bank
 
     local = Path(model_path(t, build_lab=False, root=root))
+    if t.tokenizer is not None:  # named: its template is the served model's
+        from calibdcd.models import MissingModelError
+
+        try:
+            return [v.code for v in view_bank(t.family, t.tokenizer, system=system)]  # type: ignore[arg-type]
+        except MissingModelError:  # named with the models to fetch, once
+            return None
+        except OSError as exc:
+            raise ValueError(f"tokenizer {t.tokenizer!r}: {exc}") from None
     if t.lab is not None and not local.exists():
         return None
     if local.exists():

@@ -297,7 +297,9 @@ class RunContext:
             family = entry.family
             tokenizer: Any = None
             local = Path(model_path(entry, root=self.cache_root))
-            if local.exists():  # a family without built-in views uses the chat template
+            if entry.tokenizer is not None:  # the served model's template, named
+                tokenizer = entry.tokenizer
+            elif local.exists():  # a family without built-in views uses the chat template
                 tokenizer = str(local)
             elif family is None:
                 family = getattr(self.target(entry), "family", None)

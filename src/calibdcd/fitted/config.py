@@ -43,6 +43,9 @@ class TargetSection(_Strict):
     lab: str | None = None
     family: str | None = None
     options: dict[str, Any] = Field(default_factory=dict)
+    #: where CalibDCD's boundary views come from for a family without built-in ones (a local
+    #: tokenizer directory or hub id with the served model's chat template)
+    tokenizer: str | None = None
 
 
 class DetectorSection(_Strict):
@@ -137,7 +140,7 @@ class FitConfig(_Strict):
 
 
 #: ``--target`` keys that are fields of the target section (the rest are backend options)
-_TARGET_FIELDS = ("name", "model", "family", "lab")
+_TARGET_FIELDS = ("name", "model", "family", "lab", "tokenizer")
 
 
 def parse_target_spec(spec: str) -> dict[str, Any]:
