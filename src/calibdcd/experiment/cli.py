@@ -79,7 +79,7 @@ def run_command(
         # every problem at once: the config's (with lines), then what needs the files and models
         problems = [p.render(str(config)) for p in config_problems]
         if cfg is not None:
-            lines, more = check(cfg, options=False, out=out)
+            lines, more = check(cfg, options=False, out=out, shard=part)
             for line in lines:
                 echo(line)
             problems += [locate(p, config) for p in more]

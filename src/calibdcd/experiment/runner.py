@@ -46,12 +46,11 @@ from calibdcd.experiment.components import (
 )
 from calibdcd.experiment.config import ExperimentConfig, lab_spec
 from calibdcd.experiment.model_uses import check_models, hub_dataset_of
+from calibdcd.experiment.plan import RunPlan, grid, materialize, resolve, shard_of
 from calibdcd.experiment.rundir import lock_run_dir, set_aside_stale
 from calibdcd.experiment.setting import (
     RunContext,
-    Setting,
     run_setting,
-    setting_hash,
     split_config,
 )
 from calibdcd.experiment.store import atomic_write_text, write_csv, write_json
@@ -83,17 +82,6 @@ __all__ = [
 ]
 
 
-def grid(cfg: ExperimentConfig) -> list[Setting]:
-    """All settings, target-major (one model load per target), then benchmark, detector, seed."""
-    return [
-        Setting(b, t, d, s)
-        for t in cfg.targets
-        for b in cfg.benchmarks
-        for d in cfg.detectors
-        for s in cfg.seeds
-    ]
-
-
 def parse_shard(text: str) -> tuple[int, int]:
     """``"i/n"`` (``--shard``; 0 <= i < n) -> ``(i, n)``."""
     i, sep, n = text.partition("/")
@@ -104,17 +92,6 @@ def parse_shard(text: str) -> tuple[int, int]:
     if not sep or count < 1 or not 0 <= index < count:
         raise ValueError(f"--shard {text!r}: expected i/n with 0 <= i < n (e.g. 0/4)")
     return index, count
-
-
-def shard_of(settings: list[Setting], shard: tuple[int, int] | None) -> list[Setting]:
-    """Shard ``i`` of ``n``: the i-th of n contiguous, nearly equal blocks of the grid (target-
-    major, so a shard loads few models). Deterministic: the same config gives the same parts
-    on every machine, and the n parts are the whole grid."""
-    if shard is None:
-        return settings
-    i, n = shard
-    size = len(settings)
-    return settings[i * size // n : (i + 1) * size // n]
 
 
 def merge_runs(run_dirs: list[Path], out: Path) -> Path:
@@ -340,31 +317,33 @@ def run_experiment(
     ``log_samples``: each setting also writes ``samples.jsonl``, every completion its features
     used (a complete setting without one is run again, from the caches).
     Raises :class:`RunDirLocked` when another live process writes the same run directory."""
-    run_dir = Path(out_dir) if out_dir is not None else _default_out(cfg)
+    plan = resolve(cfg, out_dir, shard=shard)  # builds nothing
     models = require_models(cfg)  # before the run directory, any generation or lab build
     for t in cfg.targets:  # a served target's server answers, and serves this model
         line = preflight_target(t)
         if line is not None and log is not None:
             log(f"target {t.name}: {line}")
-    with lock_run_dir(run_dir):
+    with lock_run_dir(plan.run_dir):
+        # the labs and reference LMs the settings need, built here and nowhere else
+        plan = materialize(plan, progress=progress, log=log)
         return _run_locked(
-            cfg, run_dir, models, progress=progress, log=log, stop_after=stop_after, shard=shard,
+            plan, models, progress=progress, log=log, stop_after=stop_after,
             log_samples=log_samples,
         )  # fmt: skip
 
 
 def _run_locked(
-    cfg: ExperimentConfig,
-    run_dir: Path,
+    plan: RunPlan,
     models: list[tuple[ModelUse, ResolvedModel]],
     *,
     progress: bool,
     log: Callable[[str], None] | None,
     stop_after: int | None,
-    shard: tuple[int, int] | None = None,
     log_samples: bool = False,
 ) -> Path:
     from tqdm.auto import tqdm
+
+    cfg, run_dir, shard = plan.config, plan.run_dir, plan.shard
 
     run_dir.mkdir(parents=True, exist_ok=True)
     write_json(run_dir / "models.json", models_record(models))
@@ -376,16 +355,14 @@ def _run_locked(
         ),
     )
     write_json(run_dir / "environment.json", redact_tree(environment(cfg)))
-    settings = grid(cfg)
     write_json(
-        run_dir / "grid.json",
-        [{"id": s.id, "setting_hash": setting_hash(s, cfg)} for s in settings],
+        run_dir / "grid.json", [{"id": p.id, "setting_hash": p.setting_hash} for p in plan.grid]
     )
-    stale = set_aside_stale(run_dir, [s.id for s in settings])
+    stale = set_aside_stale(run_dir, [p.id for p in plan.grid])
+    planned = plan.settings
     if shard is not None:  # the grid.json above is the whole grid: a shard runs its part
         write_json(run_dir / "shard.json", {"index": shard[0], "count": shard[1]})
-        settings = shard_of(settings, shard)
-        say(f"shard {shard[0]}/{shard[1]}: {len(settings)} setting(s) of the grid")
+        say(f"shard {shard[0]}/{shard[1]}: {len(planned)} setting(s) of the grid")
     else:
         (run_dir / "shard.json").unlink(missing_ok=True)
     if stale:
@@ -397,14 +374,16 @@ def _run_locked(
     ctx = RunContext(cfg, progress=progress, log_samples=log_samples)
     results: list[SettingResult] = []
     computed = 0
-    bar = tqdm(settings, desc="settings", unit="setting", disable=not progress, dynamic_ncols=True)
+    bar = tqdm(planned, desc="settings", unit="setting", disable=not progress, dynamic_ncols=True)
     try:
-        for s in bar:
+        for p in bar:
+            s = p.setting
             bar.set_postfix_str(s.id, refresh=True)
             try:
                 res = run_setting(
-                    s, cfg, run_dir, ctx, status=lambda m, s=s: bar.set_postfix_str(f"{s.id}: {m}")
-                )
+                    s, cfg, run_dir, ctx, setting_hash=p.setting_hash,
+                    status=lambda m, s=s: bar.set_postfix_str(f"{s.id}: {m}"),
+                )  # fmt: skip
             except Exception as exc:
                 _add_note(exc, f"in setting {s.id}")  # `calibdcd run` names it in its error
                 raise
@@ -490,14 +469,19 @@ def _dry_run_models(cfg: ExperimentConfig, lines: list[str], problems: list[str]
 
 
 def dry_run(
-    cfg: ExperimentConfig, *, options: bool = True, out: str | Path | None = None
+    cfg: ExperimentConfig,
+    *,
+    options: bool = True,
+    out: str | Path | None = None,
+    shard: tuple[int, int] | None = None,
 ) -> tuple[list[str], list[str]]:
     """Resolve and check everything without loading any model: benchmark files and the split
     protocol, target backends and local checkpoints (and the integrity of their weight files),
     detector names/presets/options, the models, the grid. Returns (report lines, problems); an
     empty problems list means the config can run. ``options=False``: the targets' and
     detectors' options were checked with the config (``read_config``) and are not repeated.
-    ``out``: the run directory a run would use instead of the config's output (``--out``)."""
+    ``out``: the run directory a run would use instead of the config's output (``--out``);
+    ``shard``: the part of the grid a ``--shard i/n`` run would run (its plan's settings)."""
     from calibdcd.data import split_benchmark
     from calibdcd.detectors.adapter import DetectorAdapter
     from calibdcd.experiment.components import (
@@ -682,6 +666,10 @@ def dry_run(
         f"{len(cfg.detectors)} detectors x {len(cfg.seeds)} seeds = {cfg.grid_size} settings"
     )
     lines.append(f"cache: {root}; output: {out if out is not None else _default_out(cfg)}")
+    try:  # what the run would do: its settings and the artefacts it would build first
+        lines += resolve(cfg, out, shard=shard).describe()
+    except Exception as exc:  # a plan that cannot be resolved is a problem, not a traceback
+        problems.append(f"plan: {exc}")
     return lines, list(dict.fromkeys(problems))  # a target's damaged file is also a model's
 
 

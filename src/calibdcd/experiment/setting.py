@@ -123,7 +123,7 @@ def _portable(value: Any) -> Any:
     return strip_locations(value)
 
 
-def setting_hash(setting: Setting, cfg: ExperimentConfig) -> str:
+def _setting_hash(setting: Setting, cfg: ExperimentConfig) -> str:
     """Everything a setting's result depends on (a changed config recomputes the setting).
     Absolute paths enter as their file names only, so the hash does not depend on where the
     checkout, the data or the cache live."""
@@ -146,7 +146,12 @@ def setting_hash(setting: Setting, cfg: ExperimentConfig) -> str:
     )[:16]
 
 
-def inputs_hash(setting: Setting, cfg: ExperimentConfig, ctx: RunContext) -> str:
+setting_hash = _setting_hash
+
+
+def inputs_hash(
+    setting: Setting, cfg: ExperimentConfig, ctx: RunContext, shash: str | None = None
+) -> str:
     """What the config does not pin down: the resolved detector (e.g. the path of a lab's clean
     reference LM, whose cache key carries its build format), the target's checkpoint files and
     the benchmark's texts and labels. A stored result is reused only when these match too, so a
@@ -166,7 +171,7 @@ def inputs_hash(setting: Setting, cfg: ExperimentConfig, ctx: RunContext) -> str
     bench = ctx.benchmark(setting.benchmark)
     det = ctx.detector(setting.detector, bench.name, setting.seed)
     return digest(
-        setting_hash(setting, cfg),
+        shash if shash is not None else _setting_hash(setting, cfg),
         detector_fingerprint(det, ctx.cache_root),
         target_identity(
             setting.target,
@@ -745,15 +750,20 @@ def run_setting(
     ctx: RunContext,
     *,
     status: Callable[[str], None] | None = None,
+    setting_hash: str | None = None,
 ) -> SettingResult:
-    """Run one setting (or return its stored result when already complete, ``skipped``)."""
+    """Run one setting (or return its stored result when already complete, ``skipped``).
+    ``setting_hash``: the hash the run's plan computed (:mod:`calibdcd.experiment.plan`);
+    computed here when None."""
     out = Path(run_dir) / "settings" / setting.id
-    shash = setting_hash(setting, cfg)
+    shash = setting_hash if setting_hash is not None else _setting_hash(setting, cfg)
     done = out / RESULT
     if done.is_file() and not (ctx.log_samples and not (out / SAMPLES).is_file()):
         try:
             prev = read_result(done)
-            if prev.setting_hash == shash and prev.inputs_hash == inputs_hash(setting, cfg, ctx):
+            if prev.setting_hash == shash and prev.inputs_hash == inputs_hash(
+                setting, cfg, ctx, shash
+            ):
                 return prev.model_copy(update={"skipped": True})
         except (OSError, ValueError) as exc:  # a damaged result is recomputed, loudly
             warnings.warn(f"{exc}; recomputing the setting", RuntimeWarning, stacklevel=2)
@@ -824,7 +834,7 @@ def run_setting(
         "schema_version": RESULT_SCHEMA_VERSION,
         "id": setting.id,
         "setting_hash": shash,
-        "inputs_hash": inputs_hash(setting, cfg, ctx),
+        "inputs_hash": inputs_hash(setting, cfg, ctx, shash),
         "benchmark": setting.benchmark.label,
         "benchmark_name": bench.name,
         "target": setting.target.name,
