@@ -190,7 +190,7 @@ def throughput(
 
 def run_auc(
     config: Path, served: Path, url: str, out: Path, model: str | None = None,
-    dialect: str = "transformers",
+    dialect: str = "transformers", concurrency: int = 4,
 ) -> dict:  # fmt: skip
     """`calibdcd run` of ``config`` (its benchmark, split and seeds) with its Overlap detector
     on its first target in process and on the served copy of that target's model."""
@@ -202,7 +202,12 @@ def run_auc(
         "name": f"{hf['name']}-server",
         "backend": "openai",
         "model": model or str(served),
-        "options": {"base_url": url, "concurrency": 4, "timeout": 600, "dialect": dialect},
+        "options": {
+            "base_url": url,
+            "concurrency": concurrency,
+            "timeout": 600,
+            "dialect": dialect,
+        },
     }
     cfg.update(
         name=f"{cfg['name']}-server",
@@ -263,8 +268,9 @@ def main(argv: list[str] | None = None) -> int:
         "--parts",
         nargs="+",
         default=["greedy", "sampled", "throughput"],
-        choices=["greedy", "sampled", "sampled-openai", "throughput"],
-        help="what to measure (an existing DIR/server_compare.json keeps the other parts)",
+        choices=["greedy", "sampled", "sampled-openai", "throughput", "none"],
+        help="what to measure (an existing DIR/server_compare.json keeps the other parts; "
+        "none: only --auc)",
     )
     ap.add_argument("--out", type=Path, help="output directory (required unless --markdown)")
     ap.add_argument("--markdown", type=Path, help="print the tables of an existing JSON")
@@ -348,7 +354,9 @@ def main(argv: list[str] | None = None) -> int:
             print("throughput:", json.dumps(result["throughput"], indent=1), flush=True)
             save()
         if args.auc:
-            result["auc"] = run_auc(args.auc, served, url, args.out, mid, engine_dialect)
+            result["auc"] = run_auc(
+                args.auc, served, url, args.out, mid, engine_dialect, max(args.concurrency)
+            )
     result["seconds"] = time.perf_counter() - t_all + result.get("seconds", 0.0)
     result.setdefault("runs", []).append(
         {"parts": args.parts, "auc": bool(args.auc), "commit": result["commit"]}

@@ -872,6 +872,27 @@ def _fake_hub_dataset(hub: Path, repo: str, commit: str = "c0ffee" * 6 + "c0ff")
     )
 
 
+def _fake_pairs_dataset(hub: Path, repo: str) -> None:
+    """MIMIR's layout in the hub cache: configs per source, splits per n-gram filter, a member
+    and a non-member text per row."""
+    import json
+
+    commit = "f00d" * 10
+    root = hub / f"datasets--{repo.replace('/', '--')}"
+    snap = root / "snapshots" / commit
+    (snap / "arxiv").mkdir(parents=True)
+    (root / "refs").mkdir()
+    (root / "refs" / "main").write_text(commit)
+    rows = [
+        {"member": f"seen paper {i} text", "nonmember": f"new paper {i} text"} for i in range(25)
+    ]
+    (snap / "arxiv" / "ngram_13_0.8.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (snap / "README.md").write_text(
+        "---\nconfigs:\n- config_name: arxiv\n  data_files:\n"
+        "  - split: ngram_13_0.8\n    path: arxiv/ngram_13_0.8.jsonl\n---\n"
+    )
+
+
 def test_any_hub_dataset_loads_offline_from_the_local_hub_cache(tmp_path, monkeypatch):
     """A hub dataset that is no known benchmark (`owner/name`, its split, its columns), read with
     `datasets` from its snapshot in the local hub cache with the hub disabled: `data show`
@@ -897,6 +918,14 @@ def test_any_hub_dataset_loads_offline_from_the_local_hub_cache(tmp_path, monkey
     )
     res = runner.invoke(app, ["data", "show", "someone/absent"])
     assert res.exit_code == 2 and "hf download --repo-type dataset someone/absent" in res.output
+    # MIMIR's layout: a config per source, a member and a non-member text per row
+    _fake_pairs_dataset(tmp_path / "hub", "someone/mimir-like")
+    pairs = ["data", "show", "someone/mimir-like", "--config", "arxiv", "--split", "ngram_13_0.8"]
+    res = runner.invoke(app, [*pairs, "--pairs", "member,nonmember", "--subsample", "all"])
+    assert res.exit_code == 0, res.output
+    assert "member (1)           25" in res.output and "non-member (0)       25" in res.output
+    res = runner.invoke(app, [*pairs, "--pairs", "member,other"])
+    assert res.exit_code == 2 and "no column 'other'" in res.output
     cfg = tmp_path / "c.yaml"
     cfg.write_text(
         "benchmarks:\n"

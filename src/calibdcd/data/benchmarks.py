@@ -492,11 +492,14 @@ def load_hub_benchmark(
     id_field: str | None = None,
     label_map: Mapping[str, int] | None = None,
     dedupe: bool = False,
+    pair_fields: tuple[str, str] | None = None,
 ) -> Benchmark:
     """Any Hugging Face hub dataset as a benchmark: repository ``repo`` (``owner/name``), its
     ``config`` and ``split`` (default ``train``) as the dataset's card defines them, at
     ``revision``, one row per text with a text and a 0/1 label column (``text_field``,
-    ``label_field``; defaults as for files). Read with ``datasets`` from the dataset's snapshot
+    ``label_field``; defaults as for files), or, with ``pair_fields`` = (member column,
+    non-member column), one member and one non-member text per row (MIMIR's layout: ids
+    ``<row>-m`` and ``<row>-n``). Read with ``datasets`` from the dataset's snapshot
     in the local hub cache (``calibdcd models fetch`` puts it there, or any ``hf download
     --repo-type dataset``), so it loads offline; its source names the snapshot's commit, which
     with the run's content digest is the dataset's fingerprint (``benchmarks.json``)."""
@@ -530,7 +533,22 @@ def load_hub_benchmark(
         raise ValueError(f"hub dataset {repo}: {exc}") from None
     source = f"hf://datasets/{repo}@{snapshot.name}" + (f"/{config}" if config else "")
     source += f"/{hf_split}"
-    records, columns = rows_as_records((dict(r) for r in ds), source)
+    rows: Any = (dict(r) for r in ds)
+    if pair_fields is not None:
+        member, nonmember = pair_fields
+        missing = [c for c in pair_fields if c not in ds.column_names]
+        if missing:
+            raise ValueError(
+                f"hub dataset {repo}: no column {missing[0]!r} (columns: "
+                f"{', '.join(ds.column_names)})"
+            )
+        rows = (
+            {"id": f"{i}-{tag}", "text": r[col], "label": label}
+            for i, r in enumerate(ds)
+            for tag, col, label in (("m", member, 1), ("n", nonmember, 0))
+        )
+        text_field, label_field, id_field = "text", "label", "id"
+    records, columns = rows_as_records(rows, source)
     return build_benchmark(
         records,
         columns,

@@ -87,6 +87,13 @@ def show(
         str | None, typer.Option(help="a hub dataset's config (owner/name datasets)")
     ] = None,
     revision: Annotated[str | None, typer.Option(help="a hub dataset's revision")] = None,
+    pairs: Annotated[
+        str | None,
+        typer.Option(
+            help="a hub dataset with a member and a non-member text per row: MEMBER,NONMEMBER "
+            "columns (MIMIR: member,nonmember)"
+        ),
+    ] = None,
     text_field: Annotated[str | None, typer.Option(help="text column (generic files)")] = None,
     label_field: Annotated[str | None, typer.Option(help="label column (generic files)")] = None,
     dedupe: Annotated[bool, typer.Option(help="drop repeated texts")] = False,
@@ -99,9 +106,13 @@ def show(
         warnings.simplefilter("always")
         try:
             if _is_hub_id(name, path):
+                pair = tuple(pairs.split(",")) if pairs else None
+                if pair is not None and len(pair) != 2:
+                    raise ValueError(f"--pairs takes MEMBER,NONMEMBER columns, got {pairs!r}")
                 bench = load_hub_benchmark(
                     name, config=config, split=split, revision=revision,
                     text_field=text_field, label_field=label_field, dedupe=dedupe,
+                    pair_fields=pair,  # type: ignore[arg-type]
                 )  # fmt: skip
             else:
                 bench = load_benchmark(

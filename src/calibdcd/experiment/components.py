@@ -356,6 +356,10 @@ def load_benchmark_entry(
             entry.hub, name=entry.name, config=entry.config, split=entry.split,
             revision=entry.revision, text_field=entry.text_field, label_field=entry.label_field,
             id_field=entry.id_field, dedupe=entry.dedupe,
+            pair_fields=(
+                (entry.member_field, entry.nonmember_field)
+                if entry.member_field and entry.nonmember_field else None
+            ),
         )  # fmt: skip
     path = entry.path
     if entry.lab is not None:

@@ -237,6 +237,9 @@ class BenchmarkEntry:
     hub: Text | None = added_field(None, legacy=None)
     config: Text | None = added_field(None, legacy=None)
     revision: Text | None = added_field(None, legacy=None)
+    #: a hub dataset with one member and one non-member text per row (MIMIR): the two columns
+    member_field: Text | None = added_field(None, legacy=None)
+    nonmember_field: Text | None = added_field(None, legacy=None)
     text_field: Text | None = None
     label_field: Text | None = None
     id_field: Text | None = None
@@ -783,9 +786,20 @@ def _cross_checks(data: Mapping[str, Any]) -> list[tuple[Loc, str]]:
                             "cannot be given with hub (one source per benchmark)",
                         )
                     )
-        elif b.get("config") is not None or b.get("revision") is not None:
-            key = "config" if b.get("config") is not None else "revision"
-            out.append((("benchmarks", i, key), "applies to a hub dataset (give hub: owner/name)"))
+        else:
+            for key in ("config", "revision", "member_field", "nonmember_field"):
+                if b.get(key) is not None:
+                    out.append(
+                        (("benchmarks", i, key), "applies to a hub dataset (give hub: owner/name)")
+                    )
+        if (b.get("member_field") is None) != (b.get("nonmember_field") is None):
+            key = "nonmember_field" if b.get("member_field") is not None else "member_field"
+            out.append(
+                (
+                    ("benchmarks", i, key),
+                    "is required with its pair (member_field and nonmember_field)",
+                )
+            )
         if b.get("lab") is not None and b.get("path") is None:
             out.append(
                 (
