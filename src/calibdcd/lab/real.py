@@ -111,7 +111,30 @@ class RealLabConfig:
         return dataclasses.asdict(self)
 
 
-REAL_PRESETS: dict[str, RealLabConfig] = {"real-smollm2": RealLabConfig()}
+#: the paper's regime on a real LM (issue "The paper's regime on a real LM", docs/real-lab.md):
+#: members injected until greedy continuations reproduce them (fewer members, 24 exposures, a
+#: larger adapter), then the same chat post-training. Recipe R1 of that search.
+REGIME_R1 = RealLabConfig(
+    preset="real-smollm2-regime",
+    n_members=150,
+    inject=PretrainConfig(
+        n_members=150,
+        repeats=4,
+        n_background=200,
+        epochs=6,
+        batch_size=4,
+        seq_len=128,
+        lr=1.5e-3,
+        warmup_steps=20,
+        weight_decay=0.0,
+    ),
+    inject_lora=LoraSpec(r=64, alpha=128),
+)
+
+REAL_PRESETS: dict[str, RealLabConfig] = {
+    "real-smollm2": RealLabConfig(),
+    "real-smollm2-regime": REGIME_R1,
+}
 _SECTIONS = ("pool", "inject", "inject_lora", "sft", "sft_lora")
 
 
