@@ -57,8 +57,17 @@ def build(
         preset, out, seed=seed, pool=pool, progress=progress and not quiet, **overrides
     )
     meta = json.loads((path / "lab.json").read_text())
-    typer.echo(f"lab written to {path} ({meta['timings']['total']:.0f} s)")
-    if "check" in meta:
+    timings = meta.get("timings", {})
+    # (a real-model lab times its build and its check apart: no "total")
+    total = timings.get("total", timings.get("build", 0.0) + timings.get("check", 0.0))
+    typer.echo(f"lab written to {path} ({total:.0f} s)")
+    if meta.get("kind") == "real" and "skipped" not in meta.get("check", {}):
+        for name, sig in meta.get("check", {}).items():
+            typer.echo(
+                f"{name:<10} loss AUC {sig['loss_auc']:.3f}  greedy ROUGE-L AUC "
+                f"{sig['greedy_rougeL_auc']:.3f}  ({sig['n_per_class']} per class)"
+            )
+    elif "check" in meta:
         typer.echo(format_check(meta["check"]))
 
 
