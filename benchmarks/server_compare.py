@@ -201,6 +201,8 @@ def run_auc(
     srv = {
         "name": f"{hf['name']}-server",
         "backend": "openai",
+        # the served checkpoint's own chat template gives CalibDCD's views, as in process
+        "tokenizer": str(served),
         "model": model or str(served),
         "options": {
             "base_url": url,
