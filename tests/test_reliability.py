@@ -438,3 +438,24 @@ def test_a_damaged_result_json_is_recomputed_with_a_warning_naming_it(tmp_path):
     finally:
         ctx.release_target()
     assert res["skipped"] is False and read_json(done)["id"] == s.id
+
+
+def test_a_run_names_a_served_target_without_views_before_any_setting(tmp_path):
+    """A served target whose chat template cannot be found (no family, no tokenizer, a model
+    name that names no family) stops the run at once, not at its first setting after every
+    target before it has run (found running benchmarks/server_compare.py --auc)."""
+    from calibdcd.experiment import run_experiment
+    from test_openai_target import FaultServer
+
+    with FaultServer(lambda p, a: "ok", served_model="house-model") as srv:
+        target = {
+            "name": "remote",
+            "backend": "openai",
+            "model": "house-model",
+            "options": {"base_url": srv.url + "/v1"},
+        }
+        cfg = _target_config(tmp_path, target)
+        with pytest.raises(ValueError, match=r"target remote: cannot build CalibDCD's views"):
+            run_experiment(cfg, tmp_path / "run", progress=False)
+        assert not (tmp_path / "run" / "settings").exists()
+        assert srv.successes == {} or sum(srv.successes.values()) == 0  # nothing generated

@@ -323,6 +323,12 @@ def run_experiment(
         line = preflight_target(t)
         if line is not None and log is not None:
             log(f"target {t.name}: {line}")
+        if t.backend != "hf":  # and CalibDCD has its views: found now, not after the work
+            # of every target before it (an in-process target's come with its checkpoint)
+            try:
+                _dry_view_bank(t, cfg.view_system, plan.cache_root)
+            except (ValueError, OSError) as exc:
+                raise ValueError(f"target {t.name}: cannot build CalibDCD's views: {exc}") from None
     with lock_run_dir(plan.run_dir):
         # the labs and reference LMs the settings need, built here and nowhere else
         plan = materialize(plan, progress=progress, log=log)
