@@ -81,6 +81,7 @@ from calibdcd.keys import key_dict
 from calibdcd.metrics import Interval, auc, bootstrap_ci, tpr_at_fpr
 from calibdcd.paths import cache_root, strip_locations
 from calibdcd.provenance import build_environment, library_versions
+from calibdcd.redact import redact_tree
 from calibdcd.results import (
     RESULT_SCHEMA_VERSION,
     SettingResult,
@@ -875,7 +876,9 @@ def run_setting(
         "generation": prep.generation,
         "skipped": False,
     }
-    typed = SettingResult.model_validate(result)
+    # the decoding record can quote target options (a secret in extra_body, a URL's password):
+    # a run directory never holds a secret (calibdcd.redact)
+    typed = SettingResult.model_validate(redact_tree(result))
     for w in typed.warnings:
         warnings.warn(f"{setting.id}: {w}", RuntimeWarning, stacklevel=2)
     if ctx.log_samples:  # before the result: a result without its samples is re-run
