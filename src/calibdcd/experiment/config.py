@@ -281,9 +281,11 @@ class TargetEntry:
     post_trained: StrictBool = True
     options: Options = dataclasses.field(default_factory=dict)
     #: where CalibDCD's two boundary views come from when ``family`` has no built-in ones: a
-    #: local tokenizer directory (or hub id) whose chat template is the served model's. Default:
-    #: the family's, else the checkpoint's own (an in-process or hub model), else a family
-    #: told by the model's name
+    #: local tokenizer directory (or hub id) whose chat template is the served model's, or
+    #: ``server`` (the server renders its own template: vLLM's ``/tokenize``). Default: the
+    #: family's, else the checkpoint's own (an in-process or hub model), else a family told by
+    #: the model's name, else (a served model) the server's
+    #: (:func:`calibdcd.experiment.components.target_views`)
     tokenizer: Text | None = added_field(None, legacy=None)
 
 

@@ -93,7 +93,9 @@ def models_in_fit_config(cfg: Any) -> list[ModelUse]:
     from calibdcd.experiment.config import DetectorEntry, TargetEntry
 
     t, d = cfg.target, cfg.detector
-    target = TargetEntry(name=t.name, backend=t.backend, model=t.model, lab=t.lab)
+    target = TargetEntry(
+        name=t.name, backend=t.backend, model=t.model, lab=t.lab, tokenizer=t.tokenizer
+    )
     entry = DetectorEntry(name=d.name, preset=d.preset, options=dict(d.options))
     cache = str(cfg.cache_root())
     return _target_uses(target, "target") + _detector_uses(
@@ -105,8 +107,9 @@ def _target_uses(t: Any, where: str) -> list[ModelUse]:
     uses = []
     if t.backend == "hf" and t.lab is None and not _skip(t.model):
         uses.append(ModelUse(f"{where}.model", t.model))
-    tokenizer = getattr(t, "tokenizer", None)  # (a fit config's target has none)
-    if tokenizer is not None and not _skip(tokenizer):  # a hub id: the chat template's source
+    tokenizer = getattr(t, "tokenizer", None)
+    # a hub id: the chat template's source ("server": the served model renders its own)
+    if tokenizer is not None and tokenizer != "server" and not _skip(tokenizer):
         uses.append(ModelUse(f"{where}.tokenizer", tokenizer, "tokenizer"))
     return uses
 

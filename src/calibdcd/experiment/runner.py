@@ -705,35 +705,19 @@ def split_size_problems(sizes: dict[str, tuple[int, int, int]], seed: int) -> li
 
 
 def _dry_view_bank(t: Any, system: str, root: Path) -> list[str] | None:
-    """The view codes the run will use for target ``t``, built as the run builds them (a local
-    checkpoint's tokenizer and chat template; never its weights); None when that needs a model
-    that is not here yet (a lab to build, a hub id)."""
-    from calibdcd.experiment.components import model_path
-    from calibdcd.views import view_bank
+    """The view codes the run will use for target ``t``, resolved as the run resolves them
+    (:func:`calibdcd.experiment.components.target_views`: a local checkpoint's tokenizer and chat
+    template, never its weights); None when that needs a model that is not here yet."""
+    from calibdcd.experiment.components import target_views
+    from calibdcd.models import MissingModelError
 
-    local = Path(model_path(t, build_lab=False, root=root))
-    if t.tokenizer is not None:  # named: its template is the served model's
-        from calibdcd.models import MissingModelError
-
-        try:
-            return [v.code for v in view_bank(t.family, t.tokenizer, system=system)]  # type: ignore[arg-type]
-        except MissingModelError:  # named with the models to fetch, once
-            return None
-        except OSError as exc:
-            raise ValueError(f"tokenizer {t.tokenizer!r}: {exc}") from None
-    if t.lab is not None and not local.exists():
+    try:
+        views = target_views(t, system, root=root, dry=True)
+    except MissingModelError:  # named with the models to fetch, once
         return None
-    if local.exists():
-        return [v.code for v in view_bank(t.family, str(local), system=system)]  # type: ignore[arg-type]
-    family = t.family
-    if t.backend == "hf":
-        if family is None:
-            return None  # a hub checkpoint: its tokenizer is checked where it is resolved
-    elif family is None:  # remote backends derive it from the model name (no tokenizer)
-        from calibdcd.targets.hf import detect_family
-
-        family = detect_family(t.model.rstrip("/").split("@")[0])
-    return [v.code for v in view_bank(family, system=system)]  # type: ignore[arg-type]
+    except OSError as exc:
+        raise ValueError(f"tokenizer {t.tokenizer!r}: {exc}") from None
+    return None if views is None else [v.code for v in views]
 
 
 def _lab_preset_known(spec: str) -> bool | str:

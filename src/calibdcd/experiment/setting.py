@@ -66,8 +66,8 @@ from calibdcd.experiment.components import (
     load_benchmark_entry,
     model_path,
     target_identity,
+    target_views,
     unbuilt_clean_references,
-    view_bank_for,
 )
 from calibdcd.experiment.config import (
     BenchmarkEntry,
@@ -300,18 +300,12 @@ class RunContext:
 
     def views(self, entry: TargetEntry) -> list[Any]:
         if entry.name not in self._views:
-            family = entry.family
-            tokenizer: Any = None
-            local = Path(model_path(entry, root=self.cache_root))
-            if entry.tokenizer is not None:  # the served model's template, named
-                tokenizer = entry.tokenizer
-            elif local.exists():  # a family without built-in views uses the chat template
-                tokenizer = str(local)
-            elif family is None:
-                family = getattr(self.target(entry), "family", None)
-                if family is None:  # a hub id: the chat template of its snapshot
-                    tokenizer = entry.model
-            self._views[entry.name] = view_bank_for(family, tokenizer, self.cfg.view_system)
+            self._views[entry.name] = target_views(
+                entry,
+                self.cfg.view_system,
+                root=self.cache_root,
+                loaded_family=lambda: getattr(self.target(entry), "family", None),
+            )
         return self._views[entry.name]
 
 
