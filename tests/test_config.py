@@ -81,12 +81,23 @@ def test_wrong_option_types_and_structure_are_collected(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "name", ["demo", "lab-micro", "lab-small", "lab-v2", "paper", "paper-vllm"]
+    "name",
+    [
+        "demo",
+        "lab-micro",
+        "lab-small",
+        "lab-v2",
+        "paper",
+        "paper-vllm",
+        "real-lab",
+        "real-regime",
+        "real-wikimia24",
+    ],
 )
 def test_shipped_configs_round_trip_through_the_schema(name, tmp_path, request):
     import yaml
 
-    if name.startswith("paper"):
+    if name.startswith(("paper", "real")):
         request.getfixturevalue("shared_data_dir")  # its benchmarks are the shared copies
 
     from calibdcd.experiment.runner import portable_config
