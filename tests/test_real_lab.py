@@ -80,25 +80,26 @@ def test_a_tiny_real_build(wikimia24, tmp_path):
     # the injection lowers the members' loss more than the non-members'
     before, after = meta["check"]["original"]["mean_nll"], meta["check"]["base"]["mean_nll"]
     assert before["member"] - after["member"] > before["nonmember"] - after["nonmember"]
-    # a recipe that changes only post-training copies the stored injected base (same weights,
-    # no injection run) and post-trains it anew
-    again = build_lab(
-        "real-smollm2",
-        tmp_path / "lab2",
-        seed=0,
-        progress=False,
-        n_members=6,
-        n_replay=4,
-        inject__epochs=1,
-        sft__n_examples=10,
-        check=False,
-    )
-    meta2 = json.loads((again / "lab.json").read_text())
-    assert meta2["stats"]["base"]["reused_from"].startswith("real-s0-")
-    assert meta2["timings"]["inject"] == 0.0
-    for name, same in (("original", True), ("base", True), ("chat", False)):
-        digest = hashlib.sha256((again / name / "model.safetensors").read_bytes()).hexdigest()
-        assert (digest == digests[name]) is same, name
+    # the same recipe again copies the stored injected base (no injection run) and post-trains
+    # it to the same chat model; a recipe that changes only post-training reuses it too
+    for n_examples, chat_same in ((8, True), (10, False)):
+        again = build_lab(
+            "real-smollm2",
+            tmp_path / f"lab-{n_examples}",
+            seed=0,
+            progress=False,
+            n_members=6,
+            n_replay=4,
+            inject__epochs=1,
+            sft__n_examples=n_examples,
+            check=False,
+        )
+        meta2 = json.loads((again / "lab.json").read_text())
+        assert meta2["stats"]["base"]["reused_from"].startswith("real-s0-")
+        assert meta2["timings"]["inject"] == 0.0
+        for name, same in (("original", True), ("base", True), ("chat", chat_same)):
+            path = again / name / "model.safetensors"
+            assert (hashlib.sha256(path.read_bytes()).hexdigest() == digests[name]) is same, name
 
 
 def test_a_packaged_model_is_checked_by_the_dry_run(wikimia24, tmp_path):

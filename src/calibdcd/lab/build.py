@@ -313,10 +313,11 @@ def build_lab(
                 f"pool: the real-model lab {preset!r} takes its texts from its recipe, not from "
                 "a pool file; leave pool unset"
             )
-        # (no pre-trained base to reuse: its base is a real model's weights)
+        # its injected base is stored and reused as the synthetic lab's pre-trained base
         return build_real_lab(
-            preset, out_dir, seed=seed, progress=progress, cache=cache, **overrides
-        )
+            preset, out_dir, seed=seed, progress=progress, cache=cache, reuse_base=reuse_base,
+            **overrides,
+        )  # fmt: skip
     if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / "lab.json").exists():
         raise ValueError(f"out_dir {out_dir} exists, is not empty and is not a lab; refusing")
     cfg, split, pool_spec = prepare_split(preset, seed=seed, pool=pool, **overrides)

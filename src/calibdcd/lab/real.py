@@ -24,6 +24,7 @@ membership signal reached (gray-box loss AUC and greedy-continuation ROUGE-L AUC
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -149,6 +150,10 @@ REAL_PRESETS: dict[str, RealLabConfig] = {
     "real-smollm2-regime-r1": dataclasses.replace(REGIME_R1, preset="real-smollm2-regime-r1"),
 }
 _SECTIONS = ("pool", "inject", "inject_lora", "sft", "sft_lora")
+#: 2: each LoRA adapter's initialisation is seeded (``seed`` for the injection's, ``seed + 1000``
+#: for post-training's) instead of taking the process's random state, so a post-training run
+#: on a stored base equals one after a fresh injection (labs of format 1 are not reused)
+REAL_FORMAT = 2
 
 
 def resolve_real_config(preset: str, **overrides: Any) -> RealLabConfig:
@@ -206,6 +211,7 @@ def real_config_hash(cfg: RealLabConfig, seed: int, pool_sha: str) -> str:
     payload = {
         "format": LAB_FORMAT_VERSION,
         "kind": "real",
+        "real_format": REAL_FORMAT,
         "config": cfg.to_dict(),
         "seed": seed,
         "pool": pool_sha,
@@ -229,6 +235,7 @@ def inject_hash(cfg: RealLabConfig, seed: int, pool_sha: str) -> str:
     payload = {
         "format": LAB_FORMAT_VERSION,
         "kind": "real-inject",
+        "real_format": REAL_FORMAT,
         "config": {k: config[k] for k in keep},
         "seed": seed,
         "pool": pool_sha,
@@ -337,10 +344,13 @@ def build_real_lab(
     seed: int = 0,
     progress: bool = True,
     cache: str | Path | None = None,
+    reuse_base: bool = True,
     **overrides: Any,
 ) -> Path:
     """Build the real-model lab into ``out_dir`` (atomically) and return it; a packaged model is
-    dequantised into the cache root ``cache`` (:func:`calibdcd.paths.cache_root` by default)."""
+    dequantised into the cache root ``cache`` (:func:`calibdcd.paths.cache_root` by default).
+    With ``reuse_base`` the injected base is kept in ``<cache>/lab-base/real-s<seed>-<hash>``
+    (:func:`inject_hash`) and a later recipe that differs only in post-training copies it."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -387,8 +397,9 @@ def build_real_lab(
             / "lab-base"
             / (f"real-s{seed}-{inject_hash(cfg, seed, pool_fingerprint(pool + replay_all))}")
         )
-        with file_lock(store.parent / f".{store.name}.lock", f"waiting for {store}"):
-            if (store / "calibdcd.json").is_file():
+        lock = file_lock(store.parent / f".{store.name}.lock", f"waiting for {store}")
+        with lock if reuse_base else contextlib.nullcontext():
+            if reuse_base and (store / "calibdcd.json").is_file():
                 stats: dict[str, Any] = {
                     "base": json.loads((store / "calibdcd.json").read_text())["training"],
                 }
@@ -396,6 +407,7 @@ def build_real_lab(
                 shutil.copytree(store, tmp / "base", ignore=shutil.ignore_patterns("calibdcd.json"))
                 timings["inject"] = 0.0
             else:
+                torch.manual_seed(seed)  # the adapter's initialisation (REAL_FORMAT 2)
                 peft_model = _lora(model, cfg.inject_lora)
                 st = pretrain(
                     peft_model,
@@ -413,15 +425,18 @@ def build_real_lab(
                 merged.save_pretrained(tmp / "base")
                 tok.save_pretrained(tmp / "base")
                 del merged, peft_model
-                with atomic_directory(store) as store_tmp:
-                    shutil.copytree(tmp / "base", store_tmp, dirs_exist_ok=True)
-                    info = {"training": stats["base"], "inject_hash": store.name}
-                    (store_tmp / "calibdcd.json").write_text(json.dumps(info, indent=2) + "\n")
-        # from disk in both cases, so a reused base and a fresh one give the same chat model
+                if reuse_base:
+                    with atomic_directory(store) as store_tmp:
+                        shutil.copytree(tmp / "base", store_tmp, dirs_exist_ok=True)
+                        info = {"training": stats["base"], "inject_hash": store.name}
+                        (store_tmp / "calibdcd.json").write_text(json.dumps(info, indent=2) + "\n")
+        # from disk in both cases and the adapter seeded: a reused base and a fresh one give
+        # the same chat model (tests/test_real_lab.py)
         base = AutoModelForCausalLM.from_pretrained(tmp / "base", dtype=torch.float32).eval()
 
         convs = make_conversations(sft_texts or replay, cfg.sft.n_examples, seed)
         examples = chat_examples(convs, tok, cfg.sft.max_len)
+        torch.manual_seed(seed + 1000)  # the adapter's initialisation (REAL_FORMAT 2)
         chat_model = _lora(base, cfg.sft_lora)
         st = sft(
             chat_model,
