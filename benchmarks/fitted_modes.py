@@ -63,11 +63,12 @@ def _detector(args: argparse.Namespace, cache: Path):
 
 def run(args: argparse.Namespace) -> None:
     from calibdcd.calibration import CalibrationConfig
-    from calibdcd.experiment.components import build_target, resolve_lab, view_bank_for
+    from calibdcd.experiment.components import build_target, resolve_lab
     from calibdcd.experiment.config import TargetEntry
     from calibdcd.fitted import FitTexts, fit_detector, target_record
     from calibdcd.fitted.audit import threshold_at
     from calibdcd.metrics import auc, tpr_at_fpr
+    from calibdcd.views import view_bank
 
     cache = Path(args.cache)
     lab = resolve_lab(args.lab)
@@ -96,7 +97,7 @@ def run(args: argparse.Namespace) -> None:
     )  # fmt: skip
     target = build_target(entry, cache / "generations.sqlite")
     record = target_record("hf", args.model, model_dir=lab / args.model, lab=args.lab)
-    views = view_bank_for(None, str(lab / args.model), "official")
+    views = view_bank(None, str(lab / args.model), system="official")
     out: dict = {
         "seed": args.seed,
         "detector": args.detector,

@@ -371,8 +371,10 @@ def target_views(
     2. a local checkpoint (a lab model, a path): its own template;
     3. ``family:`` with built-in views: those;
     4. no family: an in-process hub model's family as its loaded target reads it
-       (``loaded_family``, a callable), else its snapshot's template; a served model's family
-       from its name, else the server's template (vLLM's ``/tokenize``).
+       (``loaded_family``, a callable), else its snapshot's template; a remote model's family
+       from its name, else from its loaded target, else the template of its hub tokenizer when
+       that is in the local hub cache, else (a served model) the server's template (vLLM's
+       ``/tokenize``).
 
     ``dry``: build nothing and load no weights; None when the answer needs a model that is not
     here yet (a lab to build, a hub checkpoint)."""
@@ -398,13 +400,33 @@ def target_views(
         family = loaded_family() if loaded_family is not None else None
         if family is None:
             tokenizer = entry.model
-    elif family is None:  # remote backends: a family told by the model's name, else the server's
+    elif family is None:  # remote backends: a family told by the model's name, else ...
         from calibdcd.targets.hf import detect_family
 
         family = detect_family(entry.model.rstrip("/").split("@")[0])
-        if family is None and entry.backend == "openai":
-            tokenizer = server_template(entry)
+        if family is None and loaded_family is not None and not dry:
+            family = loaded_family()  # a registered backend's target may know its family
+        if family is None:
+            # ... the served model's hub tokenizer when it is here, else the server's template
+            # (openai), else that hub tokenizer all the same (the error names what to fetch)
+            if entry.backend == "openai" and not _local_hub_tokenizer(entry.model):
+                tokenizer = server_template(entry)
+            else:
+                tokenizer = entry.model
     return view_bank(family, tokenizer, system=system)  # type: ignore[arg-type]
+
+
+def _local_hub_tokenizer(ref: str) -> bool:
+    """Whether ``ref`` is a hub id whose tokenizer is in the local hub cache."""
+    from calibdcd.models import MissingModelError, is_hub_id, resolve_model
+
+    if not is_hub_id(ref):
+        return False
+    try:
+        resolve_model(ref, need="tokenizer")
+    except (MissingModelError, OSError, ValueError):
+        return False
+    return True
 
 
 def load_benchmark_entry(

@@ -716,6 +716,8 @@ def _dry_view_bank(t: Any, system: str, root: Path) -> list[str] | None:
     except MissingModelError:  # named with the models to fetch, once
         return None
     except OSError as exc:
+        if t.tokenizer is None:
+            raise ValueError(str(exc)) from None
         raise ValueError(f"tokenizer {t.tokenizer!r}: {exc}") from None
     return None if views is None else [v.code for v in views]
 

@@ -9,8 +9,10 @@ it to every chat request), and ``POST /detokenize`` turns ids back into text.
 interface that :func:`~calibdcd.views.template_views` reads, so the views are derived exactly as
 from a local tokenizer (tests/test_real_server.py checks both give the same views on vLLM).
 
-Only servers with these endpoints can do it (vLLM, and SGLang, which mirrors them); for any other
-server the error says to name a ``family`` or a ``tokenizer``.
+Only servers with these endpoints can do it: vLLM (tested, tests/test_real_server.py); SGLang's
+endpoints of the same names are read the same way (its ``/detokenize`` answers ``text`` where
+vLLM answers ``prompt``, and skips special tokens unless told not to), not tested here. For any
+other server the error says to name a ``family`` or a ``tokenizer``.
 """
 
 from __future__ import annotations
@@ -77,10 +79,11 @@ class ServerChatTemplate:
                 f"{self.where}{path}: cannot reach the server ({type(exc).__name__}: {exc})"
             ) from None
         if r.status_code in (404, 405, 501):
+            # (vLLM also answers 404 for a model it does not serve: the body says which)
             raise ServerTemplateError(
                 f"{self.where}: the server cannot render its chat template ({path} answers HTTP "
-                f"{r.status_code}; vLLM and SGLang can): name the target's family, or a local "
-                "tokenizer with its template (tokenizer: PATH)"
+                f"{r.status_code}: {r.text[:160]!r}; vLLM can): name the target's family, or a "
+                "local tokenizer with its template (tokenizer: PATH)"
             )
         if r.status_code != 200:
             raise ServerTemplateError(f"{self.where}{path}: HTTP {r.status_code}: {r.text[:200]!r}")
@@ -102,8 +105,9 @@ class ServerChatTemplate:
         return ids
 
     def _text(self, ids: list[int]) -> str:
-        out = self._post("/detokenize", {"tokens": ids})
-        text = out.get("prompt")
+        # special tokens kept (vLLM keeps them; SGLang drops them unless told not to)
+        out = self._post("/detokenize", {"tokens": ids, "skip_special_tokens": False})
+        text = out.get("prompt", out.get("text"))
         if not isinstance(text, str):
             raise ServerTemplateError(
                 f"{self.where}/detokenize: no text in the answer: {out!r:.200}"
@@ -136,7 +140,8 @@ class ServerChatTemplate:
         if self._bos is None:
             plain = self("x", add_special_tokens=False)["input_ids"]
             special = self("x", add_special_tokens=True)["input_ids"]
-            if len(special) == len(plain) + 1 and special[1:] == plain:
+            # a BOS in front (and perhaps an EOS behind, as some tokenizers add)
+            if len(special) > len(plain) and special[1 : len(plain) + 1] == plain:
                 self._bos = (self._text(special[:1]), special[0])
             else:
                 self._bos = (None, None)
