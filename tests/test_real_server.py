@@ -59,6 +59,18 @@ def test_a_real_model_served_by_transformers_serve_matches_the_in_process_backen
         serial = OpenAITarget(url, served_model_id(smollm2), concurrency=1, timeout=300)
         first = serial.generate(PROMPTS[:3], sampled)
         again = serial.generate(PROMPTS[:3], sampled)
+        # no family, no local tokenizer, and a server that cannot render its template: one line
+        from calibdcd.experiment.components import target_views
+        from calibdcd.experiment.config import TargetEntry
+        from calibdcd.targets.server_template import ServerTemplateError
+
+        entry = TargetEntry(
+            name="served", backend="openai", model=served_model_id(smollm2),
+            options={"base_url": url, "dialect": "transformers"},
+        )  # fmt: skip
+        with pytest.raises(ServerTemplateError, match="cannot render its chat template") as err:
+            target_views(entry, "official", dry=True)
+        assert "\n" not in str(err.value) and "family" in str(err.value)
     assert server.retries == 0
     same = sum(a == b for a, b in zip(got, expected, strict=True))
     # fp32 on one device: greedy decoding is the same computation on both sides

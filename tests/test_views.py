@@ -203,3 +203,25 @@ def test_cli_views_from_tokenizer_dir(tmp_path):
     rows = json.loads(res.output)
     assert [r["code"] for r in rows[-2:]] == ["T1", "T2"]
     assert [r["prompt"] for r in rows[-2:]] == [v.apply("T") for v in family_views("qwen2.5")]
+
+
+def test_one_resolver_says_where_a_targets_views_come_from(tmp_path):
+    """target_views: a served model's family from its name; `tokenizer: server` only for a
+    served target; an unreachable server asked for its template is one line naming it."""
+    from calibdcd.experiment.components import target_views
+    from calibdcd.experiment.config import TargetEntry
+    from calibdcd.targets.server_template import ServerTemplateError
+
+    def served(model, **kw):
+        opts = {"base_url": "http://127.0.0.1:9/v1", "dialect": "vllm"}
+        return TargetEntry(name="t", backend="openai", model=model, options=opts, **kw)
+
+    views = target_views(served("Qwen/Qwen2.5-7B-Instruct"), "official", dry=True)
+    assert views is not None and [v.code for v in views][-2:] == ["Q1", "Q2"]
+    with pytest.raises(ServerTemplateError, match=r"127\.0\.0\.1:9/tokenize: cannot reach"):
+        target_views(served("my-finetune"), "official", dry=True)
+    with pytest.raises(ServerTemplateError, match="cannot reach"):
+        target_views(served("Qwen/Qwen2.5-7B-Instruct", tokenizer="server"), "official")
+    hf = TargetEntry(name="t", backend="hf", model="gpt2", tokenizer="server")
+    with pytest.raises(ValueError, match="'server' needs a served target"):
+        target_views(hf, "official", root=tmp_path)
