@@ -143,17 +143,19 @@ REGIME_R2 = dataclasses.replace(
     sft_lora=LoraSpec(r=64, alpha=128),
 )
 
-#: recipe R3: R2's injected base (reused from the store), post-training a third stronger again
-#: (1,600 conversations at lr 2e-3), since R2's chat model still read its members at 92.3 AUC
-#: through the overlap baseline (band: 65-85; docs/real-lab.md)
+#: recipe R3: R2's injected base (reused from the store), post-training stronger again (1,600
+#: conversations at lr 2e-3), since R2's chat model still read its members at 92.3 AUC through
+#: the overlap baseline. R3 is in the bands: overlap AUC base 98.2, chat 81.2 (docs/real-lab.md)
 REGIME_R3 = dataclasses.replace(
     REGIME_R2, sft=dataclasses.replace(REGIME_R2.sft, n_examples=1600, lr=2e-3)
 )
 
 REAL_PRESETS: dict[str, RealLabConfig] = {
     "real-smollm2": RealLabConfig(),
-    # the recipe of the regime search that is current (docs/real-lab.md logs every one)
-    "real-smollm2-regime": REGIME_R2,
+    # the recipe of the regime search that reached the bands, R3 (docs/real-lab.md logs every
+    # one); configs name the recipe itself (real-smollm2-regime-r3), so a later recipe cannot
+    # change what a stored config meant
+    "real-smollm2-regime": REGIME_R3,
     **{
         f"real-smollm2-regime-r{i}": dataclasses.replace(cfg, preset=f"real-smollm2-regime-r{i}")
         for i, cfg in ((1, REGIME_R1), (2, REGIME_R2), (3, REGIME_R3))
