@@ -217,43 +217,37 @@ def real_pools(cfg: RealLabConfig) -> tuple[list[PoolText], list[PoolText]]:
     return pool, replay
 
 
-def real_config_hash(cfg: RealLabConfig, seed: int, pool_sha: str) -> str:
+def _digest(kind: str, config: dict[str, Any], cfg: RealLabConfig, seed: int, pool_sha: str) -> str:
     from calibdcd.provenance import build_environment
 
     payload = {
         "format": LAB_FORMAT_VERSION,
-        "kind": "real",
+        "kind": kind,
         "real_format": REAL_FORMAT,
-        "config": cfg.to_dict(),
+        "config": config,
         "seed": seed,
         "pool": pool_sha,
         "build": build_environment("cpu", cfg.num_threads),
     }
-    payload["config"].pop("num_threads")
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def real_config_hash(cfg: RealLabConfig, seed: int, pool_sha: str) -> str:
+    config = cfg.to_dict()
+    config.pop("num_threads")
+    return _digest("real", config, cfg, seed, pool_sha)
 
 
 def inject_hash(cfg: RealLabConfig, seed: int, pool_sha: str) -> str:
     """The key of the injected base alone: what its training reads (model, pool, split, replay,
     injection and its adapter, seed, build environment), not post-training or the check. Two
     recipes that differ only in post-training share one injected base (:func:`build_real_lab`)."""
-    from calibdcd.provenance import build_environment
-
     config = cfg.to_dict()
     keep = (
         "model", "pool_path", "pool_label", "replay_path", "replay_label", "pool",
         "n_members", "n_replay", "inject", "inject_lora",
     )  # fmt: skip
-    payload = {
-        "format": LAB_FORMAT_VERSION,
-        "kind": "real-inject",
-        "real_format": REAL_FORMAT,
-        "config": {k: config[k] for k in keep},
-        "seed": seed,
-        "pool": pool_sha,
-        "build": build_environment("cpu", cfg.num_threads),
-    }
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+    return _digest("real-inject", {k: config[k] for k in keep}, cfg, seed, pool_sha)
 
 
 def real_lab_key(preset: str, seed: int = 0, **overrides: Any) -> str:
@@ -375,6 +369,7 @@ def build_real_lab(
     if cfg.num_threads > 0:
         torch.set_num_threads(cfg.num_threads)
     pool, replay_all = real_pools(cfg)
+    pool_sha = pool_fingerprint(pool + replay_all)
     split = split_pool(pool, cfg.n_members, seed)
     rng = random.Random(f"calibdcd-real-lab-replay-{seed}")
     replay = list(replay_all)
@@ -405,9 +400,7 @@ def build_real_lab(
         from calibdcd.paths import cache_root
 
         store = (
-            cache_root(cache)
-            / "lab-base"
-            / (f"real-s{seed}-{inject_hash(cfg, seed, pool_fingerprint(pool + replay_all))}")
+            cache_root(cache) / "lab-base" / (f"real-s{seed}-{inject_hash(cfg, seed, pool_sha)}")
         )
         lock = file_lock(store.parent / f".{store.name}.lock", f"waiting for {store}")
         with lock if reuse_base else contextlib.nullcontext():
@@ -500,7 +493,7 @@ def build_real_lab(
             "kind": "real",
             "preset": preset,
             "seed": seed,
-            "config_hash": real_config_hash(cfg, seed, pool_fingerprint(pool + replay_all)),
+            "config_hash": real_config_hash(cfg, seed, pool_sha),
             "config": cfg.to_dict(),
             "overrides": {k: v for k, v in overrides.items()},
             "source_model": str(src.name),
