@@ -6,13 +6,18 @@
 #      device and target tests beside them;
 #   2. the generation benchmark (HFTarget batched vs one prompt at a time vs a raw
 #      `model.generate` loop) on cuda, on the lab-sized random Llama;
-#   3. one lab setting end to end on cuda: `calibdcd demo` with VeilProbe and the overlap
-#      baseline, seed 0 (the demo lab built on the GPU, both its models queried there);
-#   4. the same benchmark on that lab's chat model.
-# Usage: OUT=dir bash benchmarks/gpu_check.sh   (wheels for missing packages in .whl/ are
-# installed first, e.g. pydantic where the machine's Python lacks it). Every step has its own
-# time limit and log; a failing step does not stop the others. docs/scaling.md has the results.
+#   3. one lab setting end to end on cuda: configs/demo.yaml with its targets on `device: auto`
+#      (the demo itself pins them to the CPU) and the overlap baseline only: the demo lab built
+#      on the GPU and both its models queried there;
+#   4. the generation benchmark on that lab's chat model;
+#   5. the same with VeilProbe (its masked LM and mapping model on the GPU), last: on the first
+#      try its mapping model was slower on the GPU than on 2 CPU cores (docs/scaling.md).
+# Usage, from anywhere: OUT=dir bash benchmarks/gpu_check.sh. Wheels for packages the machine
+# lacks (e.g. pydantic) in .whl/ are installed first. Each step has its own time limit (about
+# 9 min in all) and log; a failing step does not stop the others; the exit status says whether
+# any failed. docs/scaling.md records the results.
 set -u
+cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-gpu-check}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
@@ -23,6 +28,8 @@ fi
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 export CALIBDCD_CACHE=${CALIBDCD_CACHE:-/tmp/calibdcd-gpu-cache}
 DEV=${DEV:-cuda}  # the benchmark's device (DEV=cpu tries the script where no GPU is)
+RUN=/tmp/calibdcd-gpu-runs
+rm -rf "$RUN" && mkdir -p "$RUN"
 {
   date -u
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -31,30 +38,52 @@ transformers.__version__, torch.cuda.get_device_name(), 'bf16', torch.cuda.is_bf
   echo "cpus $(nproc); kernel $(uname -r); commit $(git rev-parse --short HEAD 2>/dev/null)"
 } >"$OUT/steps.txt" 2>&1
 
-step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log, time it
+failed=0
+step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $RUN/NAME.log, time it
   local name=$1 limit=$2 t0 rc
   shift 2
   t0=$(date +%s)
-  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+  timeout -k 10 "$limit" "$@" >"$RUN/$name.log" 2>&1
   rc=$?
   echo "$name: rc=$rc, $(($(date +%s) - t0)) s" | tee -a "$OUT/steps.txt"
+  if [ "$rc" -ne 0 ]; then
+    failed=1
+    tail -c 1500 "$RUN/$name.log" | tr '\r' '\n' | tail -8 >>"$OUT/steps.txt"
+  fi
 }
 
-step pytest 150 python3 -m pytest -q -p no:cacheprovider \
+demo_config() {  # demo_config DETECTOR FILE: configs/demo.yaml on device auto, one detector
+  python3 - "$1" "$2" "$RUN" <<'EOF'
+import sys
+import yaml
+detector, path, runs = sys.argv[1:]
+c = yaml.safe_load(open("configs/demo.yaml"))
+for t in c["targets"]:
+    t["options"].update(device="auto", dtype="auto")
+c["detectors"] = [d for d in c["detectors"] if d["name"] == detector]
+c["name"], c["output"] = f"gpu-demo-{detector}", f"{runs}/{detector}"
+yaml.safe_dump(c, open(path, "w"), sort_keys=False)
+EOF
+}
+
+step pytest 100 python3 -m pytest -q -p no:cacheprovider \
   tests/test_gpu.py tests/test_device.py tests/test_targets_hf.py
-step bench-random 80 python3 benchmarks/targets.py --quick --device "$DEV" \
+step bench-random 100 python3 benchmarks/targets.py --quick --device "$DEV" \
   --json "$OUT/bench-random.json"
-step demo 280 python3 -m calibdcd demo -d veilprobe -d overlap --seed 0 -o /tmp/gpu-demo \
-  --no-progress
-chat=$(find "$CALIBDCD_CACHE" -type d -name chat-qwen | head -1)
-if [ -n "$chat" ]; then
-  step bench-lab 50 python3 benchmarks/targets.py --quick --device "$DEV" --model "$chat" \
+demo_config overlap "$RUN/overlap.yaml" && step demo-overlap 130 \
+  python3 -m calibdcd run "$RUN/overlap.yaml" --no-progress
+chat=$(find "$CALIBDCD_CACHE/lab" -path '*/.*' -prune -o -type d -name chat-qwen -print \
+  2>/dev/null | head -1)
+if [ -n "$chat" ] && [ -f "$chat/config.json" ]; then
+  step bench-lab 80 python3 benchmarks/targets.py --quick --device "$DEV" --model "$chat" \
     --json "$OUT/bench-lab.json"
 fi
-# the demo's run directory (result.json per setting, the report) and its lab's record, one file
-if [ -d /tmp/gpu-demo ]; then
-  lab=$(find "$CALIBDCD_CACHE" -name lab.json | head -1)
-  [ -n "$lab" ] && cp "$lab" /tmp/gpu-demo/lab.json
-  tar czf "$OUT/demo.tgz" -C /tmp gpu-demo
-fi
+demo_config veilprobe "$RUN/veilprobe.yaml" && step demo-veilprobe 120 \
+  python3 -m calibdcd run "$RUN/veilprobe.yaml" --no-progress
+# the runs (result.json per setting, the report), the steps' logs and the lab's record, one file
+# (a machine may send back only a few files)
+lab=$(find "$CALIBDCD_CACHE/lab" -path '*/.*' -prune -o -name lab.json -print 2>/dev/null | head -1)
+[ -n "$lab" ] && cp "$lab" "$RUN/lab.json"
+tar czf "$OUT/runs.tgz" -C /tmp calibdcd-gpu-runs
 cat "$OUT/steps.txt"
+exit "$failed"

@@ -64,11 +64,11 @@ def bench_batching(
     dtype: str = "auto",
 ) -> dict:  # fmt: skip
     prompts = prompts_for(n_prompts)
-    # On a GPU the first call of each path pays seconds of one-off cost (measured on an H100:
-    # 6.1 s for the first 72 completions, 0.5 s for the same ones again), so there every path
-    # runs once untimed; on CPU a 4-prompt warm-up is enough.
-    warm_all = not str(device).startswith("cpu")
+    # On a GPU the first calls pay seconds of one-off cost (measured on an H100, docs/scaling.md:
+    # 6.1 s for 72 completions after a 4-prompt warm-up, 0.42 s for the same ones from a second
+    # target), so there every path runs once untimed; on CPU a 4-prompt warm-up is enough.
     batched = HFTarget(model_dir, device=device, dtype=dtype, batch_size=32)
+    warm_all = batched.device != "cpu"
     batched.generate(prompts if warm_all else prompts[:4], params)
     out_b, t_b = timed(lambda: batched.generate(prompts, params))
     single = HFTarget(model_dir, device=device, dtype=dtype, batch_size=1)
@@ -90,6 +90,7 @@ def bench_batching(
                 do_sample=True,
                 temperature=params.temperature,
                 top_p=params.top_p,
+                top_k=params.top_k or 0,  # as HFTarget: no top-k unless asked (not HF's 50)
                 max_new_tokens=params.max_new_tokens,
                 num_return_sequences=params.n,
                 pad_token_id=batched.pad_id,
@@ -121,7 +122,7 @@ def bench_cache(
 ) -> dict:  # fmt: skip
     prompts = prompts_for(n_prompts)
     target = HFTarget(model_dir, device=device, dtype=dtype, batch_size=32)
-    if not str(device).startswith("cpu"):
+    if target.device != "cpu":
         target.generate(prompts, params)  # the one-off first-call cost (bench_batching)
     with tempfile.TemporaryDirectory() as d:
         with CachedTarget(target, Path(d) / "c.sqlite") as cached:
@@ -223,12 +224,20 @@ def main() -> None:
     torch.set_num_threads(2)
     n = 24 if args.quick else 64
     params = GenerationParams(max_new_tokens=32, temperature=1.0, top_p=0.95, n=3, seed=0)
-    print("building/loading the lab-sized model ...", flush=True)
+    if args.model is None:
+        print("building/loading the lab-sized model ...", flush=True)
     model_dir = args.model or cached_tiny_lm(LAB_SIZED)
     results: dict = {"model": str(model_dir)}
+
+    def save() -> None:  # after every part: a run cut short keeps what it measured
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=1))
+
     results["batching"] = bench_batching(model_dir, n, params, args.device, args.dtype)
     print("batching:", json.dumps(results["batching"], indent=1), flush=True)
+    save()
     results["cache"] = bench_cache(model_dir, n, params, args.device, args.dtype)
+    save()
     print("cache:", json.dumps(results["cache"], indent=1), flush=True)
     srv = LatencyServer(0.05)
     try:
@@ -258,8 +267,7 @@ def main() -> None:
     for k, v in results.items():
         if k.startswith("concurrency"):
             print(f"{k}: {v['speedup']:.1f}x (concurrency {v['concurrency']})")
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
+    save()
 
 
 if __name__ == "__main__":

@@ -6,7 +6,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from calibdcd.device import autocast, resolve_device, resolve_dtype, torch_device  # noqa: E402
+from calibdcd.device import (  # noqa: E402
+    autocast,
+    native_bf16,
+    resolve_device,
+    resolve_dtype,
+    torch_device,
+)
 
 
 def test_auto_picks_cuda_then_mps_then_cpu():
@@ -45,3 +51,14 @@ def test_dtype_names():
     assert resolve_dtype("auto", "cpu") is torch.float32
     with pytest.raises(ValueError, match="dtype must be"):
         resolve_dtype("int8", "cpu")
+
+
+def test_native_bf16_is_a_cuda_property():
+    assert native_bf16("cpu") is False and native_bf16(torch.device("cpu")) is False
+    if not torch.cuda.is_available():
+        assert native_bf16("cuda") is False
+        assert resolve_dtype("auto", "cuda") is torch.float32  # no bf16 without a capable GPU
+    else:
+        capable = torch.cuda.get_device_capability(0) >= (8, 0)
+        assert native_bf16("cuda:0") is capable
+        assert resolve_dtype("auto", "cuda:0") is (torch.bfloat16 if capable else torch.float32)

@@ -1,6 +1,6 @@
 """What changes on a CUDA device: device and dtype selection, batched decoding (row pruning
 included) on the GPU, bf16 weights, and the lab's training loop under autocast. Skipped where
-no CUDA device is at hand (CI, this project's CPU machines); `scripts/gpu-check.sh` runs them
+no CUDA device is at hand (CI, this project's CPU machines); `benchmarks/gpu_check.sh` runs them
 on a GPU machine and docs/scaling.md records what they gave there."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available(), reason="no CUDA device here (these tests need a GPU)"
 )
 
-from calibdcd.device import autocast, resolve_device, resolve_dtype  # noqa: E402
+from calibdcd.device import autocast, native_bf16, resolve_device, resolve_dtype  # noqa: E402
 from calibdcd.targets import GenerationParams  # noqa: E402
 from calibdcd.targets.hf import HFTarget  # noqa: E402
 from calibdcd.targets.tiny import synthetic_sentences  # noqa: E402
@@ -31,7 +31,7 @@ def _prompts(k: int) -> list[str]:
 
 def test_auto_resolves_to_cuda_and_bf16():
     assert resolve_device("auto") == "cuda"
-    bf16 = torch.cuda.is_bf16_supported()
+    bf16 = native_bf16("cuda")
     assert resolve_dtype("auto", "cuda") == (torch.bfloat16 if bf16 else torch.float32)
     assert resolve_dtype("auto", "cpu") == torch.float32
     x = torch.ones(4, 4, device="cuda")
@@ -45,6 +45,9 @@ def test_cuda_fp32_sampling_is_independent_of_batch_size_and_pruning(model_dir):
     prompts = _prompts(8)
     ref = target.generate(prompts, SAMPLED)
     assert all(len(c) == SAMPLED.n for c in ref)
+    assert target._can_prune  # the CUDA KV cache dropped finished rows (else it says False)
+    lengths = [len(target.tokenizer(c)["input_ids"]) for row in ref for c in row]
+    assert min(lengths) < SAMPLED.max_new_tokens - 2  # some rows ended early: pruning happened
     target.batch_size = 1
     assert target.generate(prompts[:4], SAMPLED) == ref[:4]
     target.batch_size, target._can_prune = 8, False  # finished rows kept in the batch
@@ -66,8 +69,10 @@ def test_cuda_fp32_greedy_agrees_with_cpu(model_dir):
 
 
 def test_bf16_target_loads_bf16_and_is_deterministic(model_dir):
+    if not native_bf16("cuda"):
+        pytest.skip("this GPU has no native bf16")
     target = HFTarget(model_dir, device="cuda", batch_size=8)  # dtype auto
-    assert next(target.model.parameters()).dtype == resolve_dtype("auto", "cuda")
+    assert next(target.model.parameters()).dtype == torch.bfloat16
     prompts = _prompts(8)
     first = target.generate(prompts, SAMPLED)
     assert first == target.generate(prompts, SAMPLED)
@@ -83,8 +88,13 @@ def test_lab_training_loop_runs_under_cuda_autocast():
     model = build_model(tiny, 256, special, seed=0)
     rng = random.Random(0)
     docs = [[rng.randrange(2, 256) for _ in range(60)] for _ in range(8)] * 20  # memorisable
-    cfg = PretrainConfig(batch_size=4, seq_len=64, epochs=2, lr=3e-3, warmup_steps=5)
+    cfg = PretrainConfig(batch_size=4, seq_len=64, epochs=3, lr=3e-3, warmup_steps=5)
+    dtypes = []
+    hook = model.lm_head.register_forward_hook(lambda m, i, o: dtypes.append(o.dtype))
     stats = pretrain(model, docs, 0, cfg, seed=0, device=torch.device("cuda"), progress=False)
+    hook.remove()
     assert next(model.parameters()).device.type == "cuda"
+    bf16 = native_bf16("cuda")
+    assert set(dtypes) == {torch.bfloat16 if bf16 else torch.float32}  # autocast took effect
     assert all(torch.isfinite(p).all() for p in model.parameters())
     assert stats.steps > 10 and stats.last_loss < stats.first_loss - 1.0, stats

@@ -12,7 +12,10 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-__all__ = ["autocast", "default_device_type", "resolve_device", "resolve_dtype", "torch_device"]
+__all__ = [
+    "autocast", "default_device_type", "native_bf16", "resolve_device", "resolve_dtype",
+    "torch_device",
+]  # fmt: skip
 
 
 def resolve_device(device: Any = "auto") -> str:
@@ -55,18 +58,34 @@ def default_device_type() -> str:
     return resolve_device("auto")
 
 
+def native_bf16(device: Any) -> bool:
+    """Whether the CUDA device ``device`` (``cuda``, ``cuda:i`` or a ``torch.device``) computes
+    in bfloat16 natively (compute capability 8.0 or later: A100, H100, ...). torch's
+    ``is_bf16_supported()`` also says yes for emulated bf16 (T4, V100), which is slower than
+    fp32 there, and it reads the current device, not the one asked for."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return False
+    dev = torch.device(device) if not isinstance(device, torch.device) else device
+    if dev.type != "cuda":
+        return False
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    return torch.cuda.get_device_capability(index) >= (8, 0)
+
+
 def autocast(device: Any, bf16: bool = True, *, cpu: bool = False) -> Any:
     """A bfloat16 autocast context on ``device`` when ``bf16`` and the device takes it (CUDA
-    with bf16 support; CPU only with ``cpu=True``); a no-op context otherwise. With ``cpu=True``
-    (bf16 explicitly asked for on whatever device) an MPS device is a ValueError rather than a
-    silent fp32 run."""
+    with native bf16, :func:`native_bf16`; CPU only with ``cpu=True``); a no-op context
+    otherwise. With ``cpu=True`` (bf16 explicitly asked for on whatever device) an MPS device is
+    a ValueError rather than a silent fp32 run."""
     if not bf16:
         return contextlib.nullcontext()
     import torch
 
     kind = device.type if isinstance(device, torch.device) else str(device).split(":")[0]
     if kind == "cuda":
-        if torch.cuda.is_bf16_supported():
+        if native_bf16(device):
             return torch.autocast("cuda", dtype=torch.bfloat16)
         return contextlib.nullcontext()
     if kind == "cpu":
@@ -77,12 +96,13 @@ def autocast(device: Any, bf16: bool = True, *, cpu: bool = False) -> Any:
 
 
 def resolve_dtype(dtype: Any, device: str) -> Any:
-    """The torch dtype to load weights in: ``"auto"`` → bfloat16 on CUDA (when supported),
-    float32 on CPU and MPS; else a dtype or one of its names (``bf16``, ``float32``, ...)."""
+    """The torch dtype to load weights in: ``"auto"`` → bfloat16 on a CUDA device with native
+    bf16 (:func:`native_bf16`), else float32 (older GPUs, CPU, MPS); else a dtype or one of its
+    names (``bf16``, ``float32``, ...)."""
     import torch
 
     if dtype == "auto":
-        if device.startswith("cuda") and torch.cuda.is_bf16_supported():
+        if str(device).startswith("cuda") and native_bf16(device):
             return torch.bfloat16
         return torch.float32
     if isinstance(dtype, torch.dtype):
