@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from calibdcd.atomic import atomic_directory
+from calibdcd.atomic import atomic_directory, file_lock
 from calibdcd.device import autocast, resolve_device
 from calibdcd.models import checkpoint_identity
 from calibdcd.paths import cache_root
@@ -272,7 +272,12 @@ class ReferenceLM:
         if force and out.exists():
             shutil.rmtree(out)
         if not (out / "meta.json").exists():
-            _train_and_save(config, window, texts, out, device, progress)
+            # one process fine-tunes, a second one with the same setting waits and loads it
+            # (before this lock both trained and the second copy was thrown away)
+            lock = out.parent / f".{key}.lock"
+            with file_lock(lock, waiting=f"waiting for another process fine-tuning {out}"):
+                if not (out / "meta.json").exists():
+                    _train_and_save(config, window, texts, out, device, progress)
         meta = json.loads((out / "meta.json").read_text())
         tok = AutoTokenizer.from_pretrained(out)
         model = AutoModelForCausalLM.from_pretrained(out, dtype="float32")
