@@ -482,19 +482,27 @@ def test_one_mistake_of_each_kind_is_reported_at_once_with_lines(tmp_path):
     assert f"{p}:10: targets[1].family: unknown chat family 'qwen9'" in res.output
 
 
-def test_a_stored_run_resolves_to_its_own_setting_hashes(tmp_path):
-    """The committed lab-v2 run directory (lab seed 2, written by an earlier calibdcd): its
-    config.yaml, read by today's code, gives the setting hashes its grid.json recorded, so a
-    stored run stays complete and is never recomputed by a refactoring."""
+@pytest.mark.parametrize(
+    "name, n_settings",
+    [
+        ("lab-v2-lab2", 24),  # VeilProbe and DPDLLM on four targets, three seeds
+        ("real-regime", 18),  # three detectors on the real LM's base and chat, three seeds
+    ],
+)
+def test_a_stored_run_resolves_to_its_own_setting_hashes(tmp_path, name, n_settings):
+    """The committed run directories (the lab-v2 study's lab seed 2 and the real-model regime
+    study, written by earlier calibdcd commits): their config.yaml, read by today's code, gives
+    the setting hashes their grid.json recorded, so a stored run stays complete and is never
+    recomputed by a refactoring. Neither lab needs to be built for this."""
     import tarfile
 
     from calibdcd.experiment.setting import setting_hash
 
-    tar = REPO / "benchmarks" / "results" / "runs" / "lab-v2-lab2.tar.xz"
+    tar = REPO / "benchmarks" / "results" / "runs" / f"{name}.tar.xz"
     with tarfile.open(tar) as fh:
         fh.extractall(tmp_path, filter="data")
     run = next(tmp_path.rglob("grid.json")).parent
     stored = {r["id"]: r["setting_hash"] for r in json.loads((run / "grid.json").read_text())}
     cfg = load_config(run / "config.yaml")
     assert {s.id: setting_hash(s, cfg) for s in _grid(cfg)} == stored
-    assert len(stored) == 24  # VeilProbe and DPDLLM on four targets, three seeds
+    assert len(stored) == n_settings
