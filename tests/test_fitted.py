@@ -657,6 +657,39 @@ def test_fit_dry_run_names_texts_target_and_every_missing_model(tmp_path, monkey
     assert not (tmp_path / "b").exists()  # nothing written
 
 
+def test_fit_dry_run_reports_an_unset_variable_a_typo_a_bad_url_and_a_family_at_once(
+    tmp_path, monkeypatch
+):
+    """The issue's check: a fit config with an unset ${VAR}, a misspelt option, a base URL that is
+    not one and an unknown chat family gives all four under ``fit --dry-run``, each with its
+    line, as a run config's dry run would (the same target checks)."""
+    from typer.testing import CliRunner
+
+    from calibdcd.cli import app
+
+    monkeypatch.delenv("CALIBDCD_UNSET_MODEL", raising=False)
+    cfg = tmp_path / "fit.yaml"
+    cfg.write_text(
+        "target:\n"
+        "  backend: openai\n"
+        "  model: ${CALIBDCD_UNSET_MODEL}\n"
+        "  family: qwen9\n"
+        "  options:\n"
+        "    base_url: not a url\n"
+        "detector: {name: overlap, options: {max_new_tokenz: 4}}\n"
+        "data: {members: m.txt, nonmembers: n.txt}\n"
+    )
+    res = CliRunner().invoke(app, ["fit", str(cfg), "--dry-run", "-o", str(tmp_path / "b")])
+    assert res.exit_code == 2, res.output
+    out = " ".join(res.output.split())
+    assert "4 problems" in out, out
+    assert "fit.yaml:3: target.model: environment variable CALIBDCD_UNSET_MODEL" in out, out
+    assert "fit.yaml:4: target.family: unknown chat family 'qwen9'" in out, out
+    assert "fit.yaml:6: target.options.base_url:" in out and "not a url" in out, out
+    assert "fit.yaml:7: detector.options.max_new_tokenz: unknown field" in out, out
+    assert not (tmp_path / "b").exists()
+
+
 def test_target_spec_reads_like_lm_eval_model_args():
     from calibdcd.fitted.config import parse_target_spec
 

@@ -48,7 +48,6 @@ def fit_config_from(
         _line,
         key_path,
     )
-    from calibdcd.targets.base import option_problems
 
     found: list[tuple[tuple[Any, ...], str]] = []
     data = _expand_tree(data, (), found)
@@ -64,12 +63,8 @@ def fit_config_from(
             msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
             found.append((loc, str(msg).removeprefix("Value error, ")))
     t, d = data.get("target"), data.get("detector")
-    if isinstance(t, dict) and isinstance(t.get("options"), dict):
-        backend = t.get("backend", "hf")
-        if isinstance(backend, str):
-            found += [
-                (("target", "options", *k), m) for k, m in option_problems(backend, t["options"])
-            ]
+    if isinstance(t, dict):
+        found += [(("target", *k), m) for k, m in _target_problems(t)]
     if isinstance(d, dict) and isinstance(d.get("name"), str) and d["name"] in DETECTORS:
         options = d.get("options") if isinstance(d.get("options"), dict) else {}
         entry = DetectorEntry(name=d["name"], preset=d.get("preset"), options=options)
@@ -83,3 +78,23 @@ def fit_config_from(
         raise ConfigError("", "", source, problems=problems)
     assert cfg is not None
     return cfg
+
+
+def _target_problems(t: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
+    """The run configs' checks of a target (``experiment.config``'s entry check: a known backend
+    and family, the backend's options, values its constructor takes - a base URL that is a URL),
+    applied to a fit config's ``target`` section; its schema problems are pydantic's."""
+    from calibdcd.experiment.config import TargetEntry, _target_checks
+    from calibdcd.targets.base import option_problems
+
+    options = t.get("options") if isinstance(t.get("options"), dict) else {}
+    fields: dict[str, Any] = {"name": "target", "backend": "hf", "options": options}
+    fields.update({k: t[k] for k in ("name", "backend", "model", "family") if k in t})
+    try:
+        entry = TargetEntry(**fields)
+    except (ValidationError, TypeError):  # a malformed section: the schema says what
+        backend = t.get("backend", "hf")
+        if not isinstance(backend, str):
+            return []
+        return [(("options", *k), m) for k, m in option_problems(backend, options)]
+    return _target_checks(entry, {})
