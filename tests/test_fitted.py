@@ -690,6 +690,70 @@ def test_fit_dry_run_reports_an_unset_variable_a_typo_a_bad_url_and_a_family_at_
     assert not (tmp_path / "b").exists()
 
 
+def test_a_served_template_that_cannot_be_had_is_one_line_in_fit_and_its_dry_run(tmp_path):
+    """A served model with no family and no tokenizer takes CalibDCD's views from its server's
+    chat template; a server without ``/tokenize`` (here a real loopback server answering only
+    ``/v1/models``) is found by ``fit --dry-run`` and by ``fit`` as one line, not a traceback."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from typer.testing import CliRunner
+
+    from calibdcd.cli import app
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def _answer(self, code: int, body: dict) -> None:
+            raw = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def do_GET(self):
+            if self.path.endswith("/v1/models"):
+                self._answer(200, {"object": "list", "data": [{"id": "my-finetune"}]})
+            else:
+                self._answer(404, {"detail": "Not Found"})
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self._answer(404, {"detail": "Not Found"})
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+        (tmp_path / "m.txt").write_text("".join(f"member text {i}\n" for i in range(30)))
+        (tmp_path / "n.txt").write_text("".join(f"other text {i}\n" for i in range(30)))
+        cfg = tmp_path / "fit.yaml"
+        cfg.write_text(
+            "target:\n  backend: openai\n  model: my-finetune\n"
+            f"  options: {{base_url: '{url}', dialect: vllm}}\n"
+            "detector: {name: overlap}\n"
+            "data: {members: m.txt, nonmembers: n.txt}\n"
+            "split: {n_supervised_per_class: 10}\n"
+        )
+        out = tmp_path / "bundle"
+        dry = CliRunner().invoke(app, ["fit", str(cfg), "--dry-run", "-o", str(out)])
+        assert dry.exit_code == 1, dry.output
+        assert "target: " in dry.output and "serves 'my-finetune'" in dry.output, dry.output
+        assert "fit.yaml:1: target views: " in dry.output, dry.output
+        assert "/tokenize answers HTTP 404" in dry.output, dry.output
+        res = CliRunner().invoke(app, ["fit", str(cfg), "-o", str(out), "--no-progress"])
+        assert res.exit_code == 2, res.output
+        errors = [x for x in res.output.splitlines() if x.startswith("error:")]
+        assert len(errors) == 1 and "target views: " in errors[0], res.output
+        assert "/tokenize answers HTTP 404" in errors[0], res.output
+        assert "Traceback" not in res.output and not out.exists()
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
 def test_target_spec_reads_like_lm_eval_model_args():
     from calibdcd.fitted.config import parse_target_spec
 

@@ -130,6 +130,7 @@ def fit_dry_run(cfg: Any, source: Path, out: Path, cache: Path) -> tuple[list[st
     the target's backend and lab, every model and dataset it needs. (lines, problems)."""
     from calibdcd.experiment.components import preflight_target, resolve_lab
     from calibdcd.experiment.model_uses import models_in_fit_config, resolve_uses
+    from calibdcd.experiment.runner import _dry_view_bank
     from calibdcd.targets.base import available_backends
 
     lines = [f"fit config {source}: cache {cache}; bundle: {out}"]
@@ -165,6 +166,17 @@ def fit_dry_run(cfg: Any, source: Path, out: Path, cache: Path) -> tuple[list[st
         else:
             if said is not None:
                 lines.append(f"  target: {said}")
+            # CalibDCD's views, resolved as fit resolves them (a served model's chat template
+            # from its server included), so a template that cannot be had is found here
+            try:
+                codes = _dry_view_bank(_target_entry(t), cfg.view_system, cache)
+            except ValueError as exc:
+                problems.append(f"target views: {exc}")
+            else:
+                lines.append(
+                    "  views: "
+                    + (" ".join(codes) if codes else "resolved once the model is fetched")
+                )
     lines.append(f"  detector: {d.name}" + (f" (preset {d.preset})" if d.preset else ""))
     try:
         resolved = resolve_uses(models_in_fit_config(cfg), str(source))
@@ -269,7 +281,13 @@ def fit_command(
         return
     _preflight(cfg.target)
     texts = _fit_texts(cfg, cache_dir)
-    target, record, views = _target_parts(cfg, cache_dir)
+    from calibdcd.targets.server_template import ServerTemplateError
+
+    try:
+        target, record, views = _target_parts(cfg, cache_dir)
+    except ServerTemplateError as exc:  # the served chat template cannot be had: one line
+        typer.echo(f"error: target views: {exc}", err=True)
+        raise typer.Exit(2) from None
     dt = cfg.detector
     opts = dict(dt.options)
     opts.setdefault("progress", progress)
