@@ -521,6 +521,13 @@ def test_bundle_digests_refuse_an_edited_header_or_file(tmp_path):
     (d / "learnt" / "part.json").unlink()
     with pytest.raises(BundleIntegrityError, match=r"part\.json: missing from the bundle"):
         _check_integrity(d, read_bundle_header(d))
+    # a bundle with its digests removed cannot be told from an old one: refused unless asked
+    bare = {k: v for k, v in header.items() if k not in ("files_sha256", "header_sha256")}
+    (d / BUNDLE).write_text(json.dumps({**bare, "fpr": 2.0}))
+    with pytest.raises(BundleIntegrityError, match=r"bundle\.json: carries no digests"):
+        _check_integrity(d, read_bundle_header(d))
+    with pytest.warns(RuntimeWarning, match="loaded unchecked"):
+        _check_integrity(d, read_bundle_header(d), allow_unverified=True)
 
 
 def test_suspect_files_fail_in_one_line_naming_file_and_line(tmp_path):

@@ -334,6 +334,10 @@ def score_command(
         ),
     ] = None,
     alpha: Annotated[float, typer.Option(help="level of the set-level test")] = 0.05,
+    allow_unverified: Annotated[
+        bool,
+        typer.Option(help="score a bundle that carries no digests (an older calibdcd's) unchecked"),
+    ] = False,
     progress: Annotated[bool, typer.Option(help="progress bars")] = True,
 ) -> None:
     """Score texts with a fitted bundle: per-text score, p-value, decision; set-level test."""
@@ -386,7 +390,7 @@ def score_command(
     _preflight(tsec)
     target, record, _ = _target_parts(shell, cache, with_views=False)
     try:
-        fitted = FittedDetector.load(bundle, target=record)
+        fitted = FittedDetector.load(bundle, target=record, allow_unverified=allow_unverified)
     except (TargetMismatchError, BundleIntegrityError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -589,10 +589,12 @@ class FittedDetector:
         *,
         target: Mapping[str, Any] | None = None,
         check_versions: bool = True,
+        allow_unverified: bool = False,
     ) -> FittedDetector:
         """Read a bundle. ``target`` (the current target's identity record) must match the
         fitted one (else :class:`TargetMismatchError` naming what differs); differing package
-        versions give a warning naming them."""
+        versions give a warning naming them. A bundle without digests is refused unless
+        ``allow_unverified`` (:class:`BundleIntegrityError`)."""
         from calibdcd.persist import unpack_state
         from calibdcd.views import View
 
@@ -604,7 +606,7 @@ class FittedDetector:
                 f"{hp}: format_version {h.get('format_version')!r}; this calibdcd reads "
                 f"{FORMAT_VERSION}"
             )
-        _check_integrity(d, h)
+        _check_integrity(d, h, allow_unverified=allow_unverified)
         if target is not None:
             check_target(h["target"], target, where=str(hp))
         if check_versions:
@@ -738,15 +740,23 @@ def read_bundle_header(directory: str | Path) -> dict[str, Any]:
     return h
 
 
-def _check_integrity(directory: Path, header: Mapping[str, Any]) -> None:
+def _check_integrity(
+    directory: Path, header: Mapping[str, Any], *, allow_unverified: bool = False
+) -> None:
     """Refuse a bundle whose files differ from what the fit wrote, naming the file (the header
-    itself is checked by :func:`read_bundle_header`). Bundles written before digests were
-    recorded load with a warning."""
+    itself is checked by :func:`read_bundle_header`). A bundle without digests (written by a
+    calibdcd before them, or edited to remove them: the two look alike) is refused too, unless
+    ``allow_unverified``: then it loads with a warning."""
     files = header.get("files_sha256")
     if files is None or "header_sha256" not in header:
+        if not allow_unverified:
+            raise BundleIntegrityError(
+                f"{directory / BUNDLE}: carries no digests (written by a calibdcd before them, "
+                "or edited to remove them), so its files cannot be checked; refit, or score "
+                "it unchecked with --allow-unverified"
+            )
         warnings.warn(
-            f"{directory / BUNDLE}: written without digests (an older calibdcd); its files "
-            "cannot be checked for changes",
+            f"{directory / BUNDLE}: written without digests; loaded unchecked (allow_unverified)",
             RuntimeWarning,
             stacklevel=3,
         )
