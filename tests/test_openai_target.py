@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import signal
 import socket
@@ -685,6 +686,14 @@ def test_a_run_through_two_replicas_one_killed_gives_the_one_replica_tables(tmp_
 
     row = next(csv.DictReader(results.splitlines()))
     assert float(row["auc_before"]) > 0.8  # the tables say something: members are readable
+    # machine-readable: every column but the names, the views and the reason parses as a number
+    # (or is empty: no correction has no rank); no "66.1 [62.6, 69.6]" strings
+    words = {"id", "benchmark", "target", "detector", "selected_views", "no_correction_reason"}
+    for r in csv.DictReader(results.splitlines()):
+        for k, v in r.items():
+            if k not in words and v != "":
+                assert v in ("True", "False") or math.isfinite(float(v)), (k, v)
+    assert {"auc_after_low", "calibdcd_delta_auc_half_width", "calibdcd_delta_auc_p"} <= set(row)
     from calibdcd.report import write_report
 
     tables = [(write_report(tmp_path / d).parent / "tables.md").read_text() for d in ("one", "two")]
