@@ -866,3 +866,17 @@ def test_a_served_fit_keeps_no_credential_in_its_bundle_and_scores_through_base_
             verdicts.append(re.search(r"the set is .*\)", res.output)[0])
         assert "MORE member-like" in verdicts[0] and verdicts[0] == verdicts[1]
         assert "30 repeated text(s): each distinct text counts once" in res.output
+        # score from another directory with no --cache-dir: the cache-root rule of every
+        # command ($CALIBDCD_CACHE here) finds fit's and score's cache, so nothing is asked again
+        monkeypatch.setenv("CALIBDCD_CACHE", str(tmp_path / "cache"))
+        (tmp_path / "elsewhere").mkdir()
+        monkeypatch.chdir(tmp_path / "elsewhere")
+        asked = sum(srv.successes.values())
+        res = runner.invoke(
+            app,
+            ["score", str(tmp_path / "bundle"), str(tmp_path / "suspect.txt"), "--no-progress",
+             "--base-url", url, "-o", "again.jsonl"],
+        )  # fmt: skip
+        assert res.exit_code == 0, res.output
+        assert sum(srv.successes.values()) == asked  # every completion came from the cache
+        assert re.search(r"the set is .*\)", res.output)[0] == verdicts[0]
