@@ -38,7 +38,7 @@ def test_progress_is_one_pair_of_flags_everywhere():
 
 
 #: subcommands that read or write the cache
-CACHERS = [["run"], ["demo"], ["fit"], ["score"]]
+CACHERS = [["run"], ["demo"], ["fit"], ["score"], ["lab", "build"]]
 
 
 def test_cache_dir_is_one_flag_everywhere():

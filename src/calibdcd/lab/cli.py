@@ -35,6 +35,13 @@ def build(
         Optional[list[str]],  # noqa: UP045
         typer.Option("--set", help="Config override section.field=value (--set sft.lr=2e-4)."),
     ] = None,
+    cache_dir: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(
+            help="cache root, where the pre-trained base is kept for reuse (default, as every "
+            "command: $CALIBDCD_CACHE, else the user cache)"
+        ),
+    ] = None,
     progress: Annotated[bool, typer.Option(help="Progress bars.")] = True,
     quiet: Annotated[bool, typer.Option(hidden=True, help="= --no-progress (older flag).")] = False,
 ) -> None:
@@ -54,8 +61,9 @@ def build(
             parsed = value
         overrides[f"{section}__{field}"] = parsed
     path = build_lab(
-        preset, out, seed=seed, pool=pool, progress=progress and not quiet, **overrides
-    )
+        preset, out, seed=seed, pool=pool, progress=progress and not quiet, cache=cache_dir,
+        **overrides,
+    )  # fmt: skip
     meta = json.loads((path / "lab.json").read_text())
     timings = meta.get("timings", {})
     # (a real-model lab times its build and its check apart: no "total")
