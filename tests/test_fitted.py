@@ -880,3 +880,13 @@ def test_a_served_fit_keeps_no_credential_in_its_bundle_and_scores_through_base_
         assert res.exit_code == 0, res.output
         assert sum(srv.successes.values()) == asked  # every completion came from the cache
         assert re.search(r"the set is .*\)", res.output)[0] == verdicts[0]
+        # score --dry-run: the bundle's digests and target, the texts; nothing asked or written
+        res = runner.invoke(
+            app,
+            ["score", str(tmp_path / "bundle"), str(tmp_path / "twice.txt"), "--dry-run",
+             "--base-url", url, "-o", "dry.jsonl"],
+        )  # fmt: skip
+        assert res.exit_code == 0, res.output
+        assert "dry run: OK" in res.output and "texts: 60 from" in res.output, res.output
+        assert "(30 distinct)" in res.output and "scores: dry.jsonl" in res.output, res.output
+        assert not Path("dry.jsonl").exists() and sum(srv.successes.values()) == asked

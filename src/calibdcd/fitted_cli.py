@@ -31,16 +31,10 @@ def _target_parts(
 ) -> tuple[Any, dict[str, Any], list[Any] | None]:
     """(cached target, its identity record, its view bank: None unless ``with_views``) for a fit
     config's target section (score keeps the bundle's views and asks for none)."""
-    from calibdcd.experiment.components import build_target, model_path, target_views
-    from calibdcd.targets.identity import target_record
+    from calibdcd.experiment.components import build_target, target_views
 
-    t = cfg.target
-    entry = _target_entry(t)
-    local = Path(model_path(entry, root=cache_dir))  # a lab target's lab under the cache root
-    record = target_record(
-        t.backend, t.model, model_dir=local if local.exists() else None, family=t.family,
-        lab=t.lab, options=t.options,
-    )  # fmt: skip
+    entry = _target_entry(cfg.target)
+    record = _target_record(cfg.target, cache_dir)
     target = build_target(entry, cache_dir / "generations.sqlite", cache_dir)
     views = (
         None
@@ -53,6 +47,18 @@ def _target_parts(
         )
     )
     return target, record, views
+
+
+def _target_record(t: Any, cache_dir: Path) -> dict[str, Any]:
+    """A fit config's (or a bundle's) target section's identity record, without building it."""
+    from calibdcd.experiment.components import model_path
+    from calibdcd.targets.identity import target_record
+
+    local = Path(model_path(_target_entry(t), root=cache_dir))  # a lab's under the cache root
+    return target_record(
+        t.backend, t.model, model_dir=local if local.exists() else None, family=t.family,
+        lab=t.lab, options=t.options,
+    )  # fmt: skip
 
 
 def _target_entry(section: Any) -> Any:
@@ -338,6 +344,10 @@ def score_command(
         bool,
         typer.Option(help="score a bundle that carries no digests (an older calibdcd's) unchecked"),
     ] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="check the bundle, its target and the texts; score nothing"),
+    ] = False,
     progress: Annotated[bool, typer.Option(help="progress bars")] = True,
 ) -> None:
     """Score texts with a fitted bundle: per-text score, p-value, decision; set-level test."""
@@ -388,7 +398,10 @@ def score_command(
 
     cache = cache_root(cache_dir)  # the one rule: --cache-dir, $CALIBDCD_CACHE, user cache
     _preflight(tsec)
-    target, record, _ = _target_parts(shell, cache, with_views=False)
+    if dry_run:  # every check of a real score, nothing built, generated or written
+        record = _target_record(tsec, cache)
+    else:
+        target, record, _ = _target_parts(shell, cache, with_views=False)
     try:
         fitted = FittedDetector.load(bundle, target=record, allow_unverified=allow_unverified)
     except (TargetMismatchError, BundleIntegrityError) as exc:
@@ -399,6 +412,16 @@ def score_command(
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    if dry_run:
+        typer.echo(
+            f"bundle {bundle}: {fitted.detector_spec['name']} ({fitted.mode}), fpr {fitted.fpr}, "
+            f"threshold {fitted.threshold:.6g}; digests and target identity checked"
+        )
+        typer.echo(f"  target: {tsec.backend} {tsec.model}; cache {cache}")
+        typer.echo(f"  texts: {len(items)} from {texts} ({len(set(items))} distinct)")
+        typer.echo(f"  scores: {out}")
+        typer.echo("dry run: OK")
+        return
     build = fitted.mode == "transductive"
     detector = fitted.build_detector(
         cache, resolve=lambda o: resolve_lab_refs({**o, "progress": progress}, build=build)
