@@ -175,13 +175,17 @@ def fit_dry_run(cfg: Any, source: Path, out: Path, cache: Path) -> tuple[list[st
             # CalibDCD's views, resolved as fit resolves them (a served model's chat template
             # from its server included), so a template that cannot be had is found here
             try:
-                codes = _dry_view_bank(_target_entry(t), cfg.view_system, cache)
+                codes = (
+                    None  # from the lab's checkpoint, once it is built
+                    if t.lab in unbuilt
+                    else _dry_view_bank(_target_entry(t), cfg.view_system, cache)
+                )
             except ValueError as exc:
                 problems.append(f"target views: {exc}")
             else:
                 lines.append(
                     "  views: "
-                    + (" ".join(codes) if codes else "resolved once the model is fetched")
+                    + (" ".join(codes) if codes else "from the checkpoint, once it is here")
                 )
     lines.append(f"  detector: {d.name}" + (f" (preset {d.preset})" if d.preset else ""))
     try:
