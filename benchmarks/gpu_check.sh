@@ -21,14 +21,15 @@ cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-gpu-check}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+TMP=${TMPDIR:-/tmp}  # scratch: the wheels' install, the cache, the runs
 if compgen -G ".whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/calibdcd-site .whl/*.whl && export PYTHONPATH=/tmp/calibdcd-site
+    --target "$TMP/calibdcd-site" .whl/*.whl && export PYTHONPATH="$TMP/calibdcd-site"
 fi
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
-export CALIBDCD_CACHE=${CALIBDCD_CACHE:-/tmp/calibdcd-gpu-cache}
+export CALIBDCD_CACHE=${CALIBDCD_CACHE:-$TMP/calibdcd-gpu-cache}
 DEV=${DEV:-cuda}  # the benchmark's device (DEV=cpu tries the script where no GPU is)
-RUN=/tmp/calibdcd-gpu-runs
+RUN=$TMP/calibdcd-gpu-runs
 rm -rf "$RUN" && mkdir -p "$RUN"
 {
   date -u
@@ -84,6 +85,6 @@ demo_config veilprobe "$RUN/veilprobe.yaml" && step demo-veilprobe 120 \
 # (a machine may send back only a few files)
 lab=$(find "$CALIBDCD_CACHE/lab" -path '*/.*' -prune -o -name lab.json -print 2>/dev/null | head -1)
 [ -n "$lab" ] && cp "$lab" "$RUN/lab.json"
-tar czf "$OUT/runs.tgz" -C /tmp calibdcd-gpu-runs
+tar czf "$OUT/runs.tgz" -C "$TMP" calibdcd-gpu-runs
 cat "$OUT/steps.txt"
 exit "$failed"
