@@ -23,18 +23,27 @@ def _prompts(k: int = 10) -> list[str]:
     return [s[: rng.randint(2, len(s))] for s in synthetic_sentences(k, seed=9)]
 
 
-def test_sampling_is_independent_of_batch_size_and_order(target):
-    prompts = _prompts(8)
+def batch_invariant_samples(target, prompts: list[str]) -> list[list[str]]:
+    """``SAMPLED`` completions of ``prompts`` at batch 8, checked equal at batch 1 and with
+    finished rows kept in the batch (no row pruning); also used on CUDA (test_gpu.py). The
+    target's pruning flag is left as the first call found it."""
     target.batch_size = 8
     ref = target.generate(prompts, SAMPLED)
     assert len(ref) == len(prompts) and all(len(c) == SAMPLED.n for c in ref)
+    pruned = target._can_prune
     target.batch_size = 1
     assert target.generate(prompts[:4], SAMPLED) == ref[:4]
     target.batch_size, target._can_prune = 8, False  # finished rows kept in the batch
     try:
         assert target.generate(prompts, SAMPLED) == ref
     finally:
-        target._can_prune = True
+        target._can_prune = pruned
+    return ref
+
+
+def test_sampling_is_independent_of_batch_size_and_order(target):
+    prompts = _prompts(8)
+    ref = batch_invariant_samples(target, prompts)
     # no truncation: the unsorted inverse-CDF path
     plain = GenerationParams(max_new_tokens=12, temperature=1.3, n=2, seed=3)
     full = target.generate(prompts, plain)
