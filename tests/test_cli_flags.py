@@ -60,10 +60,36 @@ def test_run_cache_dir_replaces_the_config_cache(tmp_path):
     assert f"cache: {tmp_path};" in res.output, res.output
 
 
+def _leaf_commands() -> list[list[str]]:
+    import typer
+
+    out: list[list[str]] = []
+
+    def walk(cmd, path):
+        subs = getattr(cmd, "commands", None)
+        if subs:
+            for name, sub in subs.items():
+                walk(sub, [*path, name])
+        else:
+            out.append(path)
+
+    walk(typer.main.get_command(app), [])
+    return out
+
+
 def test_version_flag_and_command():
     for args in (["--version"], ["version"]):
         res = CliRunner().invoke(app, args)
         assert res.exit_code == 0 and res.output.strip() == __version__
+
+
+def test_every_subcommand_answers_version_before_its_arguments():
+    leaves = _leaf_commands()
+    assert ["fit"] in leaves and ["lab", "build"] in leaves and len(leaves) >= 15
+    for cmd in leaves:
+        # eager: answered even though the command's required arguments are missing
+        res = CliRunner().invoke(app, [*cmd, "--version"])
+        assert res.exit_code == 0 and res.output.strip() == __version__, (cmd, res.output)
 
 
 def test_dry_run_names_the_out_directory_it_would_use(tmp_path):

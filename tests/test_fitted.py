@@ -890,3 +890,36 @@ def test_a_served_fit_keeps_no_credential_in_its_bundle_and_scores_through_base_
         assert "dry run: OK" in res.output and "texts: 60 from" in res.output, res.output
         assert "(30 distinct)" in res.output and "scores: dry.jsonl" in res.output, res.output
         assert not Path("dry.jsonl").exists() and sum(srv.successes.values()) == asked
+
+
+def test_a_fit_config_secrets_list_masks_its_variables(tmp_path, monkeypatch):
+    """``secrets: [VAR]`` in a fit config works as in a run config: the variable's value is
+    secret whatever its name (here one without KEY/TOKEN/SECRET/PASSWORD, put into a URL's
+    path where no credential rule would catch it), so it is masked in messages and in the
+    bundle's target; a variable not listed is not."""
+    from calibdcd.experiment.fit_config import load_fit_config
+    from calibdcd.redact import redact
+
+    monkeypatch.setenv("AUDIT_ROUTE", "route-8f3a9c-private")
+    monkeypatch.setenv("AUDIT_MODEL", "model-77b1-public")
+    (tmp_path / "m.txt").write_text("a member\n")
+    (tmp_path / "n.txt").write_text("a non-member\n")
+    text = (
+        "secrets: AUDIT_ROUTE\n"
+        "target:\n"
+        "  model: ${AUDIT_MODEL}\n"
+        "  backend: openai\n"
+        "  family: qwen2.5\n"
+        "  options: {base_url: 'http://127.0.0.1:9/${AUDIT_ROUTE}/v1'}\n"
+        "detector: {name: overlap}\n"
+        "data: {members: m.txt, nonmembers: n.txt}\n"
+    )
+    (tmp_path / "fit.yaml").write_text(text)
+    cfg = load_fit_config(tmp_path / "fit.yaml")
+    assert cfg.secrets == ["AUDIT_ROUTE"]
+    assert "route-8f3a9c-private" in cfg.target.options["base_url"]  # used as it is
+    assert redact(cfg.target.options["base_url"]) == "http://127.0.0.1:9/***/v1"
+    assert redact(cfg.target.model) == "model-77b1-public"
+    (tmp_path / "fit.yaml").write_text(text.replace("secrets: AUDIT_ROUTE", "secrets: [3]"))
+    with pytest.raises(Exception, match=r"fit.yaml:1: secrets\[0\]: Input should be a valid string"):
+        load_fit_config(tmp_path / "fit.yaml")

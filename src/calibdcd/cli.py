@@ -3,6 +3,11 @@ this file only assembles them (and must stay cheap to import: no torch here)."""
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
 import typer
 
 from calibdcd.data.cli import app as _data_app
@@ -29,12 +34,40 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+def _version_option() -> Any:
+    return typer.Option(
+        False,
+        "--version",
+        callback=_version,
+        is_eager=True,
+        expose_value=False,
+        help="Print the version and exit.",
+    )
+
+
+def _versioned(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``func`` with an eager ``--version`` among its options (one dialect on every subcommand:
+    ``calibdcd fit --version`` answers as ``calibdcd --version`` does). typer reads a command's
+    options from its signature, so the flag is added to the signature once here rather than as
+    a parameter of every command function; its value is never passed on to ``func``."""
+    sig = inspect.signature(func, eval_str=True)  # typer reads a set __signature__ as it is
+    if "_version" in sig.parameters:
+        return func
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        kwargs.pop("_version", None)  # typer passes every signature parameter
+        return func(*args, **kwargs)
+
+    flag = inspect.Parameter(
+        "_version", inspect.Parameter.KEYWORD_ONLY, default=_version_option(), annotation=bool
+    )
+    wrapper.__signature__ = sig.replace(parameters=[*sig.parameters.values(), flag])  # type: ignore[attr-defined]
+    return wrapper
+
+
 @app.callback()
-def _main(
-    version: bool = typer.Option(
-        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
-    ),
-) -> None:
+def _main(version: bool = _version_option()) -> None:
     """Black-box pre-training data contamination detection with CalibDCD calibration."""
 
 
@@ -71,6 +104,18 @@ def version() -> None:
     from calibdcd import __version__
 
     typer.echo(__version__)
+
+
+def _version_everywhere(typer_app: typer.Typer) -> None:
+    for info in typer_app.registered_commands:
+        if info.callback is not None:
+            info.callback = _versioned(info.callback)
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            _version_everywhere(group.typer_instance)
+
+
+_version_everywhere(app)
 
 
 def main() -> None:  # pragma: no cover - entry point

@@ -398,6 +398,15 @@ def _secret_names(v: Any) -> Any:
     return v
 
 
+def register_listed_secrets(data: Mapping[str, Any]) -> None:
+    """Register the values of the variables a config lists under ``secrets:`` for redaction,
+    before anything is expanded (run and fit configs alike)."""
+    secrets = data.get("secrets")
+    for n in [secrets] if isinstance(secrets, str) else secrets or []:
+        if isinstance(n, str):
+            register_secret(os.environ.get(n))
+
+
 def calibration_problems(v: Any) -> list[tuple[Loc, str]]:
     """Every problem of a ``calibration:`` mapping at once (unknown keys, types, ranges), each
     with its key path; the values are checked as written (``strengths: [1]`` stays an int)."""
@@ -1070,10 +1079,7 @@ def _build(
     if not isinstance(data, Mapping):
         p = ConfigProblem("", f"expected a mapping, got {type(data).__name__}", _line((), lines))
         return None, [p]
-    secrets = data.get("secrets")
-    for n in [secrets] if isinstance(secrets, str) else secrets or []:
-        if isinstance(n, str):
-            register_secret(os.environ.get(n))
+    register_listed_secrets(data)
     env_problems: list[tuple[Loc, str]] = []
     data = _expand_tree(dict(data), (), env_problems)
     found += [(loc, m, True) for loc, m in env_problems]

@@ -47,9 +47,11 @@ def fit_config_from(
         _expand_tree,
         _line,
         key_path,
+        register_listed_secrets,
     )
 
     found: list[tuple[tuple[Any, ...], str]] = []
+    register_listed_secrets(data)
     data = _expand_tree(data, (), found)
     data.setdefault("base_dir", str(base_dir))
     cfg = None

@@ -27,7 +27,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = ["FitConfig", "parse_target_spec", "read_texts"]
 
@@ -117,6 +117,14 @@ class FitConfig(_Strict):
     cache_dir: str | None = None
     #: the directory relative paths are read against (the config file's)
     base_dir: str = "."
+    #: environment variables whose values are secret whatever their names (as a run config's
+    #: ``secrets:``): masked in the bundle and in every message
+    secrets: list[str] | None = None
+
+    @field_validator("secrets", mode="before")
+    @classmethod
+    def _one_name_is_a_list(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
 
     def cache_root(self) -> Path:
         """The cache root: ``cache_dir`` read against the config's directory, else the shared
