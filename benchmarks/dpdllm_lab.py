@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     if args.lab is None:
-        from calibdcd.experiment.components import resolve_lab
+        from calibdcd.experiment.labs import resolve_lab
 
         args.lab = resolve_lab("small")
     lab = args.lab

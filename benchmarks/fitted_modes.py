@@ -34,8 +34,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def _detector(args: argparse.Namespace, cache: Path):
-    from calibdcd.experiment.components import build_detector, resolve_lab_refs
     from calibdcd.experiment.config import DetectorEntry
+    from calibdcd.experiment.detectors import build_detector
+    from calibdcd.experiment.labs import resolve_lab_refs
 
     if args.detector == "dpdllm":
         opts = {
@@ -63,8 +64,9 @@ def _detector(args: argparse.Namespace, cache: Path):
 
 def run(args: argparse.Namespace) -> None:
     from calibdcd.calibration import CalibrationConfig
-    from calibdcd.experiment.components import build_target, resolve_lab
     from calibdcd.experiment.config import TargetEntry
+    from calibdcd.experiment.labs import resolve_lab
+    from calibdcd.experiment.targets import build_target
     from calibdcd.fitted import FitTexts, fit_detector, target_record
     from calibdcd.fitted.audit import threshold_at
     from calibdcd.metrics import auc, tpr_at_fpr

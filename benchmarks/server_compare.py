@@ -41,7 +41,7 @@ def resolve_model(spec: str) -> Path:
     """A checkpoint directory for ``spec``: a path, ``lab:<preset>[@seed]/<model>`` or
     ``packaged:<name>``."""
     if spec.startswith("lab:"):
-        from calibdcd.experiment.components import resolve_lab
+        from calibdcd.experiment.labs import resolve_lab
 
         lab, model = spec[4:].split("/", 1)
         return resolve_lab(lab) / model

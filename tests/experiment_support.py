@@ -17,10 +17,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def lab_micro() -> Path:
-    """The lab micro as experiments resolve it (``calibdcd.experiment.components.resolve_lab``:
+    """The lab micro as experiments resolve it (``calibdcd.experiment.labs.resolve_lab``:
     a prebuilt ``$CALIBDCD_LAB_ROOT/lab-micro`` when that variable is set, else the cached
     build, built once)."""
-    from calibdcd.experiment.components import resolve_lab
+    from calibdcd.experiment.labs import resolve_lab
 
     lab = resolve_lab("micro")
     assert lab is not None

@@ -42,7 +42,7 @@ def test_a_run_with_cache_dir_keeps_its_lab_and_reference_there(tmp_path, monkey
     """The config's ``cache_dir`` is where the run finds (or builds) its lab and fine-tunes
     DPDLLM's reference LM; ``$CALIBDCD_CACHE`` (here an empty directory) is never touched."""
     from calibdcd.experiment import load_config
-    from calibdcd.experiment.components import resolve_lab
+    from calibdcd.experiment.labs import resolve_lab
     from calibdcd.experiment.runner import dry_run
     from calibdcd.experiment.setting import RunContext
 
@@ -87,7 +87,7 @@ def test_a_run_with_cache_dir_keeps_its_lab_and_reference_there(tmp_path, monkey
 def test_a_run_without_cache_dir_uses_the_shared_root(tmp_path, monkeypatch, lab_micro):
     """No ``cache_dir``: the run's root is ``$CALIBDCD_CACHE``, where the shared lab is."""
     from calibdcd.experiment import load_config
-    from calibdcd.experiment.components import resolve_lab
+    from calibdcd.experiment.labs import resolve_lab
 
     monkeypatch.delenv("CALIBDCD_LAB_ROOT", raising=False)
     monkeypatch.setenv("CALIBDCD_CACHE", str(lab_micro.parent.parent))

@@ -11,6 +11,9 @@
 * Its classifier's fitted state round-trips through arrays + JSON with identical scores.
 * Its features have the blocks it declares (here with real tiny models; VeilProbe's, which
   trains a masked LM and mapping models, in the slow suite).
+* A whole fitted detector - classifier, learnt parts (VeilProbe's mapping model, DPDLLM's
+  fine-tuned reference LM), null scores - saved as a bundle, loaded and rebuilt from the
+  bundle's spec through the registry scores new texts exactly as it did before saving.
 """
 
 from __future__ import annotations
@@ -25,8 +28,8 @@ import pytest
 
 from calibdcd.detectors.base import Detector, PersistableClassifier
 from calibdcd.detectors.registry import registered_detectors
-from calibdcd.experiment.components import build_detector, detector_fingerprint
 from calibdcd.experiment.config import DetectorEntry
+from calibdcd.experiment.detectors import build_detector, detector_fingerprint
 from calibdcd.targets.base import GenerationParams
 
 NAMES = sorted(registered_detectors())
@@ -145,6 +148,15 @@ def _extraction_options(name: str, model: str, tmp_path: Path) -> dict:
         return {"length": 16, "reference": {"model_path": model, "epochs": 1}, "progress": False}
     if name == "overlap":
         return {"max_new_tokens": 8, "positions": 4}
+    if name == "veilprobe":  # tests/veilprobe_support.fast_config, as registry options
+        return {
+            "sampling": {"max_new_tokens": 32, "n_suffixes": 3, "prompt_fraction": 0.5},
+            "perturb": {
+                "attribution": {"method": "loo", "max_tokens": 64},
+                "mlm": {"hidden_size": 64, "intermediate_size": 128, "epochs": 4},
+            },
+            "progress": False,
+        }
     return {}
 
 
@@ -176,3 +188,44 @@ def test_features_have_the_declared_blocks(name, tmp_path, model_dir, target):
         assert dict(feats.blocks) == dict(declared)
     if det.calibration_blocks is not None:
         assert set(det.calibration_blocks) <= set(feats.blocks)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=pytest.mark.slow) if n == "veilprobe" else n for n in NAMES],
+)
+def test_a_bundle_rebuilt_through_the_registry_scores_as_before(name, tmp_path, model_dir, target):
+    """fit (inductive: the learnt parts are trained at fit and travel in the bundle), save,
+    load, rebuild the detector from the bundle's own spec with ``create_detector`` into an
+    empty cache, score: the same scores, p-values and threshold as the in-process fit, and no
+    learnt part trained again (the empty cache stays without one)."""
+    from calibdcd.detectors.registry import create_detector
+    from calibdcd.fitted import FittedDetector, FitTexts, fit_detector
+
+    rng = np.random.default_rng(5)
+    words = [f"word{i}" for i in range(200)]
+    texts = [" ".join(rng.choice(words, size=40)) for _ in range(58)]
+    per = 20 if name == "veilprobe" else 8  # VeilProbe's ProtoNet episodes need 20 a class
+    fit_texts = FitTexts(
+        supervised=tuple(texts[: 2 * per]),
+        labels=(1,) * per + (0,) * per,
+        heldout=tuple(texts[2 * per : 2 * per + 12]),
+    )
+    new = texts[2 * per + 12 :]
+    options = _extraction_options(name, str(model_dir), tmp_path)
+    spec = {"name": name, "preset": None, "options": options, "benchmark": "lab"}
+    det = create_detector(name, options=options, benchmark="lab", cache_dir=str(tmp_path / "a"))
+    fitted = fit_detector(det, target, fit_texts, mode="inductive", detector_spec=spec)
+    before = fitted.score(new, target, det, check_distribution=False)
+    fitted.save(tmp_path / "bundle")
+    loaded = FittedDetector.load(tmp_path / "bundle")
+    assert loaded.detector_spec == spec
+    fresh = tmp_path / "fresh"
+    again = loaded.score(new, target, loaded.build_detector(fresh), check_distribution=False)
+    np.testing.assert_allclose(again.scores, before.scores, rtol=1e-6, atol=1e-9)
+    np.testing.assert_array_equal(again.p_values, before.p_values)
+    assert again.threshold == before.threshold and np.isfinite(before.scores).all()
+    learnt = sorted(fitted.learnt)
+    assert learnt == {"dpdllm": ["reference"], "veilprobe": ["mapping"]}.get(name, []), learnt
+    trained_again = [p for p in fresh.rglob("*") if p.is_file()] if fresh.exists() else []
+    assert not [p for p in trained_again if p.suffix in {".safetensors", ".bin", ".pt"}]

@@ -432,7 +432,7 @@ def test_seeds_vary_the_split_the_classifier_and_the_detector_state():
                 out.update(seeds_of(v, f"{path}{f.name}."))
         return out
 
-    from calibdcd.experiment.components import replace_nested
+    from calibdcd.options import replace_nested
 
     for base in (DPDLLMConfig(), VeilProbeConfig()):
         before = seeds_of(base)
@@ -578,8 +578,8 @@ def test_the_demo_lab_is_micro_with_one_chat_model():
 def test_loading_a_model_the_built_lab_lacks_names_what_it_has(tmp_path, monkeypatch):
     """A lab whose directory has base and chat-qwen only (the demo lab's models, here micro's
     own files): asking it for chat-llama fails before any load, naming the lab's models."""
-    from calibdcd.experiment.components import build_target
     from calibdcd.experiment.config import TargetEntry
+    from calibdcd.experiment.targets import build_target
 
     micro = lab_micro()
     lab = tmp_path / "labs" / "lab-demo"

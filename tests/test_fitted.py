@@ -356,7 +356,7 @@ def test_fit_texts_keep_the_held_out_part_disjoint():
 
 
 def _learnt_detector(name: str, cache: Path):
-    from calibdcd.experiment.components import resolve_lab_refs
+    from calibdcd.experiment.labs import resolve_lab_refs
 
     if name == "veilprobe":
         from calibdcd.detectors.veilprobe import VeilProbe
@@ -381,8 +381,8 @@ def test_inductive_bundle_scores_with_its_saved_learnt_parts(name, tmp_path):
     """Fit (no CalibDCD: the learnt parts are the point), save, load and score new texts with a
     detector whose own cache is empty: the scores equal the in-process ones and nothing is
     trained again (the bundle's mapping model / reference LM is used)."""
-    from calibdcd.experiment.components import build_target
     from calibdcd.experiment.config import TargetEntry
+    from calibdcd.experiment.targets import build_target
     from calibdcd.fitted import FitTexts, fit_detector
 
     lab = lab_micro()
@@ -427,8 +427,8 @@ def test_register_detector_makes_a_detector_buildable_by_name(request):
         register_detector,
         registered_detectors,
     )
-    from calibdcd.experiment.components import DETECTORS, build_detector, detector_available
     from calibdcd.experiment.config import DetectorEntry
+    from calibdcd.experiment.detectors import DETECTORS, build_detector, detector_available
 
     built = []
 

@@ -560,8 +560,8 @@ def test_models_fetch_refuses_offline(hub, tmp_path):
 
 
 def test_target_identity_follows_the_hub_commit(hub):
-    from calibdcd.experiment.components import target_identity
     from calibdcd.experiment.config import TargetEntry
+    from calibdcd.experiment.targets import target_identity
 
     entry = TargetEntry(name="t", backend="hf", model="org/tiny")
     before = target_identity(entry)

@@ -60,8 +60,8 @@ def test_a_real_model_served_by_transformers_serve_matches_the_in_process_backen
         first = serial.generate(PROMPTS[:3], sampled)
         again = serial.generate(PROMPTS[:3], sampled)
         # no family, no local tokenizer, and a server that cannot render its template: one line
-        from calibdcd.experiment.components import target_views
         from calibdcd.experiment.config import TargetEntry
+        from calibdcd.experiment.targets import target_views
         from calibdcd.targets.server_template import ServerTemplateError
 
         # (a served name that is no local path: the path itself would give its own template)
@@ -123,8 +123,8 @@ def test_vllm_renders_the_chat_template_the_local_tokenizer_renders(smollm2, vll
     """A served model with no family and no local tokenizer takes CalibDCD's two boundary views
     from the server's own chat template (vLLM's /tokenize): the same views as the checkpoint's
     tokenizer gives, by the same resolver the run, the dry run and fit use."""
-    from calibdcd.experiment.components import target_views
     from calibdcd.experiment.config import TargetEntry
+    from calibdcd.experiment.targets import target_views
     from calibdcd.views import load_tokenizer, template_views
 
     entry = TargetEntry(
@@ -139,11 +139,13 @@ def test_vllm_renders_the_chat_template_the_local_tokenizer_renders(smollm2, vll
         assert len(views) == 10
 
 
-def test_the_audit_tutorial_runs_as_written_against_vllm(vllm_url, tmp_path, monkeypatch):
+def test_the_audit_tutorial_runs_as_written_against_vllm(smollm2, vllm_url, tmp_path, monkeypatch):
     """docs/audit.md's three commands (fit --dry-run, fit, score) on configs/audit-vllm.yaml,
-    with the served model, the detector and the texts of this machine (SmolLM2 behind vLLM, the
-    overlap detector, WikiMIA-24's texts; GPT-2 for DPDLLM is not here): every command exits 0,
-    the views come from the server's template, and the scores file reads as the tutorial says."""
+    with its detector (DPDLLM) and the served model and texts of this machine (SmolLM2 behind
+    vLLM, WikiMIA-24's texts): GPT-2, DPDLLM's default reference LM, is not on this machine, so
+    the reference is the served checkpoint's local copy, fine-tuned for one epoch on shorter
+    generations. Every command exits 0, the views come from the server's template, the bundle
+    carries the fine-tuned reference, and the scores file reads as the tutorial says."""
     import json
 
     import yaml
@@ -170,7 +172,11 @@ def test_the_audit_tutorial_runs_as_written_against_vllm(vllm_url, tmp_path, mon
     cfg["target"]["model"] = "smollm2"
     del cfg["target"]["family"]  # no family: the server's template
     cfg["target"]["options"]["concurrency"] = 4
-    cfg["detector"] = {"name": "overlap", "options": {"max_new_tokens": 12, "positions": 4}}
+    assert cfg["detector"]["name"] == "dpdllm"  # the tutorial's detector, its reference local
+    cfg["detector"]["options"] = {
+        "length": 24,
+        "reference": {"model_path": str(smollm2), "epochs": 1, "device": "cpu"},
+    }
     (tmp_path / "audit.yaml").write_text(yaml.safe_dump(cfg))
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("AUDIT_URL", vllm_url)
@@ -191,3 +197,4 @@ def test_the_audit_tutorial_runs_as_written_against_vllm(vllm_url, tmp_path, mon
     assert all(0 < t["p_value"] <= 1 and t["member"] == (t["p_value"] <= 0.05) for t in texts)
     bundle = (tmp_path / "bundle" / "bundle.json").read_text()
     assert "smollm2" in bundle and vllm_url.split("//")[1] in bundle
+    assert "reference" in json.loads(bundle)["learnt"], bundle[:2000]

@@ -391,7 +391,7 @@ def test_a_bad_byte_near_the_top_of_a_generic_jsonl_is_reported_with_its_line(tm
     """The experiment sniffs a generic jsonl's first line for an ``id`` column; a bad byte in
     the first 8 KB must still reach the reader, which names its line."""
     from calibdcd.data.validation import DataError
-    from calibdcd.experiment.components import load_benchmark_entry
+    from calibdcd.experiment.benchmarks import load_benchmark_entry
     from calibdcd.experiment.config import BenchmarkEntry
 
     rows = [f'{{"id": "t{i}", "text": "text {i}", "label": {i % 2}}}' for i in range(20)]

@@ -239,8 +239,9 @@ def test_lab_key_carries_what_changes_trained_bytes():
 
 def test_identities_ignore_locations(tmp_path):
     """A copied checkpoint has the target identity and detector fingerprint of the original."""
-    from calibdcd.experiment.components import detector_fingerprint, target_identity
     from calibdcd.experiment.config import TargetEntry
+    from calibdcd.experiment.detectors import detector_fingerprint
+    from calibdcd.experiment.targets import target_identity
     from calibdcd.targets.tiny import cached_tiny_lm
 
     src = cached_tiny_lm()
@@ -253,7 +254,7 @@ def test_identities_ignore_locations(tmp_path):
 
     from calibdcd.detectors.dpdllm import DPDLLM
     from calibdcd.detectors.dpdllm.detector import DPDLLMConfig
-    from calibdcd.experiment.components import replace_nested
+    from calibdcd.options import replace_nested
 
     def dpdllm(model_path: str, cache: str) -> DPDLLM:
         opts = {"reference": {"model_path": model_path, "cache_dir": cache}}

@@ -419,8 +419,8 @@ def test_official_protonet_hyperparameters_and_euclidean_inference():
 
 
 def test_a_config_selects_each_preset_and_overrides_single_options(tmp_path):
-    from calibdcd.experiment.components import build_detector
     from calibdcd.experiment.config import DetectorEntry
+    from calibdcd.experiment.detectors import build_detector
 
     for preset in PRESETS:
         entry = DetectorEntry("veilprobe", preset=preset)

@@ -31,7 +31,7 @@ def _target_parts(
 ) -> tuple[Any, dict[str, Any], list[Any] | None]:
     """(cached target, its identity record, its view bank: None unless ``with_views``) for a fit
     config's target section (score keeps the bundle's views and asks for none)."""
-    from calibdcd.experiment.components import build_target, target_views
+    from calibdcd.experiment.targets import build_target, target_views
 
     entry = _target_entry(cfg.target)
     record = _target_record(cfg.target, cache_dir)
@@ -51,7 +51,7 @@ def _target_parts(
 
 def _target_record(t: Any, cache_dir: Path) -> dict[str, Any]:
     """A fit config's (or a bundle's) target section's identity record, without building it."""
-    from calibdcd.experiment.components import model_path
+    from calibdcd.experiment.targets import model_path
     from calibdcd.targets.identity import target_record
 
     local = Path(model_path(_target_entry(t), root=cache_dir))  # a lab's under the cache root
@@ -75,7 +75,7 @@ def _target_entry(section: Any) -> Any:
 def _preflight(section: Any) -> None:
     """A served target's server answers and serves the model, before any work (one line if
     not: exit 2)."""
-    from calibdcd.experiment.components import preflight_target
+    from calibdcd.experiment.targets import preflight_target
 
     try:
         said = preflight_target(_target_entry(section))
@@ -108,7 +108,7 @@ def _fit_texts(cfg: Any, cache: Path) -> Any:
         nonmembers = read_texts(cfg.resolve(d.nonmembers), text_field=d.text_field)[0]
     else:
         if d.lab is not None:
-            from calibdcd.experiment.components import resolve_lab
+            from calibdcd.experiment.labs import resolve_lab
 
             lab = resolve_lab(d.lab, root=cache)
             assert lab is not None
@@ -134,9 +134,10 @@ def _fit_texts(cfg: Any, cache: Path) -> Any:
 def fit_dry_run(cfg: Any, source: Path, out: Path, cache: Path) -> tuple[list[str], list[str]]:
     """What ``fit`` would do, checked without loading any model: the texts and their split,
     the target's backend and lab, every model and dataset it needs. (lines, problems)."""
-    from calibdcd.experiment.components import preflight_target, resolve_lab
+    from calibdcd.experiment.labs import resolve_lab
     from calibdcd.experiment.model_uses import models_in_fit_config, resolve_uses
     from calibdcd.experiment.runner import _dry_view_bank
+    from calibdcd.experiment.targets import preflight_target
     from calibdcd.targets.base import available_backends
 
     lines = [f"fit config {source}: cache {cache}; bundle: {out}"]
@@ -240,9 +241,10 @@ def fit_command(
     ] = False,
 ) -> None:
     """Fit a detector (+ CalibDCD) on known members and non-members and save the bundle."""
-    from calibdcd.experiment.components import build_detector, resolve_lab_refs
     from calibdcd.experiment.config import DetectorEntry
+    from calibdcd.experiment.detectors import build_detector
     from calibdcd.experiment.fit_config import fit_config_from, load_fit_config
+    from calibdcd.experiment.labs import resolve_lab_refs
     from calibdcd.fitted import fit_detector
     from calibdcd.fitted.config import parse_target_spec
 
@@ -362,7 +364,7 @@ def score_command(
         raise typer.Exit(2)
 
     from calibdcd.atomic import atomic_write_text
-    from calibdcd.experiment.components import resolve_lab_refs
+    from calibdcd.experiment.labs import resolve_lab_refs
     from calibdcd.fitted import FittedDetector, TargetMismatchError
     from calibdcd.fitted.config import DetectorSection, FitConfig, TargetSection, read_texts
     from calibdcd.fitted.detector import BundleIntegrityError, read_bundle_header

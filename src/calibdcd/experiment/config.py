@@ -285,7 +285,7 @@ class TargetEntry:
     #: ``server`` (the server renders its own template: vLLM's ``/tokenize``). Default: the
     #: family's, else the checkpoint's own (an in-process or hub model), else a family told by
     #: the model's name, else (a served model) the server's
-    #: (:func:`calibdcd.experiment.components.target_views`)
+    #: (:func:`calibdcd.experiment.targets.target_views`)
     tokenizer: Text | None = added_field(None, legacy=None)
 
 

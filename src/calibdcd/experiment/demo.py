@@ -184,7 +184,7 @@ def run_demo(
 
     Returns (path of the HTML report, the comparison tables as Markdown).
     """
-    from calibdcd.experiment.components import resolve_lab
+    from calibdcd.experiment.labs import resolve_lab
     from calibdcd.experiment.runner import run_experiment
     from calibdcd.report import write_report
     from calibdcd.report.aggregate import load_results

@@ -39,7 +39,6 @@ def fit_config_from(
 ) -> FitConfig:
     """A fit config from its mapping (a YAML file's, or the command line's flags), checked as
     :func:`load_fit_config` checks a file; relative paths are read against ``base_dir``."""
-    from calibdcd.experiment.components import DETECTORS, _detector_entry_problems
     from calibdcd.experiment.config import (
         ConfigError,
         ConfigProblem,
@@ -49,6 +48,7 @@ def fit_config_from(
         key_path,
         register_listed_secrets,
     )
+    from calibdcd.experiment.detectors import DETECTORS, detector_entry_problems
 
     found: list[tuple[tuple[Any, ...], str]] = []
     register_listed_secrets(data)
@@ -71,7 +71,7 @@ def fit_config_from(
         options = d.get("options") if isinstance(d.get("options"), dict) else {}
         entry = DetectorEntry(name=d["name"], preset=d.get("preset"), options=options)
         bench = {"benchmarks": [{"name": d.get("benchmark") or ""}]}
-        found += [(("detector", *k), m) for k, m in _detector_entry_problems(entry, bench)]
+        found += [(("detector", *k), m) for k, m in detector_entry_problems(entry, bench)]
     if found:
         problems = sorted(
             (ConfigProblem(key_path(loc), m, _line(loc, lines)) for loc, m in dict.fromkeys(found)),

@@ -15,8 +15,8 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from calibdcd.experiment.components import DETECTORS
 from calibdcd.experiment.config import ExperimentConfig
+from calibdcd.experiment.detectors import DETECTORS
 from calibdcd.models import (
     LAB_PREFIXES,
     MissingModelError,

@@ -18,8 +18,8 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
-from calibdcd.experiment.components import resolve_lab, resolve_lab_refs, unbuilt_clean_references
 from calibdcd.experiment.config import ExperimentConfig, LabRef, entry_labs, option_strings
+from calibdcd.experiment.labs import resolve_lab, resolve_lab_refs, unbuilt_clean_references
 from calibdcd.experiment.setting import Setting, setting_hash
 from calibdcd.paths import cache_root
 

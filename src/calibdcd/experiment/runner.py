@@ -36,15 +36,9 @@ from typing import Any
 
 import yaml
 
-from calibdcd.experiment.components import (
-    DETECTORS,
-    OptionsError,
-    build_detector,
-    detector_available,
-    preflight_target,
-    resolve_lab,
-)
 from calibdcd.experiment.config import ExperimentConfig, lab_spec
+from calibdcd.experiment.detectors import DETECTORS, build_detector, detector_available
+from calibdcd.experiment.labs import resolve_lab
 from calibdcd.experiment.model_uses import check_models, hub_dataset_of
 from calibdcd.experiment.plan import RunPlan, grid, materialize, resolve, shard_of
 from calibdcd.experiment.rundir import lock_run_dir, set_aside_stale
@@ -54,6 +48,7 @@ from calibdcd.experiment.setting import (
     split_config,
 )
 from calibdcd.experiment.store import atomic_write_text, write_csv, write_json
+from calibdcd.experiment.targets import preflight_target
 from calibdcd.integrity import checkpoint_problems
 from calibdcd.models import (
     MissingModelError,
@@ -63,6 +58,7 @@ from calibdcd.models import (
     models_record,
     resolve_model,
 )
+from calibdcd.options import OptionsError
 from calibdcd.paths import cache_root
 from calibdcd.redact import redact_tree
 from calibdcd.results import SettingResult
@@ -490,11 +486,8 @@ def dry_run(
     ``shard``: the part of the grid a ``--shard i/n`` run would run (its plan's settings)."""
     from calibdcd.data import split_benchmark
     from calibdcd.detectors.adapter import DetectorAdapter
-    from calibdcd.experiment.components import (
-        lab_model_problem,
-        load_benchmark_entry,
-        model_path,
-    )
+    from calibdcd.experiment.benchmarks import load_benchmark_entry
+    from calibdcd.experiment.targets import lab_model_problem, model_path
     from calibdcd.targets.base import (
         available_backends,
         option_problems,
@@ -706,9 +699,9 @@ def split_size_problems(sizes: dict[str, tuple[int, int, int]], seed: int) -> li
 
 def _dry_view_bank(t: Any, system: str, root: Path) -> list[str] | None:
     """The view codes the run will use for target ``t``, resolved as the run resolves them
-    (:func:`calibdcd.experiment.components.target_views`: a local checkpoint's tokenizer and chat
+    (:func:`calibdcd.experiment.targets.target_views`: a local checkpoint's tokenizer and chat
     template, never its weights); None when that needs a model that is not here yet."""
-    from calibdcd.experiment.components import target_views
+    from calibdcd.experiment.targets import target_views
     from calibdcd.models import MissingModelError
 
     try:

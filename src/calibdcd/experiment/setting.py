@@ -58,17 +58,7 @@ from calibdcd.experiment.analyses import (
     other_space,
     resolve_space,
 )
-from calibdcd.experiment.components import (
-    DETECTORS,
-    build_detector,
-    build_target,
-    detector_fingerprint,
-    load_benchmark_entry,
-    model_path,
-    target_identity,
-    target_views,
-    unbuilt_clean_references,
-)
+from calibdcd.experiment.benchmarks import load_benchmark_entry
 from calibdcd.experiment.config import (
     BenchmarkEntry,
     DetectorEntry,
@@ -76,7 +66,10 @@ from calibdcd.experiment.config import (
     TargetEntry,
     labs_of,
 )
+from calibdcd.experiment.detectors import DETECTORS, build_detector, detector_fingerprint
+from calibdcd.experiment.labs import unbuilt_clean_references
 from calibdcd.experiment.store import ArrayCache, digest, write_csv, write_json
+from calibdcd.experiment.targets import build_target, model_path, target_identity, target_views
 from calibdcd.keys import key_dict
 from calibdcd.metrics import Interval, auc, bootstrap_ci, tpr_at_fpr
 from calibdcd.paths import cache_root, strip_locations

@@ -1,0 +1,69 @@
+"""Benchmarks from config entries: a named benchmark, a local file (a lab's ground truth
+included) or a hub dataset, loaded through :mod:`calibdcd.data`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from calibdcd.experiment.config import BenchmarkEntry
+from calibdcd.experiment.labs import resolve_lab
+
+__all__ = ["load_benchmark_entry"]
+
+
+def load_benchmark_entry(
+    entry: BenchmarkEntry,
+    *,
+    build_lab: bool = True,
+    root: str | Path | None = None,
+    progress: bool = True,
+) -> Any:
+    from calibdcd.data import load_benchmark
+
+    if entry.hub is not None:
+        from calibdcd.data.benchmarks import load_hub_benchmark
+
+        return load_hub_benchmark(
+            entry.hub, name=entry.name, config=entry.config, split=entry.split,
+            revision=entry.revision, text_field=entry.text_field, label_field=entry.label_field,
+            id_field=entry.id_field, dedupe=entry.dedupe,
+            pair_fields=(
+                (entry.member_field, entry.nonmember_field)
+                if entry.member_field and entry.nonmember_field else None
+            ),
+        )  # fmt: skip
+    path = entry.path
+    if entry.lab is not None:
+        lab = resolve_lab(entry.lab, build=build_lab, root=root, progress=progress)
+        if lab is None:
+            raise FileNotFoundError(f"lab {entry.lab!r} is not built yet")
+        path = str(lab / (entry.path or "ground_truth.jsonl"))
+    kw: dict[str, Any] = {"path": path, "split": entry.split, "dedupe": entry.dedupe}
+    if entry.text_field:
+        kw["text_field"] = entry.text_field
+    if entry.label_field:
+        kw["label_field"] = entry.label_field
+    if entry.id_field:
+        kw["id_field"] = entry.id_field
+    from calibdcd.data import benchmark_spec
+
+    if benchmark_spec(entry.name) is None and entry.id_field is None and path:
+        kw.setdefault("id_field", _guess_id_field(path))
+        if kw["id_field"] is None:
+            kw.pop("id_field")
+    return load_benchmark(entry.name, **kw)
+
+
+def _guess_id_field(path: str) -> str | None:
+    """Generic jsonl files with an ``id`` column (the lab's ground truth) keep their ids."""
+    p = Path(path)
+    if p.suffix != ".jsonl" or not p.is_file():
+        return None
+    with p.open("rb") as fh:
+        first = fh.readline()
+    try:  # bytes: a bad byte anywhere is the loader's to report, with its line and column
+        return "id" if "id" in json.loads(first.decode("utf-8")) else None
+    except (json.JSONDecodeError, TypeError, UnicodeDecodeError):
+        return None

@@ -1,0 +1,156 @@
+"""Detectors from config entries: built by name through the registry of
+:func:`calibdcd.detectors.registry.register_detector` (:data:`DETECTORS` is a live view of it;
+each registration knows its module, checked without importing it in dry runs) from a preset
+and nested option overrides (``options: {sampling: {max_new_tokens: 64}}`` replaces that field
+of the preset's nested dataclass); their fingerprint (the feature cache's key); and the config
+check of a ``detectors`` entry (registered with the config reader on import)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.util
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from calibdcd.detectors.registry import DetectorRegistration, detector_factory, registered_detectors
+from calibdcd.experiment.config import DetectorEntry, register_entry_check
+from calibdcd.experiment.labs import resolve_lab_refs
+from calibdcd.keys import key_dict
+from calibdcd.options import OptionsError, option_problems, suggestion
+from calibdcd.paths import cache_root, strip_locations
+
+__all__ = [
+    "DETECTORS",
+    "build_detector",
+    "detector_available",
+    "detector_entry_problems",
+    "detector_fingerprint",
+]
+
+
+class _Registered(Mapping[str, DetectorRegistration]):
+    """The registered detectors by name (a live view of the registry)."""
+
+    def __getitem__(self, name: str) -> DetectorRegistration:
+        return registered_detectors()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(registered_detectors())
+
+    def __len__(self) -> int:
+        return len(registered_detectors())
+
+
+DETECTORS: Mapping[str, DetectorRegistration] = _Registered()
+
+
+def detector_available(name: str) -> bool:
+    module = DETECTORS[name].module
+    if module is None:
+        return True
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def build_detector(
+    entry: DetectorEntry,
+    benchmark: str,
+    cache_dir: str | None,
+    *,
+    build_labs: bool = True,
+    progress: bool | None = None,
+) -> Any:
+    """The detector of ``entry`` configured for ``benchmark`` (e.g. DPDLLM's L); everything it
+    builds (labs it refers to included) lives under the cache root of ``cache_dir``.
+    ``progress`` (when not None): the inner bars of a detector that has them, unless its options
+    set ``progress`` themselves; also the bar of a lab reference trained here."""
+    cache_dir = str(cache_root(cache_dir))
+    options = dict(entry.options)
+    if progress is not None and getattr(DETECTORS.get(entry.name), "progress", False):
+        options.setdefault("progress", progress)
+    resolved = resolve_lab_refs(options, build=build_labs, root=cache_dir, progress=bool(progress))
+    entry = dataclasses.replace(entry, options=resolved)
+    return detector_factory(entry.name)(entry.preset, entry.options, benchmark, cache_dir)
+
+
+def _without_locations(value: Any, root: str | Path | None = None) -> Any:
+    """A detector config without where things live: ``progress``/``cache_dir`` keys dropped at
+    every level, a local model path replaced by its name and content hash (e.g. a lab's clean
+    reference LM in the cache; digests memoised under the cache root ``root``), any other
+    absolute path by its name."""
+
+    def located(value: str) -> Any:
+        p = Path(value)
+        if p.is_dir():
+            from calibdcd.models import checkpoint_identity
+
+            try:
+                return {"name": p.name, "content": checkpoint_identity(p, root)}
+            except ValueError:  # no checkpoint files in it
+                pass
+        return p.name
+
+    return strip_locations(value, drop_keys=("progress", "cache_dir"), path=located)
+
+
+def detector_fingerprint(detector: Any, root: str | Path | None = None) -> str:
+    """A stable description of a detector's configuration, for cache keys (``root``: the run's
+    cache root, where checkpoint digests are memoised)."""
+    cfg = detector.config
+    if not (dataclasses.is_dataclass(cfg) and not isinstance(cfg, type)):
+        # a repr would give every option variant one feature-cache key (or a new one per run)
+        raise TypeError(
+            f"detector {detector.name!r}: its config must be a dataclass instance (the feature "
+            f"cache's key is its fingerprint), got {type(cfg).__name__}"
+        )
+    d = _without_locations(key_dict(cfg), root)  # added fields at old values: old keys
+    body = json.dumps(d, sort_keys=True, default=str)
+    version = detector.cache_version
+    if version is not None:  # a detector's artefact recipe changed: its old features are stale
+        body += f"\x1ecache_version={version}"
+    return f"{detector.name}:{hashlib.sha256(body.encode()).hexdigest()[:16]}"
+
+
+def detector_entry_problems(entry: DetectorEntry, data: Mapping[str, Any]) -> list[Any]:
+    """A config check (:func:`calibdcd.experiment.config.register_entry_check`): the entry's
+    preset and every option against the detector's typed config, without building models."""
+    if entry.name not in DETECTORS:
+        known = sorted(DETECTORS)
+        return [
+            (
+                ("name",),
+                f"unknown detector {entry.name!r}{suggestion(entry.name, known)}",
+            )
+        ]
+    if not detector_available(entry.name):
+        return []  # the dry run names detectors whose module is not installed
+    benches = data.get("benchmarks")
+    first = benches[0] if isinstance(benches, list) and benches else {}
+    bench = first.get("name") if isinstance(first, Mapping) else None
+    bench = bench if isinstance(bench, str) else ""
+    try:
+        base = build_detector(
+            dataclasses.replace(entry, options={}), bench, ".calibdcd-cache", build_labs=False
+        )
+    except ImportError:
+        return []
+    except (ValueError, TypeError) as exc:
+        field, sep, rest = str(exc).partition(": ")
+        return [(("preset",), rest)] if sep and field == "preset" else [((), str(exc))]
+    problems = option_problems(base.config, entry.options)
+    if not problems:
+        try:
+            build_detector(entry, bench, ".calibdcd-cache", build_labs=False)
+        except OptionsError as exc:
+            problems = exc.problems
+        except (ValueError, TypeError) as exc:
+            problems = [("options", str(exc))]
+    return [(tuple(k.split(".")), m) for k, m in problems]
+
+
+register_entry_check("detectors", detector_entry_problems)

@@ -1,0 +1,110 @@
+"""Lab references in a config, resolved: a lab spec to its directory (a prebuilt copy under
+``$CALIBDCD_LAB_ROOT``, else the lab cache, built on first use), and ``lab:...`` /
+``lab-clean-reference:...`` strings in detector options to paths (DPDLLM's clean reference LM
+of a lab, trained on first use)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from calibdcd.experiment.config import lab_spec, option_strings
+from calibdcd.paths import cache_root
+
+__all__ = ["resolve_lab", "resolve_lab_refs", "unbuilt_clean_references"]
+
+
+def resolve_lab(
+    spec: str, *, build: bool = True, root: str | Path | None = None, progress: bool = True
+) -> Path | None:
+    """The directory of the lab ``spec`` (``<preset>`` or ``<preset>@<seed>``,
+    :func:`calibdcd.experiment.config.lab_spec`); built on first use when ``build``.
+
+    When ``$CALIBDCD_LAB_ROOT`` is set, a prebuilt copy ``$CALIBDCD_LAB_ROOT/lab-<spec>``
+    (e.g. from ``calibdcd lab build <preset> --out ...``) is used as it is; otherwise the lab
+    cache of :func:`calibdcd.lab.ensure_lab` under the cache root ``root`` (the run config's
+    ``cache_dir``; :func:`calibdcd.paths.cache_root`). With ``build=False`` returns None when
+    no built lab is found. ``progress``: the build's progress bars (a run's ``--no-progress``).
+    """
+    preset, seed = lab_spec(spec)
+    labs = os.environ.get("CALIBDCD_LAB_ROOT")
+    prebuilt = Path(labs) / f"lab-{spec}" if labs else None
+    if prebuilt is not None and (prebuilt / "ground_truth.jsonl").is_file():
+        return prebuilt
+    try:
+        from calibdcd.lab import ensure_lab  # type: ignore[attr-defined]
+    except ImportError as exc:
+        if not build:
+            return None
+        raise ValueError(f"lab {spec!r}: calibdcd.lab is not available ({exc})") from None
+    if not build:
+        try:
+            from calibdcd.lab.build import is_complete_lab, lab_cache_dir  # type: ignore
+
+            d = lab_cache_dir(preset, seed=seed, root=cache_root(root))
+            return d if is_complete_lab(d) else None
+        except Exception:
+            return None
+    # experiments measure the lab themselves: skip the build's own ``lab check`` (~2 min on
+    # small; it does not change the lab or its cache key)
+    return Path(
+        ensure_lab(preset, seed=seed, root=cache_root(root), check=False, progress=progress)
+    )
+
+
+def resolve_lab_refs(
+    value: Any, *, build: bool = True, root: str | Path | None = None, progress: bool = False
+) -> Any:
+    """Resolve lab references anywhere in nested detector options (left as they are when
+    ``build`` is False); labs and references live under the cache root ``root``
+    (:func:`calibdcd.paths.cache_root`):
+
+    * ``"lab:<preset>/<path>"``: that path inside the lab's directory;
+    * ``"lab-clean-reference:<preset>"``: DPDLLM's clean reference LM for that lab (the lab's
+      architecture pre-trained on its background texts only, no candidate text;
+      ``calibdcd.lab.clean_reference.ensure_clean_reference``). The lab's own base
+      model must not be the reference: it memorised the members, so a reference started from it
+      detects membership without looking at the target's output.
+    """
+    if isinstance(value, str) and value.startswith("lab-clean-reference:"):
+        if not build:
+            return value
+        from calibdcd.lab.clean_reference import ensure_clean_reference
+
+        lab = resolve_lab(value.split(":", 1)[1], build=True, root=root)
+        out = ensure_clean_reference(lab, cache_dir=cache_root(root), progress=progress)
+        return str(out)
+    if isinstance(value, str) and value.startswith("lab:"):
+        preset, _, rel = value[4:].partition("/")
+        lab = resolve_lab(preset, build=build, root=root)
+        return value if lab is None else str(lab / rel)
+    if isinstance(value, Mapping):
+        return {
+            k: resolve_lab_refs(v, build=build, root=root, progress=progress)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [resolve_lab_refs(v, build=build, root=root, progress=progress) for v in value]
+    return value
+
+
+def unbuilt_clean_references(value: Any, *, root: str | Path | None = None) -> list[str]:
+    """The ``lab-clean-reference:<preset>`` references in nested detector options that are not
+    built under the cache root ``root`` (their would-be directory names). Trains nothing: a
+    stale-result check must not start a reference's training."""
+    from calibdcd.lab.clean_reference import clean_reference_dir
+
+    out = []
+    for v in option_strings(value):
+        if not v.startswith("lab-clean-reference:"):
+            continue
+        lab = resolve_lab(v.split(":", 1)[1], build=False, root=root)
+        if lab is None:
+            out.append(v)
+            continue
+        ref = clean_reference_dir(lab, cache_dir=cache_root(root))
+        if not (ref / "reference.json").exists():
+            out.append(f"{v}={ref.name}")
+    return out

