@@ -5,6 +5,9 @@
 * It is a :class:`~calibdcd.detectors.base.Detector`: a dataclass ``config`` (its parameters,
   apart from construction and fitting), a ``cache_version``, ``generation_kinds`` of
   :class:`~calibdcd.targets.base.GenerationParams`, ``calibration_blocks`` among its blocks.
+* Its parameters resolve apart from construction (``create_detector_config``, as
+  scikit-learn's ``get_params`` is apart from ``__init__`` and ``fit``): the config a detector
+  would be built with, equal to the built detector's, with nothing built.
 * Its fingerprint (the feature cache's key) changes with every option but where things live
   (``cache_dir``) and progress bars: an option missing from it would let two variants share
   cached features.
@@ -98,6 +101,36 @@ def test_every_registered_detector_is_a_detector(name, tmp_path):
     blocks = getattr(det, "blocks", None)
     if det.calibration_blocks is not None and blocks is not None:
         assert set(det.calibration_blocks) <= set(blocks)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_parameters_resolve_apart_from_construction(name, tmp_path):
+    from calibdcd.detectors.registry import create_detector, create_detector_config
+    from calibdcd.experiment.detectors import detector_config
+
+    det = _build(name, tmp_path)
+    leaf = next(iter(_leaves(det.config)))  # one option varied: the first leaf that takes it
+    varied = {}
+    for path, value, owner in _leaves(det.config):
+        hint = typing.get_type_hints(type(owner)).get(path[-1])
+        for other in _other_values(value, hint):
+            try:
+                _build(name, tmp_path, _nest(path, other))
+            except (ValueError, TypeError):
+                continue
+            varied = _nest(path, other)
+            break
+        if varied:
+            break
+    assert varied, leaf
+    for options in ({}, varied):
+        kw = {"options": options, "benchmark": "lab", "cache_dir": str(tmp_path)}
+        assert create_detector_config(name, **kw) == create_detector(name, **kw).config
+        entry = _entry(name, options)
+        built = build_detector(entry, "lab", str(tmp_path), build_labs=False)
+        assert detector_config(entry, "lab", str(tmp_path)) == built.config
+    with pytest.raises(ValueError, match="unknown detector"):
+        create_detector_config(name + "x")
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -445,6 +445,22 @@ def test_register_detector_makes_a_detector_buildable_by_name(request):
     assert create_detector("overlap-test").config.positions == 4
     with pytest.raises(ValueError, match="already registered"):
         register_detector("overlap-test", factory)
+    # parameters apart from construction: params gives the config, nothing is built for it
+    from calibdcd.detectors.registry import create_detector_config
+
+    assert create_detector_config("overlap-test", options={"positions": 5}).positions == 5
+    n_built = len(built)
+    register_detector(
+        "overlap-test",
+        params=lambda p, o, b, c: OverlapConfig(positions=int(o.get("positions", 4))),
+        build=ContinuationOverlap,
+        replace=True,
+    )
+    assert create_detector_config("overlap-test", options={"positions": 6}).positions == 6
+    assert create_detector("overlap-test", options={"positions": 2}).config.positions == 2
+    assert len(built) == n_built  # the factory registered before is gone
+    with pytest.raises(ValueError, match="give a factory, or both params and build"):
+        register_detector("overlap-test", params=lambda *a: None, replace=True)
     with pytest.raises(ValueError, match="unknown detector 'nope'; known: dpdllm"):
         create_detector("nope")
     # the built-ins declare their capabilities (no signature probing)

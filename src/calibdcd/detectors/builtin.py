@@ -1,7 +1,10 @@
 """The built-in detectors' registrations (VeilProbe, DPDLLM, continuation overlap).
 
-Importing this module is cheap: each factory imports its detector only when it builds one, so a
-dry run can list the detectors and check their modules without loading torch.
+Each is registered as parameters apart from construction: a ``params`` function turns a preset
+and option overrides into the detector's config dataclass (checked and fingerprinted without
+building anything), a ``build`` function makes the detector from it. Importing this module is
+cheap: each imports its detector only when it builds one, so a dry run can list the detectors
+and check their modules without loading torch.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ __all__ = ["replace_nested"]
 def _veilprobe(
     preset: str | None, options: Mapping[str, Any], benchmark: str | None, cache_dir: str
 ) -> Any:
-    from calibdcd.detectors.veilprobe import PRESETS, VeilProbe, VeilProbeConfig
+    from calibdcd.detectors.veilprobe import PRESETS, VeilProbeConfig
 
     preset = preset or "paper"
     if preset not in PRESETS:
@@ -29,13 +32,18 @@ def _veilprobe(
     opts = dict(options)
     opts.setdefault("cache_dir", str(Path(cache_dir) / "veilprobe"))
     opts.setdefault("progress", False)
-    return VeilProbe(replace_nested(cfg, opts))
+    return replace_nested(cfg, opts)
+
+
+def _build_veilprobe(config: Any) -> Any:
+    from calibdcd.detectors.veilprobe import VeilProbe
+
+    return VeilProbe(config)
 
 
 def _dpdllm(
     preset: str | None, options: Mapping[str, Any], benchmark: str | None, cache_dir: str
 ) -> Any:
-    from calibdcd.detectors.dpdllm import DPDLLM
     from calibdcd.detectors.dpdllm.detector import DPDLLMConfig
 
     if preset not in (None, "paper"):
@@ -47,23 +55,36 @@ def _dpdllm(
     reference = dict(opts.get("reference") or {})
     reference.setdefault("cache_dir", str(cache_root(cache_dir)))
     opts["reference"] = reference
-    return DPDLLM(replace_nested(cfg, opts))
+    return replace_nested(cfg, opts)
+
+
+def _build_dpdllm(config: Any) -> Any:
+    from calibdcd.detectors.dpdllm import DPDLLM
+
+    return DPDLLM(config)
 
 
 def _overlap(
     preset: str | None, options: Mapping[str, Any], benchmark: str | None, cache_dir: str
 ) -> Any:
-    from calibdcd.detectors.overlap import ContinuationOverlap, OverlapConfig
+    from calibdcd.detectors.overlap import OverlapConfig
 
     if preset not in (None, "default"):
         raise ValueError(f"preset: the overlap detector has no presets, got {preset!r}")
     opts = {k: v for k, v in options.items() if k != "progress"}  # no bars: nothing to wait for
-    return ContinuationOverlap(replace_nested(OverlapConfig(), opts))
+    return replace_nested(OverlapConfig(), opts)
+
+
+def _build_overlap(config: Any) -> Any:
+    from calibdcd.detectors.overlap import ContinuationOverlap
+
+    return ContinuationOverlap(config)
 
 
 register_detector(
     "veilprobe",
-    _veilprobe,
+    params=_veilprobe,
+    build=_build_veilprobe,
     description="VeilProbe: mapping-model features + key-token perturbation, ProtoNet-IB",
     module="calibdcd.detectors.veilprobe",
     model_fields=(
@@ -75,7 +96,8 @@ register_detector(
 )
 register_detector(
     "dpdllm",
-    _dpdllm,
+    params=_dpdllm,
+    build=_build_dpdllm,
     description="DPDLLM: reference-LM probabilities of the continuation, Gaussian NB",
     module="calibdcd.detectors.dpdllm",
     model_fields=(("reference.model_path", "model"),),
@@ -83,7 +105,8 @@ register_detector(
 )
 register_detector(
     "overlap",
-    _overlap,
+    params=_overlap,
+    build=_build_overlap,
     description="continuation overlap with the true second half, logistic regression",
     module="calibdcd.detectors.overlap",
     uses_torch=False,

@@ -17,7 +17,9 @@ from calibdcd.detectors.base import Detector
 __all__ = [
     "DetectorFactory",
     "DetectorRegistration",
+    "ParamsFactory",
     "create_detector",
+    "create_detector_config",
     "detector_factory",
     "register_detector",
     "registered_detectors",
@@ -25,6 +27,8 @@ __all__ = [
 
 #: (preset or None, options mapping, benchmark name or None, cache dir) -> detector
 DetectorFactory = Callable[[str | None, Mapping[str, Any], str | None, str], Detector]
+#: the same arguments -> the detector's parameters (its config dataclass), nothing built
+ParamsFactory = Callable[[str | None, Mapping[str, Any], str | None, str], Any]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,10 +47,22 @@ class DetectorRegistration:
     progress: bool = False
     #: it runs torch models (a run whose targets and detectors run none never imports torch)
     uses_torch: bool = True
+    #: its parameters apart from construction (as scikit-learn's ``get_params`` is apart from
+    #: ``__init__`` and ``fit``); None: registered with a factory only
+    params: ParamsFactory | None = None
 
     def build(self, entry: Any, benchmark: str | None, cache_dir: str) -> Detector:
         """The detector of a config entry (anything with ``preset`` and ``options``)."""
         return self.factory(entry.preset, dict(entry.options), benchmark, cache_dir)
+
+    def resolve_params(
+        self, preset: str | None, options: Mapping[str, Any], benchmark: str | None, cache_dir: str
+    ) -> Any:
+        """The detector's config for these arguments without building the detector (a detector
+        registered with a factory only is built to read it)."""
+        if self.params is not None:
+            return self.params(preset, dict(options), benchmark, cache_dir)
+        return self.factory(preset, dict(options), benchmark, cache_dir).config
 
 
 _FACTORIES: dict[str, DetectorRegistration] = {}
@@ -54,8 +70,10 @@ _FACTORIES: dict[str, DetectorRegistration] = {}
 
 def register_detector(
     name: str,
-    factory: DetectorFactory,
+    factory: DetectorFactory | None = None,
     *,
+    params: ParamsFactory | None = None,
+    build: Callable[[Any], Detector] | None = None,
     description: str = "",
     module: str | None = None,
     model_fields: tuple[tuple[str, str], ...] = (),
@@ -65,7 +83,10 @@ def register_detector(
 ) -> None:
     """Make detector ``name`` buildable by configs and :func:`create_detector`.
 
-    ``factory(preset, options, benchmark, cache_dir)`` returns the detector; ``module`` names
+    ``factory(preset, options, benchmark, cache_dir)`` returns the detector. Or, parameters
+    apart from construction: ``params(preset, options, benchmark, cache_dir)`` returns its
+    config (checked and fingerprinted without building anything) and ``build(config)`` the
+    detector (``factory`` is then their composition). ``module`` names
     the module that implements it (a dry run checks it is importable without importing it);
     ``progress``: its options take a ``progress`` flag (inner bars), which runs set to their own
     unless a config sets it; ``uses_torch``: it runs torch models (False lets a run with no
@@ -75,9 +96,24 @@ def register_detector(
         raise ValueError("a detector name must be a non-empty string")
     if name in _FACTORIES and not replace:
         raise ValueError(f"detector {name!r} is already registered (pass replace=True)")
+    if factory is None:
+        if params is None or build is None:
+            raise ValueError(f"detector {name!r}: give a factory, or both params and build")
+        factory = _composed(params, build)
+    elif build is not None:
+        raise ValueError(f"detector {name!r}: give a factory or params + build, not both")
     _FACTORIES[name] = DetectorRegistration(
-        name, factory, description, module, model_fields, progress, uses_torch
+        name, factory, description, module, model_fields, progress, uses_torch, params
     )
+
+
+def _composed(params: ParamsFactory, build: Callable[[Any], Detector]) -> DetectorFactory:
+    def factory(
+        preset: str | None, options: Mapping[str, Any], benchmark: str | None, cache_dir: str
+    ) -> Detector:
+        return build(params(preset, options, benchmark, cache_dir))
+
+    return factory
 
 
 def registered_detectors() -> dict[str, DetectorRegistration]:
@@ -106,6 +142,22 @@ def create_detector(
 ) -> Detector:
     """The registered detector ``name`` built from a preset and nested option overrides."""
     return detector_factory(name)(preset, dict(options or {}), benchmark, cache_dir)
+
+
+def create_detector_config(
+    name: str,
+    *,
+    preset: str | None = None,
+    options: Mapping[str, Any] | None = None,
+    benchmark: str | None = None,
+    cache_dir: str = ".",
+) -> Any:
+    """The config (parameters) :func:`create_detector` would build detector ``name`` with, the
+    detector itself not built: ``create_detector(...).config`` equals it."""
+    _ensure_builtins()
+    if name not in _FACTORIES:
+        raise ValueError(f"unknown detector {name!r}; known: {', '.join(sorted(_FACTORIES))}")
+    return _FACTORIES[name].resolve_params(preset, dict(options or {}), benchmark, cache_dir)
 
 
 def _ensure_builtins() -> None:

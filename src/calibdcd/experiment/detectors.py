@@ -26,6 +26,7 @@ __all__ = [
     "DETECTORS",
     "build_detector",
     "detector_available",
+    "detector_config",
     "detector_entry_problems",
     "detector_fingerprint",
 ]
@@ -57,6 +58,31 @@ def detector_available(name: str) -> bool:
         return False
 
 
+def _entry_arguments(
+    entry: DetectorEntry, cache_dir: str | None, build_labs: bool, progress: bool | None
+) -> tuple[DetectorEntry, str]:
+    cache_dir = str(cache_root(cache_dir))
+    options = dict(entry.options)
+    if progress is not None and getattr(DETECTORS.get(entry.name), "progress", False):
+        options.setdefault("progress", progress)
+    resolved = resolve_lab_refs(options, build=build_labs, root=cache_dir, progress=bool(progress))
+    return dataclasses.replace(entry, options=resolved), cache_dir
+
+
+def detector_config(
+    entry: DetectorEntry,
+    benchmark: str,
+    cache_dir: str | None,
+    *,
+    build_labs: bool = False,
+    progress: bool | None = None,
+) -> Any:
+    """The parameters :func:`build_detector` would build ``entry``'s detector with (its config
+    dataclass), the detector not built and (by default) no lab either."""
+    entry, cache_dir = _entry_arguments(entry, cache_dir, build_labs, progress)
+    return DETECTORS[entry.name].resolve_params(entry.preset, entry.options, benchmark, cache_dir)
+
+
 def build_detector(
     entry: DetectorEntry,
     benchmark: str,
@@ -69,12 +95,7 @@ def build_detector(
     builds (labs it refers to included) lives under the cache root of ``cache_dir``.
     ``progress`` (when not None): the inner bars of a detector that has them, unless its options
     set ``progress`` themselves; also the bar of a lab reference trained here."""
-    cache_dir = str(cache_root(cache_dir))
-    options = dict(entry.options)
-    if progress is not None and getattr(DETECTORS.get(entry.name), "progress", False):
-        options.setdefault("progress", progress)
-    resolved = resolve_lab_refs(options, build=build_labs, root=cache_dir, progress=bool(progress))
-    entry = dataclasses.replace(entry, options=resolved)
+    entry, cache_dir = _entry_arguments(entry, cache_dir, build_labs, progress)
     return detector_factory(entry.name)(entry.preset, entry.options, benchmark, cache_dir)
 
 
@@ -133,18 +154,16 @@ def detector_entry_problems(entry: DetectorEntry, data: Mapping[str, Any]) -> li
     first = benches[0] if isinstance(benches, list) and benches else {}
     bench = first.get("name") if isinstance(first, Mapping) else None
     bench = bench if isinstance(bench, str) else ""
-    try:
-        base = build_detector(
-            dataclasses.replace(entry, options={}), bench, ".calibdcd-cache", build_labs=False
-        )
+    try:  # the preset's parameters, nothing built
+        base = detector_config(dataclasses.replace(entry, options={}), bench, ".calibdcd-cache")
     except ImportError:
         return []
     except (ValueError, TypeError) as exc:
         field, sep, rest = str(exc).partition(": ")
         return [(("preset",), rest)] if sep and field == "preset" else [((), str(exc))]
-    problems = option_problems(base.config, entry.options)
+    problems = option_problems(base, entry.options)
     if not problems:
-        try:
+        try:  # built: a constructor's own checks of the values too
             build_detector(entry, bench, ".calibdcd-cache", build_labs=False)
         except OptionsError as exc:
             problems = exc.problems

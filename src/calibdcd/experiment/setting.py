@@ -166,12 +166,8 @@ def inputs_hash(
     det = ctx.detector(setting.detector, bench.name, setting.seed)
     return digest(
         shash if shash is not None else _setting_hash(setting, cfg),
-        detector_fingerprint(det, ctx.cache_root),
-        target_identity(
-            setting.target,
-            model_path(setting.target, build_lab=False, root=ctx.cache_root),
-            ctx.cache_root,
-        ),
+        ctx.detector_key(det),
+        ctx.target_key(setting.target),
         ctx.benchmark_digest(setting.benchmark),
     )[:16]
 
@@ -217,7 +213,29 @@ class RunContext:
         self._detectors: dict[tuple[str, str], Any] = {}
         self._target: tuple[str, Any] | None = None
         self._views: dict[str, list[Any]] = {}
+        self._target_keys: dict[str, str] = {}
+        self._detector_keys: dict[int, tuple[Any, str]] = {}
         self.target_loads = 0
+
+    def target_key(self, entry: TargetEntry) -> str:
+        """The feature cache's identity of a target (its checkpoint's content, not where it
+        lives), computed once per run: the setting's ``inputs_hash`` and its feature keys use
+        this one value. Asked only once the target's model is there (a lab not built yet gives
+        no identity: :func:`inputs_hash` returns before asking)."""
+        if entry.name not in self._target_keys:
+            self._target_keys[entry.name] = target_identity(
+                entry, model_path(entry, build_lab=False, root=self.cache_root), self.cache_root
+            )
+        return self._target_keys[entry.name]
+
+    def detector_key(self, detector: Any) -> str:
+        """A detector's fingerprint (:func:`~calibdcd.experiment.detectors.
+        detector_fingerprint`), computed once per detector object of this run."""
+        hit = self._detector_keys.get(id(detector))
+        if hit is None or hit[0] is not detector:
+            hit = (detector, detector_fingerprint(detector, self.cache_root))
+            self._detector_keys[id(detector)] = hit
+        return hit[1]
 
     def benchmark(self, entry: BenchmarkEntry) -> Any:
         if entry.label not in self._benchmarks:
@@ -321,12 +339,8 @@ class _Extractor:
         self.setting = setting
         self.detector = detector
         self.pool = pool
-        self.det_key = detector_fingerprint(detector, ctx.cache_root)
-        self.target_key = target_identity(
-            setting.target,
-            model_path(setting.target, build_lab=False, root=ctx.cache_root),
-            ctx.cache_root,
-        )
+        self.det_key = ctx.detector_key(detector)
+        self.target_key = ctx.target_key(setting.target)
         self.adapter = DetectorAdapter(detector)
         self.takes_reference = self.adapter.takes_reference
         self.has_prepare = self.adapter.pool_trained
