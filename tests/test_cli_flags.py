@@ -83,10 +83,11 @@ def test_version_flag_and_command():
         assert res.exit_code == 0 and res.output.strip() == __version__
 
 
-def test_every_subcommand_answers_version_before_its_arguments():
+def test_every_subcommand_and_group_answers_version_before_its_arguments():
     leaves = _leaf_commands()
     assert ["fit"] in leaves and ["lab", "build"] in leaves and len(leaves) >= 15
-    for cmd in leaves:
+    groups = [["data"], ["lab"], ["models"], ["veilprobe"]]
+    for cmd in leaves + groups:
         # eager: answered even though the command's required arguments are missing
         res = CliRunner().invoke(app, [*cmd, "--version"])
         assert res.exit_code == 0 and res.output.strip() == __version__, (cmd, res.output)

@@ -105,12 +105,17 @@ def test_every_registered_detector_is_a_detector(name, tmp_path):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_parameters_resolve_apart_from_construction(name, tmp_path):
-    from calibdcd.detectors.registry import create_detector, create_detector_config
+    from calibdcd.detectors.registry import (
+        create_detector,
+        create_detector_config,
+        registered_detectors,
+    )
     from calibdcd.experiment.detectors import detector_config
 
+    # registered as parameters + build (not a factory that must build to show its config)
+    assert registered_detectors()[name].params is not None, f"{name}: no params function"
     det = _build(name, tmp_path)
-    leaf = next(iter(_leaves(det.config)))  # one option varied: the first leaf that takes it
-    varied = {}
+    varied = {}  # one option varied: the first leaf that takes another value
     for path, value, owner in _leaves(det.config):
         hint = typing.get_type_hints(type(owner)).get(path[-1])
         for other in _other_values(value, hint):
@@ -122,7 +127,7 @@ def test_parameters_resolve_apart_from_construction(name, tmp_path):
             break
         if varied:
             break
-    assert varied, leaf
+    assert varied, name
     for options in ({}, varied):
         kw = {"options": options, "benchmark": "lab", "cache_dir": str(tmp_path)}
         assert create_detector_config(name, **kw) == create_detector(name, **kw).config

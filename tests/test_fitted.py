@@ -461,6 +461,8 @@ def test_register_detector_makes_a_detector_buildable_by_name(request):
     assert len(built) == n_built  # the factory registered before is gone
     with pytest.raises(ValueError, match="give a factory, or both params and build"):
         register_detector("overlap-test", params=lambda *a: None, replace=True)
+    with pytest.raises(ValueError, match="not both"):
+        register_detector("overlap-test", factory, params=lambda *a: None, replace=True)
     with pytest.raises(ValueError, match="unknown detector 'nope'; known: dpdllm"):
         create_detector("nope")
     # the built-ins declare their capabilities (no signature probing)
@@ -911,8 +913,9 @@ def test_a_served_fit_keeps_no_credential_in_its_bundle_and_scores_through_base_
 def test_a_fit_config_secrets_list_masks_its_variables(tmp_path, monkeypatch):
     """``secrets: [VAR]`` in a fit config works as in a run config: the variable's value is
     secret whatever its name (here one without KEY/TOKEN/SECRET/PASSWORD, put into a URL's
-    path where no credential rule would catch it), so it is masked in messages and in the
-    bundle's target; a variable not listed is not."""
+    path where no credential rule would catch it), so :func:`calibdcd.redact.redact`, which
+    every message and the bundle's target record go through, masks it; a variable not listed
+    is not; a value that is not a list of names is a config error with its line."""
     from calibdcd.experiment.fit_config import load_fit_config
     from calibdcd.redact import redact
 
@@ -938,4 +941,7 @@ def test_a_fit_config_secrets_list_masks_its_variables(tmp_path, monkeypatch):
     assert redact(cfg.target.model) == "model-77b1-public"
     (tmp_path / "fit.yaml").write_text(text.replace("secrets: AUDIT_ROUTE", "secrets: [3]"))
     with pytest.raises(Exception, match=r"fit.yaml:1: secrets\[0\]: Input should be a valid"):
+        load_fit_config(tmp_path / "fit.yaml")
+    (tmp_path / "fit.yaml").write_text(text.replace("secrets: AUDIT_ROUTE", "secrets: 3"))
+    with pytest.raises(Exception, match=r"fit.yaml:1: secrets: Input should be a valid list"):
         load_fit_config(tmp_path / "fit.yaml")

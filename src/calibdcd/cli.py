@@ -106,13 +106,21 @@ def version() -> None:
     typer.echo(__version__)
 
 
+def _group_options(version: bool = _version_option()) -> None:
+    pass
+
+
 def _version_everywhere(typer_app: typer.Typer) -> None:
     for info in typer_app.registered_commands:
         if info.callback is not None:
             info.callback = _versioned(info.callback)
     for group in typer_app.registered_groups:
-        if group.typer_instance is not None:
-            _version_everywhere(group.typer_instance)
+        sub = group.typer_instance
+        if sub is None:
+            continue
+        if sub.registered_callback is None:  # a group answers --version too (`calibdcd lab
+            sub.callback()(_group_options)  # --version`); no docstring: its help stays its own
+        _version_everywhere(sub)
 
 
 _version_everywhere(app)

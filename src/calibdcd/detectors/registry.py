@@ -100,7 +100,7 @@ def register_detector(
         if params is None or build is None:
             raise ValueError(f"detector {name!r}: give a factory, or both params and build")
         factory = _composed(params, build)
-    elif build is not None:
+    elif build is not None or params is not None:
         raise ValueError(f"detector {name!r}: give a factory or params + build, not both")
     _FACTORIES[name] = DetectorRegistration(
         name, factory, description, module, model_fields, progress, uses_torch, params

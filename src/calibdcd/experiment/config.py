@@ -402,7 +402,8 @@ def register_listed_secrets(data: Mapping[str, Any]) -> None:
     """Register the values of the variables a config lists under ``secrets:`` for redaction,
     before anything is expanded (run and fit configs alike)."""
     secrets = data.get("secrets")
-    for n in [secrets] if isinstance(secrets, str) else secrets or []:
+    names = [secrets] if isinstance(secrets, str) else secrets
+    for n in names if isinstance(names, list) else []:  # another type: the schema says so
         if isinstance(n, str):
             register_secret(os.environ.get(n))
 
@@ -888,7 +889,7 @@ def _benchmark_file_checks(data: Mapping[str, Any], base: Path | None) -> list[t
 
 
 #: checks of one validated entry, by section ("targets", "detectors"): ``check(entry, cfg)``
-#: returns (key path below the entry, problem) pairs. The experiment's component wiring
+#: returns (key path below the entry, problem) pairs. The experiment's `experiment.detectors`
 #: registers the detectors' check (it knows each detector's typed config).
 _ENTRY_CHECKS: dict[str, list[Callable[[Any, Mapping[str, Any]], list[tuple[Loc, str]]]]] = {}
 

@@ -213,20 +213,21 @@ class RunContext:
         self._detectors: dict[tuple[str, str], Any] = {}
         self._target: tuple[str, Any] | None = None
         self._views: dict[str, list[Any]] = {}
-        self._target_keys: dict[str, str] = {}
+        self._target_keys: dict[tuple[str, str, bool], str] = {}
         self._detector_keys: dict[int, tuple[Any, str]] = {}
         self.target_loads = 0
 
     def target_key(self, entry: TargetEntry) -> str:
         """The feature cache's identity of a target (its checkpoint's content, not where it
-        lives), computed once per run: the setting's ``inputs_hash`` and its feature keys use
-        this one value. Asked only once the target's model is there (a lab not built yet gives
-        no identity: :func:`inputs_hash` returns before asking)."""
-        if entry.name not in self._target_keys:
-            self._target_keys[entry.name] = target_identity(
-                entry, model_path(entry, build_lab=False, root=self.cache_root), self.cache_root
-            )
-        return self._target_keys[entry.name]
+        lives), computed once per run and model: the setting's ``inputs_hash`` and its feature
+        keys use this one value. Keyed on where the model is and whether it is there yet, so a
+        lab built after a first ask (a context used outside ``run_experiment``, which builds
+        every lab first) gets its identity computed again."""
+        where = model_path(entry, build_lab=False, root=self.cache_root)
+        key = (entry.name, where, Path(where).exists())
+        if key not in self._target_keys:
+            self._target_keys[key] = target_identity(entry, where, self.cache_root)
+        return self._target_keys[key]
 
     def detector_key(self, detector: Any) -> str:
         """A detector's fingerprint (:func:`~calibdcd.experiment.detectors.
