@@ -463,6 +463,20 @@ def test_register_detector_makes_a_detector_buildable_by_name(request):
         register_detector("overlap-test", params=lambda *a: None, replace=True)
     with pytest.raises(ValueError, match="not both"):
         register_detector("overlap-test", factory, params=lambda *a: None, replace=True)
+    # a build that needs a package not installed: the config check leaves it to the dry run
+    from calibdcd.experiment.detectors import detector_entry_problems
+
+    def missing(config):
+        raise ModuleNotFoundError("No module named 'some_extra'")
+
+    register_detector(
+        "overlap-test",
+        params=lambda p, o, b, c: OverlapConfig(positions=int(o.get("positions", 4))),
+        build=missing,
+        replace=True,
+    )
+    entry = DetectorEntry(name="overlap-test", options={"positions": 3})
+    assert detector_entry_problems(entry, {}) == []
     with pytest.raises(ValueError, match="unknown detector 'nope'; known: dpdllm"):
         create_detector("nope")
     # the built-ins declare their capabilities (no signature probing)
