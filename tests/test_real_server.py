@@ -160,7 +160,7 @@ def test_the_audit_tutorial_runs_as_written_against_vllm(smollm2, vllm_url, tmp_
         pytest.skip("../shared/data/WikiMIA-24 is absent")
     rows = [json.loads(x) for x in wikimia.read_text().splitlines() if x.strip()]
     members = [r["input"] for r in rows if r["label"] == 1][:30]
-    nonmembers = [r["input"] for r in rows if r["label"] == 0][:50]
+    nonmembers = [r["input"] for r in rows if r["label"] == 0][:70]  # held out 21: fpr 5% resolves
     suspect = [r["input"] for r in rows if r["label"] == 1][30:42]
     for name, texts in (("members", members), ("nonmembers", nonmembers), ("suspect", suspect)):
         (tmp_path / f"{name}.jsonl").write_text(
