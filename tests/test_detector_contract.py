@@ -269,6 +269,7 @@ def test_a_bundle_rebuilt_through_the_registry_scores_as_before(name, tmp_path, 
     # a text whose features are missing (a tiny random LM's empty continuation) is NaN in both
     assert np.isfinite(before.scores).sum() >= len(new) - 2, before.scores
     learnt = sorted(fitted.learnt)
-    assert learnt == {"dpdllm": ["reference"], "veilprobe": ["mapping"]}.get(name, []), learnt
+    want = {"dpdllm": ["reference"], "veilprobe": ["mapping", "masked_lm", "proxy"]}
+    assert learnt == want.get(name, []), learnt
     trained_again = [p for p in fresh.rglob("*") if p.is_file()] if fresh.exists() else []
     assert not [p for p in trained_again if p.suffix in {".safetensors", ".bin", ".pt"}]

@@ -400,7 +400,9 @@ def test_inductive_bundle_scores_with_its_saved_learnt_parts(name, tmp_path):
     target = build_target(entry, tmp_path / "generations.sqlite")
     det, spec = _learnt_detector(name, tmp_path / "fit-cache")
     fitted = fit_detector(det, target, texts, mode="inductive", detector_spec=spec)
-    assert set(fitted.learnt) == ({"reference"} if name == "dpdllm" else {"mapping"})
+    # VeilProbe's cpu preset trains its proxy and masked LM on the pool too: they travel
+    want = {"reference"} if name == "dpdllm" else {"mapping", "proxy", "masked_lm"}
+    assert set(fitted.learnt) == want
     direct = fitted.score(new, target, det, check_distribution=False).scores
     fitted.save(tmp_path / "bundle")
     loaded = FittedDetector.load(tmp_path / "bundle")
@@ -408,7 +410,8 @@ def test_inductive_bundle_scores_with_its_saved_learnt_parts(name, tmp_path):
     det2, _ = _learnt_detector(name, fresh_cache)
     res = loaded.score(new, target, det2, check_distribution=False)
     np.testing.assert_allclose(res.scores, direct, rtol=1e-6, atol=1e-9)
-    assert not (fresh_cache / "veilprobe" / "mapping").exists()  # no mapping model trained
+    for kind in ("mapping", "proxy", "mlm"):  # no mapping model, proxy or masked LM trained
+        assert not (fresh_cache / "veilprobe" / kind).exists(), kind
     assert not (fresh_cache / "reference").exists()  # no reference LM fine-tuned
 
 

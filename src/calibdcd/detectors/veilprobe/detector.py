@@ -233,18 +233,24 @@ class VeilProbe(PoolTrained, Timed, NeedsSupervised):
         return mm_s
 
     def learnt_parts(self, target: Any) -> dict[str, Path]:
-        """The trained mapping model(s) for ``target`` (one directory, two when not shared)."""
+        """The trained mapping model(s) for ``target`` (one directory, two when not shared),
+        and the proxy and masked LM when they were trained on the pool (no ``proxies`` /
+        ``masked_lm`` configured): a bundle then scores with the very models it was fitted
+        with, not ones trained again (another thread count trains other bytes)."""
         try:
             mm_s, mm_r = self._mapping[_target_name(target)]
         except KeyError:
             raise ValueError("the mapping model is not trained yet: call prepare first") from None
-        if mm_r is mm_s:
-            return {"mapping": mm_s.path}
-        return {"mapping": mm_s.path, "mapping_perturbed": mm_r.path}
+        parts = {"mapping": mm_s.path}
+        if mm_r is not mm_s:
+            parts["mapping_perturbed"] = mm_r.path
+        return {**parts, **self._perturber.trained}
 
     def restore_parts(self, parts: Mapping[str, Path], pool: Sequence[str], target: Any) -> None:
         """Use saved mapping model(s) (:meth:`learnt_parts`) as if ``prepare(pool)`` trained
-        them: nothing is trained, ``pool`` only seeds the perturbation's own pool."""
+        them: nothing is trained, ``pool`` only seeds the perturbation's own pool (a bundle
+        without the proxy or masked LM trains them on it, as before they were saved)."""
+        self._perturber.use_trained(parts)
         self._raw_pool = _check_texts(pool)
         self._pool = [self.query(t) for t in self._raw_pool]
         mm_s = load_mapping_model(parts["mapping"], self.config.mapping)

@@ -29,7 +29,7 @@ import random
 import re
 import warnings
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from calibdcd.keys import key_dict
@@ -140,6 +140,18 @@ class KeyTokenPerturber:
         self._mlm = None
         self._proxy_paths: list[str] | None = list(config.proxies) or None
         self._mlm_path: str | None = config.masked_lm
+        #: the models trained here on the pool (``proxy``, ``masked_lm``): learnt parts
+        self.trained: dict[str, Path] = {}
+
+    def use_trained(self, parts: Mapping[str, Path]) -> None:
+        """Use saved copies of models :meth:`prepare` trained on a pool (:attr:`trained`) as
+        if trained here: nothing is trained again for them."""
+        if "proxy" in parts and not self.config.proxies:
+            self._proxy_paths = [str(parts["proxy"])]
+            self.trained["proxy"] = Path(parts["proxy"])
+        if "masked_lm" in parts and self.config.masked_lm is None:
+            self._mlm_path = str(parts["masked_lm"])
+            self.trained["masked_lm"] = Path(parts["masked_lm"])
 
     def prepare(self, pool: Sequence[str]) -> None:
         """Resolve (training if needed) the proxy and masked-LM paths. Hub ids become their
@@ -149,17 +161,15 @@ class KeyTokenPerturber:
         if self._mlm_path is not None:
             self._mlm_path = _local(self._mlm_path)
         if self._proxy_paths is None:
-            self._proxy_paths = [
-                str(
-                    train_causal_proxy(
-                        pool, self.cache_dir, self.config.mlm, progress=self.progress
-                    )
-                )
-            ]
-        if self._mlm_path is None:
-            self._mlm_path = str(
-                train_masked_lm(pool, self.cache_dir, self.config.mlm, progress=self.progress)
+            proxy = train_causal_proxy(
+                pool, self.cache_dir, self.config.mlm, progress=self.progress
             )
+            self._proxy_paths = [str(proxy)]
+            self.trained["proxy"] = Path(proxy)
+        if self._mlm_path is None:
+            mlm = train_masked_lm(pool, self.cache_dir, self.config.mlm, progress=self.progress)
+            self._mlm_path = str(mlm)
+            self.trained["masked_lm"] = Path(mlm)
 
     def _key(self) -> str:
         assert self._proxy_paths is not None and self._mlm_path is not None
