@@ -962,3 +962,41 @@ def test_a_fit_config_secrets_list_masks_its_variables(tmp_path, monkeypatch):
     (tmp_path / "fit.yaml").write_text(text.replace("secrets: AUDIT_ROUTE", "secrets: 3"))
     with pytest.raises(Exception, match=r"fit.yaml:1: secrets: Input should be a valid list"):
         load_fit_config(tmp_path / "fit.yaml")
+
+
+@pytest.mark.slow
+def test_fit_resolves_lab_references_under_its_own_cache_root(tmp_path, monkeypatch):
+    """A fit config's ``cache_dir`` is where its detector's lab references resolve and build, as
+    for its target and texts: with the micro lab built under the suite's cache root and
+    ``$CALIBDCD_CACHE`` pointing at an empty directory, a DPDLLM fit whose reference is
+    ``lab-clean-reference:micro`` and whose ``cache_dir`` is the suite's root builds nothing
+    under ``$CALIBDCD_CACHE`` (the detector's references used to resolve there: a second micro
+    lab built, and its clean reference trained, beside the config's cache)."""
+    from typer.testing import CliRunner
+
+    from calibdcd.cli import app
+
+    suite_root = Path(os.environ["CALIBDCD_CACHE"])  # the suite's own root (conftest)
+    lab = lab_micro()  # built under it
+    gt = [json.loads(x) for x in (lab / "ground_truth.jsonl").read_text().splitlines()]
+    _jsonl(tmp_path / "m.jsonl", [{"text": g["text"]} for g in gt if g["label"] == 1][:24])
+    _jsonl(tmp_path / "n.jsonl", [{"text": g["text"]} for g in gt if g["label"] == 0][:40])
+    (tmp_path / "fit.yaml").write_text(
+        "target: {name: chat-qwen, backend: hf, lab: micro, model: chat-qwen,\n"
+        "         options: {device: cpu, batch_size: 64}}\n"
+        "detector: {name: dpdllm, options: {length: 32, reference: {model_path: "
+        "'lab-clean-reference:micro', epochs: 1, learning_rate: 0.001}}}\n"
+        "data: {members: m.jsonl, nonmembers: n.jsonl}\n"
+        "calibdcd: false\n"
+        f"cache_dir: {suite_root}\n"
+    )
+    elsewhere = tmp_path / "elsewhere"
+    monkeypatch.setenv("CALIBDCD_CACHE", str(elsewhere))
+    monkeypatch.delenv("CALIBDCD_LAB_ROOT", raising=False)
+    res = CliRunner().invoke(
+        app, ["fit", str(tmp_path / "fit.yaml"), "-o", str(tmp_path / "bundle"), "--no-progress"]
+    )
+    assert res.exit_code == 0, res.output
+    built_elsewhere = sorted(p.name for p in elsewhere.iterdir()) if elsewhere.exists() else []
+    assert built_elsewhere == [], built_elsewhere
+    assert "reference" in json.loads((tmp_path / "bundle" / "bundle.json").read_text())["learnt"]

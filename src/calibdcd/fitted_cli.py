@@ -57,7 +57,7 @@ def _target_record(t: Any, cache_dir: Path) -> dict[str, Any]:
     local = Path(model_path(_target_entry(t), root=cache_dir))  # a lab's under the cache root
     return target_record(
         t.backend, t.model, model_dir=local if local.exists() else None, family=t.family,
-        lab=t.lab, options=t.options,
+        lab=t.lab, options=t.options, root=cache_dir,
     )  # fmt: skip
 
 
@@ -244,7 +244,6 @@ def fit_command(
     from calibdcd.experiment.config import DetectorEntry
     from calibdcd.experiment.detectors import build_detector
     from calibdcd.experiment.fit_config import fit_config_from, load_fit_config
-    from calibdcd.experiment.labs import resolve_lab_refs
     from calibdcd.fitted import fit_detector
     from calibdcd.fitted.config import parse_target_spec
 
@@ -303,9 +302,10 @@ def fit_command(
     dt = cfg.detector
     opts = dict(dt.options)
     opts.setdefault("progress", progress)
+    # lab references resolve (and build) under this fit's cache root, in build_detector
     detector = build_detector(
-        DetectorEntry(name=dt.name, preset=dt.preset, options=resolve_lab_refs(opts)),
-        dt.benchmark or "", str(cache_dir),
+        DetectorEntry(name=dt.name, preset=dt.preset, options=opts),
+        dt.benchmark or "", str(cache_dir), progress=progress,
     )  # fmt: skip
     spec = {"name": dt.name, "preset": dt.preset, "options": dict(dt.options),
             "benchmark": dt.benchmark}  # fmt: skip
@@ -430,7 +430,10 @@ def score_command(
         return
     build = fitted.mode == "transductive"
     detector = fitted.build_detector(
-        cache, resolve=lambda o: resolve_lab_refs({**o, "progress": progress}, build=build)
+        cache,
+        resolve=lambda o: resolve_lab_refs(
+            {**o, "progress": progress}, build=build, root=cache, progress=progress
+        ),
     )
     bar = _progress(progress)
     res = fitted.score(

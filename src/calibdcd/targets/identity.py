@@ -79,10 +79,12 @@ def target_record(
     family: str | None = None,
     lab: str | None = None,
     options: Mapping[str, Any] | None = None,
+    root: str | Path | None = None,
 ) -> dict[str, Any]:
     """A fitted bundle's record of a target (``model_dir``: its checkpoint on disk, when local;
-    ``model`` then is the name it goes by, e.g. a lab model's)."""
-    fields = model_fields(backend, model, local=model_dir)
+    ``model`` then is the name it goes by, e.g. a lab model's; ``root``: the cache root where
+    its checkpoint digest is memoised)."""
+    fields = model_fields(backend, model, local=model_dir, root=root)
     return {
         "backend": backend,
         "model": fields["model"],
