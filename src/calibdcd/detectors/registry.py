@@ -122,14 +122,18 @@ def registered_detectors() -> dict[str, DetectorRegistration]:
     return dict(sorted(_FACTORIES.items()))
 
 
-def detector_factory(name: str) -> DetectorFactory:
+def _registration(name: str) -> DetectorRegistration:
     _ensure_builtins()
     try:
-        return _FACTORIES[name].factory
+        return _FACTORIES[name]
     except KeyError:
         raise ValueError(
             f"unknown detector {name!r}; known: {', '.join(sorted(_FACTORIES))}"
         ) from None
+
+
+def detector_factory(name: str) -> DetectorFactory:
+    return _registration(name).factory
 
 
 def create_detector(
@@ -154,10 +158,7 @@ def create_detector_config(
 ) -> Any:
     """The config (parameters) :func:`create_detector` would build detector ``name`` with, the
     detector itself not built: ``create_detector(...).config`` equals it."""
-    _ensure_builtins()
-    if name not in _FACTORIES:
-        raise ValueError(f"unknown detector {name!r}; known: {', '.join(sorted(_FACTORIES))}")
-    return _FACTORIES[name].resolve_params(preset, dict(options or {}), benchmark, cache_dir)
+    return _registration(name).resolve_params(preset, dict(options or {}), benchmark, cache_dir)
 
 
 def _ensure_builtins() -> None:

@@ -15,7 +15,12 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from calibdcd.detectors.registry import DetectorRegistration, detector_factory, registered_detectors
+from calibdcd.detectors.registry import (
+    DetectorRegistration,
+    create_detector_config,
+    detector_factory,
+    registered_detectors,
+)
 from calibdcd.experiment.config import DetectorEntry, register_entry_check
 from calibdcd.experiment.labs import resolve_lab_refs
 from calibdcd.keys import key_dict
@@ -80,7 +85,10 @@ def detector_config(
     """The parameters :func:`build_detector` would build ``entry``'s detector with (its config
     dataclass), the detector not built and (by default) no lab either."""
     entry, cache_dir = _entry_arguments(entry, cache_dir, build_labs, progress)
-    return DETECTORS[entry.name].resolve_params(entry.preset, entry.options, benchmark, cache_dir)
+    return create_detector_config(
+        entry.name, preset=entry.preset, options=entry.options, benchmark=benchmark,
+        cache_dir=cache_dir,
+    )  # fmt: skip
 
 
 def build_detector(
