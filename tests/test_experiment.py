@@ -418,7 +418,8 @@ def test_seeds_vary_the_split_the_classifier_and_the_detector_state():
     configured detector; ``detector_seed: fixed`` keeps the detector."""
     from calibdcd.detectors.dpdllm.detector import DPDLLMConfig
     from calibdcd.detectors.veilprobe.config import VeilProbeConfig
-    from calibdcd.experiment.setting import seed_offsets, split_config
+    from calibdcd.experiment.detectors import seed_offsets
+    from calibdcd.experiment.setting import split_config
 
     def seeds_of(cfg, path=""):
         import dataclasses

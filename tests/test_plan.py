@@ -4,6 +4,7 @@ materialize builds what the plan's settings need."""
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,73 @@ def test_materialize_leaves_a_built_plan_as_it_is(tmp_path, lab_micro):
     plan = resolve(cfg, tmp_path / "run")
     assert [a.kind for a in plan.artefacts] == ["lab"] and plan.artefacts[0].built
     assert materialize(plan) is plan
+
+
+def test_the_plan_holds_every_benchmark_target_and_detector_as_resolved(tmp_path, monkeypatch):
+    """The plan carries each benchmark's loaded name, each target's model and the detector of
+    every (detector, benchmark, seed) with its seed's options merged, nothing built; a run's
+    context builds exactly those detectors (the seed offsets are decided in one place)."""
+    from calibdcd.experiment.setting import RunContext
+
+    monkeypatch.delenv("CALIBDCD_LAB_ROOT", raising=False)
+    cache = tmp_path / "empty-cache"
+    cfg = load_config(_micro(tmp_path, cache))
+    cfg = dataclasses.replace(cfg, detector_seed="offset")
+    plan = resolve(cfg, tmp_path / "run")
+    assert not cache.exists()
+    assert [(b.entry.label, b.name) for b in plan.benchmarks] == [("lab", "lab")]
+    assert [(t.entry.name, t.built) for t in plan.targets] == [
+        ("chat-qwen", False),
+        ("base", False),
+    ]
+    keys = set(plan.detectors)
+    assert keys == {(d.label, "lab", s) for d in cfg.detectors for s in cfg.seeds}
+    base = plan.detectors[("Overlap", "lab", 0)]
+    assert base.entry == next(d for d in cfg.detectors if d.label == "Overlap")
+    assert base.offsets == {} and base.problem is None
+    for s in (1, 2):
+        shifted = plan.detectors[("Overlap", "lab", s)]
+        assert shifted.offsets == {"seed": base.config.seed + s}
+        assert shifted.config.seed == base.config.seed + s
+        vp0, vp = (plan.detectors[("VeilProbe", "lab", k)].config for k in (0, s))
+        assert vp.sampling.seed == vp0.sampling.seed + s
+    for p in plan.settings:
+        assert plan.detector(p).key == (p.setting.detector.label, "lab", p.setting.seed)
+    lines = "\n".join(plan.describe())
+    assert "benchmark lab: lab from lab micro/ground_truth.jsonl" in lines
+    assert "target chat-qwen: hf lab micro/chat-qwen (its lab is built first)" in lines
+    assert "detector Overlap for lab, seed 2: options seed=" in lines
+    assert "detector VeilProbe for lab, seed 0: as configured" in lines
+    # the run's context builds the plan's detectors (the overlap detector builds nothing)
+    ctx = RunContext(cfg, progress=False, plan=plan)
+    overlap = next(d for d in cfg.detectors if d.label == "Overlap")
+    for s in cfg.seeds:
+        built = ctx.detector(overlap, "lab", s)
+        assert built.config == plan.detectors[("Overlap", "lab", s)].config
+    assert not cache.exists()
+    # under detector_seed: fixed every seed is the configured detector
+    fixed = resolve(dataclasses.replace(cfg, detector_seed="fixed"), tmp_path / "run")
+    assert set(fixed.detectors) == {(d.label, "lab", 0) for d in cfg.detectors}
+
+
+def test_a_benchmark_is_planned_under_the_name_it_loads_with(tmp_path, shared_data_dir):
+    """A detector is configured for the loaded benchmark's name (DPDLLM's per-benchmark
+    settings), so the plan must know that name without reading: a known benchmark's canonical
+    name (whatever alias the config uses), a named file, a bare file path's stem."""
+    from calibdcd.experiment.benchmarks import entry_benchmark_name, load_benchmark_entry
+    from calibdcd.experiment.config import BenchmarkEntry
+
+    rows = tmp_path / "my.data.jsonl"
+    rows.write_text('{"text": "a b c", "label": 1}\n{"text": "d e f", "label": 0}\n')
+    entries = [
+        BenchmarkEntry(name="WikiMIA", path=str(shared_data_dir / "WikiMIA"), split="64"),
+        BenchmarkEntry(name="wikimia_24", path=str(shared_data_dir / "WikiMIA-24"), split="64"),
+        BenchmarkEntry(name="mine", path=str(rows)),
+        BenchmarkEntry(name=str(rows)),
+    ]
+    names = [entry_benchmark_name(e) for e in entries]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # WikiMIA-24's duplicate texts
+        assert names == [load_benchmark_entry(e).name for e in entries]
+    assert names == ["wikimia", "wikimia-24", "mine", "my"]
+    assert entry_benchmark_name(BenchmarkEntry(name="mimir", hub="owner/some-set")) == "mimir"

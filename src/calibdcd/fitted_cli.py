@@ -131,6 +131,20 @@ def _fit_texts(cfg: Any, cache: Path) -> Any:
     )  # fmt: skip
 
 
+def _planned_detector(cfg: Any, cache: Path, progress: bool | None = None) -> Any:
+    """The fit's detector resolved as a run's plan resolves one
+    (:func:`calibdcd.experiment.detectors.plan_detector`, seed 0: a fit has one setting)."""
+    from calibdcd.experiment.config import DetectorEntry
+    from calibdcd.experiment.detectors import plan_detector
+
+    dt = cfg.detector
+    opts = dict(dt.options)
+    if progress is not None:
+        opts.setdefault("progress", progress)
+    entry = DetectorEntry(name=dt.name, preset=dt.preset, options=opts)
+    return plan_detector(entry, dt.benchmark or "", 0, str(cache))
+
+
 def fit_dry_run(cfg: Any, source: Path, out: Path, cache: Path) -> tuple[list[str], list[str]]:
     """What ``fit`` would do, checked without loading any model: the texts and their split,
     the target's backend and lab, every model and dataset it needs. (lines, problems)."""
@@ -188,7 +202,11 @@ def fit_dry_run(cfg: Any, source: Path, out: Path, cache: Path) -> tuple[list[st
                     "  views: "
                     + (" ".join(codes) if codes else "from the checkpoint, once it is here")
                 )
-    lines.append(f"  detector: {d.name}" + (f" (preset {d.preset})" if d.preset else ""))
+    planned = _planned_detector(cfg, cache)
+    lines.append(
+        f"  detector: {d.name}" + (f" (preset {d.preset})" if d.preset else "")
+        + f"; {planned.describe()}"
+    )  # fmt: skip
     try:
         resolved = resolve_uses(models_in_fit_config(cfg), str(source))
     except ValueError as exc:  # every missing model at once, or a detector that does not build
@@ -241,8 +259,6 @@ def fit_command(
     ] = False,
 ) -> None:
     """Fit a detector (+ CalibDCD) on known members and non-members and save the bundle."""
-    from calibdcd.experiment.config import DetectorEntry
-    from calibdcd.experiment.detectors import build_detector
     from calibdcd.experiment.fit_config import fit_config_from, load_fit_config
     from calibdcd.fitted import fit_detector
     from calibdcd.fitted.config import parse_target_spec
@@ -300,13 +316,8 @@ def fit_command(
         typer.echo(f"error: target views: {exc}", err=True)
         raise typer.Exit(2) from None
     dt = cfg.detector
-    opts = dict(dt.options)
-    opts.setdefault("progress", progress)
-    # lab references resolve (and build) under this fit's cache root, in build_detector
-    detector = build_detector(
-        DetectorEntry(name=dt.name, preset=dt.preset, options=opts),
-        dt.benchmark or "", str(cache_dir), progress=progress,
-    )  # fmt: skip
+    # lab references resolve (and build) under this fit's cache root, in the build
+    detector = _planned_detector(cfg, cache_dir, progress).build(str(cache_dir), progress=progress)
     spec = {"name": dt.name, "preset": dt.preset, "options": dict(dt.options),
             "benchmark": dt.benchmark}  # fmt: skip
     bar = _progress(progress)

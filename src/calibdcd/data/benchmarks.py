@@ -58,6 +58,7 @@ __all__ = [
     "PAPER_POOLS",
     "PAPER_SIZES",
     "BenchmarkSpec",
+    "benchmark_name",
     "benchmark_spec",
     "load_benchmark",
     "load_hub_benchmark",
@@ -353,6 +354,19 @@ def _filter_length(
 
 
 # --- the entry point -------------------------------------------------------------------------
+def benchmark_name(name_or_path: str | Path, path: str | Path | None = None) -> str:
+    """The name :func:`load_benchmark` gives the benchmark it loads, known without loading it:
+    a known benchmark's canonical name; a file given with a name (``path=``), that name; a bare
+    file path, its file name up to the first dot. (A detector is configured for this name, e.g.
+    DPDLLM's per-benchmark settings, so a run's plan needs it before any file is read.)"""
+    spec = benchmark_spec(str(name_or_path)) if isinstance(name_or_path, str) else None
+    if spec is not None:
+        return spec.name
+    if path is not None:
+        return str(name_or_path)
+    return Path(name_or_path).name.split(".")[0]
+
+
 def load_benchmark(
     name_or_path: str | Path,
     *,
@@ -393,7 +407,7 @@ def load_benchmark(
             raise ValueError(f"{file} is a directory; pass a file for a generic dataset")
         if split is not None:
             raise ValueError("split applies to known benchmarks only; pass the file of the split")
-        name = str(name_or_path) if path is not None else file.name.split(".")[0]
+        name = benchmark_name(name_or_path, path)
         return load_table(
             file,
             text_field=text_field or DEFAULT_TEXT_FIELDS,

@@ -10,7 +10,18 @@ from typing import Any
 from calibdcd.experiment.config import BenchmarkEntry
 from calibdcd.experiment.labs import resolve_lab
 
-__all__ = ["load_benchmark_entry"]
+__all__ = ["entry_benchmark_name", "load_benchmark_entry"]
+
+
+def entry_benchmark_name(entry: BenchmarkEntry) -> str:
+    """The name :func:`load_benchmark_entry` gives ``entry``'s benchmark, nothing read (a lab's
+    ground truth need not be built): what the run's plan configures its detectors for."""
+    from calibdcd.data.benchmarks import benchmark_name
+
+    if entry.hub is not None:
+        return entry.name
+    path = entry.path if entry.lab is None else (entry.path or "ground_truth.jsonl")
+    return benchmark_name(entry.name, path)
 
 
 def load_benchmark_entry(

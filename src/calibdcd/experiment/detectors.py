@@ -29,11 +29,14 @@ from calibdcd.paths import cache_root, strip_locations
 
 __all__ = [
     "DETECTORS",
+    "PlannedDetector",
     "build_detector",
     "detector_available",
     "detector_config",
     "detector_entry_problems",
     "detector_fingerprint",
+    "plan_detector",
+    "seed_offsets",
 ]
 
 
@@ -105,6 +108,105 @@ def build_detector(
     set ``progress`` themselves; also the bar of a lab reference trained here."""
     entry, cache_dir = _entry_arguments(entry, cache_dir, build_labs, progress)
     return detector_factory(entry.name)(entry.preset, entry.options, benchmark, cache_dir)
+
+
+def seed_offsets(config: Any, seed: int) -> dict[str, Any]:
+    """Nested options that add ``seed`` to every ``seed`` field of a detector config tree."""
+    if config is None or not dataclasses.is_dataclass(config):
+        return {}
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(config):
+        v = getattr(config, f.name)
+        if f.name == "seed" and isinstance(v, int) and not isinstance(v, bool):
+            out["seed"] = v + seed
+        elif dataclasses.is_dataclass(v):
+            sub = seed_offsets(v, seed)
+            if sub:
+                out[f.name] = sub
+    return out
+
+
+def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedDetector:
+    """A detector as a run's plan holds it: for one benchmark (the name it is configured for)
+    and setting seed, resolved and not built. ``entry``: the config entry with the seed's
+    offsets merged into its options (``detector_seed: offset``: every ``seed`` field of the
+    preset's config shifted by the setting seed; seed 0, and every seed under ``fixed``, leave
+    the entry as written); ``seed``: the seed it was resolved for (0 under ``fixed``);
+    ``config``: the parameters it will be built with, or None with ``problem`` when they cannot
+    be resolved here (a detector whose package is not installed, a bad option)."""
+
+    entry: DetectorEntry
+    benchmark: str
+    seed: int
+    config: Any | None
+    problem: str | None = None
+    #: the options the seed set (merged into ``entry``; empty for seed 0)
+    offsets: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.entry.label, self.benchmark, self.seed)
+
+    def describe(self) -> str:
+        head = f"detector {self.entry.label} for {self.benchmark}, seed {self.seed}"
+        if self.problem is not None:
+            return f"{head}: not resolved here ({self.problem})"
+        flat = _flat(self.offsets)
+        shifted = ", ".join(f"{k}={v}" for k, v in flat.items())
+        return f"{head}: " + (f"options {shifted}" if shifted else "as configured")
+
+    def build(self, cache_dir: str | None, *, progress: bool | None = None) -> Any:
+        """The detector, built (labs it refers to built on first use under ``cache_dir``)."""
+        return build_detector(self.entry, self.benchmark, cache_dir, progress=progress)
+
+
+def _flat(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in tree.items():
+        if isinstance(v, Mapping):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def plan_detector(
+    entry: DetectorEntry,
+    benchmark: str,
+    seed: int,
+    cache_dir: str | None,
+    *,
+    detector_seed: str = "offset",
+) -> PlannedDetector:
+    """``entry``'s detector for ``benchmark`` and setting ``seed``, resolved without building it
+    or any lab (the one place a setting seed becomes detector options): its preset's
+    parameters give the seed fields, shifted by ``seed`` under ``detector_seed: offset``."""
+    if detector_seed == "fixed":
+        seed = 0
+    try:
+        base = detector_config(entry, benchmark, cache_dir)
+    except (ImportError, ValueError, TypeError, KeyError) as exc:
+        return PlannedDetector(entry, benchmark, seed, None, str(exc))
+    if seed == 0:
+        return PlannedDetector(entry, benchmark, 0, base)
+    offsets = seed_offsets(base, seed)
+    shifted = dataclasses.replace(entry, options=_deep_merge(entry.options, offsets))
+    try:
+        config = detector_config(shifted, benchmark, cache_dir)
+    except (ImportError, ValueError, TypeError, KeyError) as exc:
+        return PlannedDetector(shifted, benchmark, seed, None, str(exc), offsets)
+    return PlannedDetector(shifted, benchmark, seed, config, None, offsets)
 
 
 def _without_locations(value: Any, root: str | Path | None = None) -> Any:

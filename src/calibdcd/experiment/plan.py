@@ -15,17 +15,29 @@ hashes the plan computed, so no setting is hashed again to decide what to run.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from calibdcd.experiment.config import ExperimentConfig, LabRef, entry_labs, option_strings
+from calibdcd.experiment.benchmarks import entry_benchmark_name
+from calibdcd.experiment.config import (
+    BenchmarkEntry,
+    ExperimentConfig,
+    LabRef,
+    TargetEntry,
+    entry_labs,
+    option_strings,
+)
+from calibdcd.experiment.detectors import PlannedDetector, plan_detector
 from calibdcd.experiment.labs import resolve_lab, resolve_lab_refs, unbuilt_clean_references
 from calibdcd.experiment.setting import Setting, setting_hash
 from calibdcd.paths import cache_root
 
 __all__ = [
     "Artefact",
+    "PlannedBenchmark",
+    "PlannedDetector",
     "PlannedSetting",
+    "PlannedTarget",
     "RunPlan",
     "grid",
     "materialize",
@@ -80,6 +92,51 @@ class Artefact:
 
 
 @dataclasses.dataclass(frozen=True)
+class PlannedBenchmark:
+    """A benchmark of the plan: its entry and the name it loads under (what its detectors are
+    configured for, e.g. DPDLLM's per-benchmark settings), known before any file is read."""
+
+    entry: BenchmarkEntry
+    name: str
+
+    def describe(self) -> str:
+        e = self.entry
+        where = (
+            f"hub {e.hub}"
+            if e.hub is not None
+            else f"lab {e.lab}/{e.path or 'ground_truth.jsonl'}"
+            if e.lab is not None
+            else (e.path or "its known source")
+        )
+        return f"benchmark {e.label}: {self.name} from {where}"
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedTarget:
+    """A target of the plan: its entry and its model as resolved without building anything (a
+    path inside its lab once the lab is built; ``packaged:`` models are assembled on first
+    use); ``built``: False while its lab is not built yet."""
+
+    entry: TargetEntry
+    model: str
+    built: bool
+
+    def describe(self) -> str:
+        e = self.entry
+        state = "" if self.built else " (its lab is built first)"
+        return f"target {e.name}: {e.backend} {self.model}{state}"
+
+
+def _planned_target(entry: TargetEntry, root: Path) -> PlannedTarget:
+    if entry.lab is not None:
+        lab = resolve_lab(entry.lab, build=False, root=root)
+        if lab is None:
+            return PlannedTarget(entry, f"lab {entry.lab}/{entry.model}", False)
+        return PlannedTarget(entry, str(lab / entry.model), True)
+    return PlannedTarget(entry, entry.model, True)
+
+
+@dataclasses.dataclass(frozen=True)
 class PlannedSetting:
     """One setting of the grid, with its hash (what its result depends on) and directory."""
 
@@ -104,18 +161,41 @@ class RunPlan:
     grid: tuple[PlannedSetting, ...]
     settings: tuple[PlannedSetting, ...]
     shard: tuple[int, int] | None = None
+    #: every benchmark and target of the config, resolved (nothing read or built)
+    benchmarks: tuple[PlannedBenchmark, ...] = ()
+    targets: tuple[PlannedTarget, ...] = ()
+    #: the detector of each (detector label, benchmark name, seed) this process's settings use
+    detectors: Mapping[tuple[str, str, int], PlannedDetector] = dataclasses.field(
+        default_factory=dict
+    )
 
     @property
     def to_build(self) -> tuple[Artefact, ...]:
         return tuple(a for a in self.artefacts if not a.built)
 
+    def benchmark_name(self, entry: BenchmarkEntry) -> str:
+        for b in self.benchmarks:
+            if b.entry.label == entry.label:
+                return b.name
+        return entry_benchmark_name(entry)  # an entry of another config: resolved as the plan
+
+    def detector(self, planned: PlannedSetting) -> PlannedDetector:
+        """The resolved detector of one of the plan's settings."""
+        s = planned.setting
+        seed = 0 if self.config.detector_seed == "fixed" else s.seed
+        return self.detectors[(s.detector.label, self.benchmark_name(s.benchmark), seed)]
+
     def describe(self) -> list[str]:
-        """The plan as the dry run prints it."""
+        """The plan as the dry run prints it: its settings, what it builds first, and every
+        benchmark, target and detector (per benchmark and seed) as resolved."""
         part = "" if self.shard is None else f" (shard {self.shard[0]}/{self.shard[1]})"
         lines = [
             f"plan: {len(self.settings)} of {len(self.grid)} setting(s){part} into {self.run_dir}"
         ]
         lines += [f"  {a.describe()}" for a in self.artefacts]
+        lines += [f"  {b.describe()}" for b in self.benchmarks]
+        lines += [f"  {t.describe()}" for t in self.targets]
+        lines += [f"  {d.describe()}" for d in self.detectors.values()]
         return lines
 
 
@@ -189,6 +269,17 @@ def resolve(
         for p in mine
         for spec in entry_labs(p.setting.benchmark, p.setting.target, p.setting.detector)
     }
+    benchmarks = tuple(PlannedBenchmark(b, entry_benchmark_name(b)) for b in cfg.benchmarks)
+    names = {b.entry.label: b.name for b in benchmarks}
+    detectors: dict[tuple[str, str, int], PlannedDetector] = {}
+    for p in mine:
+        s = p.setting
+        seed = 0 if cfg.detector_seed == "fixed" else s.seed
+        key = (s.detector.label, names[s.benchmark.label], seed)
+        if key not in detectors:
+            detectors[key] = plan_detector(
+                s.detector, key[1], seed, str(root), detector_seed=cfg.detector_seed
+            )
     return RunPlan(
         config=cfg,
         run_dir=run_dir,
@@ -197,6 +288,9 @@ def resolve(
         grid=planned,
         settings=mine,
         shard=shard,
+        benchmarks=benchmarks,
+        targets=tuple(_planned_target(t, root) for t in cfg.targets),
+        detectors=detectors,
     )
 
 

@@ -373,7 +373,7 @@ def _run_locked(
             f"(not in results or the report): {', '.join(stale)}"
         )
     _quiet_hub_bars()
-    ctx = RunContext(cfg, progress=progress, log_samples=log_samples)
+    ctx = RunContext(cfg, progress=progress, log_samples=log_samples, plan=plan)
     results: list[SettingResult] = []
     computed = 0
     bar = tqdm(planned, desc="settings", unit="setting", disable=not progress, dynamic_ncols=True)
@@ -619,7 +619,9 @@ def dry_run(
             banks.append(len(codes))
         lines.append(f"  {key}: {t.backend} {where}; family {fam}; base {t.base or '-'}")
     # detectors
-    bench_names = sorted({b.name for b in cfg.benchmarks})
+    from calibdcd.experiment.benchmarks import entry_benchmark_name
+
+    bench_names = sorted({entry_benchmark_name(b) for b in cfg.benchmarks})  # as loaded
     for i, d in enumerate(cfg.detectors):
         key = f"detectors[{i}] ({d.label})"
         if d.name not in DETECTORS:

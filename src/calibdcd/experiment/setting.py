@@ -34,7 +34,7 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -58,7 +58,7 @@ from calibdcd.experiment.analyses import (
     other_space,
     resolve_space,
 )
-from calibdcd.experiment.benchmarks import load_benchmark_entry
+from calibdcd.experiment.benchmarks import entry_benchmark_name, load_benchmark_entry
 from calibdcd.experiment.config import (
     BenchmarkEntry,
     DetectorEntry,
@@ -66,7 +66,12 @@ from calibdcd.experiment.config import (
     TargetEntry,
     labs_of,
 )
-from calibdcd.experiment.detectors import DETECTORS, build_detector, detector_fingerprint
+from calibdcd.experiment.detectors import (
+    DETECTORS,
+    PlannedDetector,
+    detector_fingerprint,
+    plan_detector,
+)
 from calibdcd.experiment.labs import unbuilt_clean_references
 from calibdcd.experiment.store import ArrayCache, digest, write_csv, write_json
 from calibdcd.experiment.targets import build_target, model_path, target_identity, target_views
@@ -82,6 +87,9 @@ from calibdcd.results import (
     write_result,
 )
 from calibdcd.targets.recording import RecordingTarget
+
+if TYPE_CHECKING:
+    from calibdcd.experiment.plan import RunPlan
 
 __all__ = [
     "PreparedSetting",
@@ -162,8 +170,7 @@ def inputs_hash(
     untrained = unbuilt_clean_references(dict(setting.detector.options), root=ctx.cache_root)
     if untrained:
         return "reference-not-built:" + ",".join(untrained)
-    bench = ctx.benchmark(setting.benchmark)
-    det = ctx.detector(setting.detector, bench.name, setting.seed)
+    det = ctx.detector(setting.detector, ctx.benchmark_name(setting.benchmark), setting.seed)
     return digest(
         shash if shash is not None else _setting_hash(setting, cfg),
         ctx.detector_key(det),
@@ -172,37 +179,22 @@ def inputs_hash(
     )[:16]
 
 
-def seed_offsets(config: Any, seed: int) -> dict[str, Any]:
-    """Nested options that add ``seed`` to every ``seed`` field of a detector config tree."""
-    if config is None or not dataclasses.is_dataclass(config):
-        return {}
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(config):
-        v = getattr(config, f.name)
-        if f.name == "seed" and isinstance(v, int) and not isinstance(v, bool):
-            out["seed"] = v + seed
-        elif dataclasses.is_dataclass(v):
-            sub = seed_offsets(v, seed)
-            if sub:
-                out[f.name] = sub
-    return out
-
-
-def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for k, v in over.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _deep_merge(out[k], v)
-        else:
-            out[k] = v
-    return out
-
-
 class RunContext:
     """Loaded benchmarks, detectors and (at most one) target, shared across a run's settings."""
 
-    def __init__(self, cfg: ExperimentConfig, *, progress: bool = True, log_samples: bool = False):
+    def __init__(
+        self,
+        cfg: ExperimentConfig,
+        *,
+        progress: bool = True,
+        log_samples: bool = False,
+        plan: RunPlan | None = None,
+    ):
         self.cfg = cfg
+        #: the run's plan (:func:`calibdcd.experiment.plan.resolve`): the detectors' options
+        #: and the benchmarks' names come from it; without one they are resolved here
+        self.plan = plan
+        self._planned: dict[tuple[str, str, int], PlannedDetector] = {}
         #: keep every completion a setting's features used (``settings/<id>/samples.jsonl``)
         self.log_samples = log_samples
         self.cache_root = cache_root(cfg.cache_dir)  # labs and everything built live here
@@ -210,7 +202,7 @@ class RunContext:
         self.progress = progress
         self._benchmarks: dict[str, Any] = {}
         self._benchmark_digests: dict[str, str] = {}
-        self._detectors: dict[tuple[str, str], Any] = {}
+        self._detectors: dict[tuple[str, str, int], Any] = {}
         self._target: tuple[str, Any] | None = None
         self._views: dict[str, list[Any]] = {}
         self._target_keys: dict[tuple[str, str, bool], str] = {}
@@ -240,9 +232,13 @@ class RunContext:
 
     def benchmark(self, entry: BenchmarkEntry) -> Any:
         if entry.label not in self._benchmarks:
-            self._benchmarks[entry.label] = load_benchmark_entry(
-                entry, root=self.cache_root, progress=self.progress
-            )
+            bench = load_benchmark_entry(entry, root=self.cache_root, progress=self.progress)
+            if bench.name != self.benchmark_name(entry):  # the plan's detectors use that name
+                raise RuntimeError(
+                    f"benchmark {entry.label}: loaded as {bench.name!r}, planned as "
+                    f"{self.benchmark_name(entry)!r} (a bug: please report it)"
+                )
+            self._benchmarks[entry.label] = bench
         return self._benchmarks[entry.label]
 
     def benchmark_digest(self, entry: BenchmarkEntry) -> str:
@@ -255,31 +251,44 @@ class RunContext:
             )
         return self._benchmark_digests[entry.label]
 
-    def detector(self, entry: DetectorEntry, benchmark_name: str, seed: int = 0) -> Any:
-        """The detector of ``entry`` for one benchmark and setting seed: with
-        ``detector_seed: offset`` every ``seed`` field of its config (sampling, perturbation,
-        training) is shifted by the setting seed (seed 0 = the configured detector)."""
+    def benchmark_name(self, entry: BenchmarkEntry) -> str:
+        """The name ``entry``'s benchmark loads under (what its detectors are configured for),
+        from the plan when there is one; nothing is read."""
+        if self.plan is not None:
+            return self.plan.benchmark_name(entry)
+        return entry_benchmark_name(entry)
+
+    def planned_detector(
+        self, entry: DetectorEntry, benchmark_name: str, seed: int = 0
+    ) -> PlannedDetector:
+        """The detector of ``entry`` for one benchmark and setting seed as the plan resolved it
+        (:func:`~calibdcd.experiment.detectors.plan_detector`; resolved here, once, for a
+        setting the context has no plan of)."""
         if self.cfg.detector_seed == "fixed":
             seed = 0
         key = (entry.label, benchmark_name, seed)
-        if key not in self._detectors:
-            base = self._detectors.get((entry.label, benchmark_name, 0))
-            if base is None:
-                base = build_detector(
-                    entry, benchmark_name, str(self.cache_root), progress=self.progress
-                )
-                self._detectors[(entry.label, benchmark_name, 0)] = base
-            if seed == 0:
-                return base
-            offsets = seed_offsets(base.config, seed)
-            opts = _deep_merge(dict(entry.options), offsets)
-            self._detectors[key] = build_detector(
-                dataclasses.replace(entry, options=opts),
-                benchmark_name,
-                str(self.cache_root),
-                progress=self.progress,
+        hit = self.plan.detectors.get(key) if self.plan is not None else None
+        if hit is None or hit.problem is not None:  # (a plan made before its labs were built)
+            hit = self._planned.get(key)
+            if hit is None:
+                hit = plan_detector(
+                    entry, benchmark_name, seed, str(self.cache_root),
+                    detector_seed=self.cfg.detector_seed,
+                )  # fmt: skip
+                self._planned[key] = hit
+        return hit
+
+    def detector(self, entry: DetectorEntry, benchmark_name: str, seed: int = 0) -> Any:
+        """The detector of ``entry`` for one benchmark and setting seed, built once per run:
+        with ``detector_seed: offset`` every ``seed`` field of its config (sampling,
+        perturbation, training) is shifted by the setting seed (seed 0 = the configured
+        detector); the plan holds the shifted options."""
+        planned = self.planned_detector(entry, benchmark_name, seed)
+        if planned.key not in self._detectors:
+            self._detectors[planned.key] = planned.build(
+                str(self.cache_root), progress=self.progress
             )
-        return self._detectors[key]
+        return self._detectors[planned.key]
 
     def target(self, entry: TargetEntry) -> Any:
         """The cached target (built on first need; the previous one is released)."""
@@ -513,7 +522,7 @@ def prepare_setting(
     ev_idx = np.asarray(split.evaluation)
     pos_rest = {int(i): k for k, i in enumerate(rest)}
 
-    detector = ctx.detector(setting.detector, bench.name, setting.seed)
+    detector = ctx.detector(setting.detector, ctx.benchmark_name(setting.benchmark), setting.seed)
     pool = [texts[i] for i in split.subsample]
     ext = _Extractor(ctx, setting, detector, pool)
     sup_texts = [texts[i] for i in sup]
