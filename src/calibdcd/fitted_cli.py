@@ -203,10 +203,9 @@ def fit_dry_run(cfg: Any, source: Path, out: Path, cache: Path) -> tuple[list[st
                     + (" ".join(codes) if codes else "from the checkpoint, once it is here")
                 )
     planned = _planned_detector(cfg, cache)
-    lines.append(
-        f"  detector: {d.name}" + (f" (preset {d.preset})" if d.preset else "")
-        + f"; {planned.describe()}"
-    )  # fmt: skip
+    lines.append(f"  {planned.describe()}" + (f" (preset {d.preset})" if d.preset else ""))
+    if planned.problem is not None:
+        problems.append(f"detector: {planned.problem}")
     try:
         resolved = resolve_uses(models_in_fit_config(cfg), str(source))
     except ValueError as exc:  # every missing model at once, or a detector that does not build

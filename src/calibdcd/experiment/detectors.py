@@ -159,7 +159,8 @@ class PlannedDetector:
         return (self.entry.label, self.benchmark, self.seed)
 
     def describe(self) -> str:
-        head = f"detector {self.entry.label} for {self.benchmark}, seed {self.seed}"
+        bench = f" for {self.benchmark}" if self.benchmark else ""
+        head = f"detector {self.entry.label}{bench}, seed {self.seed}"
         if self.problem is not None:
             return f"{head}: not resolved here ({self.problem})"
         flat = _flat(self.offsets)
@@ -167,7 +168,17 @@ class PlannedDetector:
         return f"{head}: " + (f"options {shifted}" if shifted else "as configured")
 
     def build(self, cache_dir: str | None, *, progress: bool | None = None) -> Any:
-        """The detector, built (labs it refers to built on first use under ``cache_dir``)."""
+        """The detector, built (labs it refers to built on first use under ``cache_dir``).
+        When its parameters could not be resolved without building (``problem``; e.g. a
+        factory-only registration that needs its lab references built), the configured
+        detector is built and the seed's offsets are read from its config, as before plans."""
+        if self.problem is not None and self.seed and not self.offsets:
+            base = build_detector(self.entry, self.benchmark, cache_dir, progress=progress)
+            offsets = seed_offsets(base.config, self.seed)
+            entry = dataclasses.replace(
+                self.entry, options=_deep_merge(self.entry.options, offsets)
+            )
+            return build_detector(entry, self.benchmark, cache_dir, progress=progress)
         return build_detector(self.entry, self.benchmark, cache_dir, progress=progress)
 
 
@@ -189,14 +200,16 @@ def plan_detector(
     *,
     detector_seed: str = "offset",
 ) -> PlannedDetector:
-    """``entry``'s detector for ``benchmark`` and setting ``seed``, resolved without building it
-    or any lab (the one place a setting seed becomes detector options): its preset's
-    parameters give the seed fields, shifted by ``seed`` under ``detector_seed: offset``."""
+    """``entry``'s detector for ``benchmark`` and setting ``seed``, resolved without building any
+    lab (the one place a setting seed becomes detector options): its preset's parameters give
+    the seed fields, shifted by ``seed`` under ``detector_seed: offset``. A registration with
+    ``params`` builds nothing here; a factory-only one is built to read its config. What cannot
+    be resolved is the plan's ``problem``, not an error: a run meets it when it builds."""
     if detector_seed == "fixed":
         seed = 0
     try:
         base = detector_config(entry, benchmark, cache_dir)
-    except (ImportError, ValueError, TypeError, KeyError) as exc:
+    except Exception as exc:  # the build reports it, in the setting that needs it
         return PlannedDetector(entry, benchmark, seed, None, str(exc))
     if seed == 0:
         return PlannedDetector(entry, benchmark, 0, base)
@@ -204,7 +217,7 @@ def plan_detector(
     shifted = dataclasses.replace(entry, options=_deep_merge(entry.options, offsets))
     try:
         config = detector_config(shifted, benchmark, cache_dir)
-    except (ImportError, ValueError, TypeError, KeyError) as exc:
+    except Exception as exc:
         return PlannedDetector(shifted, benchmark, seed, None, str(exc), offsets)
     return PlannedDetector(shifted, benchmark, seed, config, None, offsets)
 

@@ -81,7 +81,10 @@ def models_in_config(cfg: ExperimentConfig) -> list[ModelUse]:
         repo = hub_dataset_of(b)
         if repo is not None:
             uses.append(ModelUse(f"benchmarks[{i}] ({b.label})", repo, "dataset"))
-    bench_names = sorted({b.name for b in cfg.benchmarks}) or [""]
+    from calibdcd.experiment.benchmarks import entry_benchmark_name
+
+    # the names the benchmarks load under: what the run configures its detectors for
+    bench_names = sorted({entry_benchmark_name(b) for b in cfg.benchmarks}) or [""]
     for i, d in enumerate(cfg.detectors):
         uses += _detector_uses(d, f"detectors[{i}] ({d.label})", bench_names, cfg.cache_dir)
     return uses

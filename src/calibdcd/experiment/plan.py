@@ -18,6 +18,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from calibdcd.data.benchmarks import benchmark_spec
 from calibdcd.experiment.benchmarks import entry_benchmark_name
 from calibdcd.experiment.config import (
     BenchmarkEntry,
@@ -106,7 +107,7 @@ class PlannedBenchmark:
             if e.hub is not None
             else f"lab {e.lab}/{e.path or 'ground_truth.jsonl'}"
             if e.lab is not None
-            else (e.path or "its known source")
+            else (e.path or (e.name if benchmark_spec(e.name) is None else "its known source"))
         )
         return f"benchmark {e.label}: {self.name} from {where}"
 
@@ -180,7 +181,8 @@ class RunPlan:
         return entry_benchmark_name(entry)  # an entry of another config: resolved as the plan
 
     def detector(self, planned: PlannedSetting) -> PlannedDetector:
-        """The resolved detector of one of the plan's settings."""
+        """The resolved detector of one of the settings this process runs (``settings``; a
+        setting of another shard has none here: KeyError)."""
         s = planned.setting
         seed = 0 if self.config.detector_seed == "fixed" else s.seed
         return self.detectors[(s.detector.label, self.benchmark_name(s.benchmark), seed)]
