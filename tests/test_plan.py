@@ -142,3 +142,39 @@ def test_a_benchmark_is_planned_under_the_name_it_loads_with(tmp_path, shared_da
         assert names == [load_benchmark_entry(e).name for e in entries]
     assert names == ["wikimia", "wikimia-24", "mine", "my"]
     assert entry_benchmark_name(BenchmarkEntry(name="mimir", hub="owner/some-set")) == "mimir"
+
+
+def test_a_detector_unresolvable_before_its_build_still_gets_its_seed(request):
+    """A factory-only registration that refuses an unresolved lab reference cannot be resolved
+    by the plan; the plan says why, and its build still gets the seed's offsets, read from the
+    built detector (never the seed-0 options)."""
+    from calibdcd.detectors import registry
+    from calibdcd.detectors.overlap import ContinuationOverlap, OverlapConfig
+    from calibdcd.detectors.registry import register_detector
+    from calibdcd.experiment.config import DetectorEntry
+    from calibdcd.experiment.detectors import plan_detector
+
+    seen = []
+
+    def factory(preset, options, benchmark, cache_dir):
+        seen.append(dict(options))
+        if str(options.get("ref", "")).startswith("lab:"):
+            raise ValueError("ref: an unresolved lab reference")
+        return ContinuationOverlap(OverlapConfig(seed=int(options.get("seed", 3))))
+
+    register_detector("picky-test", factory, uses_torch=False, replace=True)
+    request.addfinalizer(lambda: registry._FACTORIES.pop("picky-test", None))
+    ok = plan_detector(DetectorEntry(name="picky-test", options={"ref": "/a/b"}), "x", 2, None)
+    assert ok.problem is None and ok.offsets == {"seed": 5} and ok.config.seed == 5
+    assert ok.entry.options == {"ref": "/a/b", "seed": 5}
+    picky = DetectorEntry(name="picky-test", options={"ref": "lab:micro/base"})
+    planned = plan_detector(picky, "x", 2, None)
+    assert planned.problem == "ref: an unresolved lab reference" and planned.config is None
+    assert planned.entry == picky and planned.offsets == {}
+    assert "seed 2: not resolved here (ref: an unresolved lab reference)" in planned.describe()
+    # built once its reference resolves (a run builds after materialize): seed 3 + 2, read from
+    # the configured detector's config
+    later = dataclasses.replace(planned, entry=dataclasses.replace(picky, options={"ref": "/c"}))
+    del seen[:]
+    assert later.build(None).config.seed == 5
+    assert seen == [{"ref": "/c"}, {"ref": "/c", "seed": 5}]
