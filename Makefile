@@ -25,7 +25,7 @@ constraints: $(VENV)/.installed
 	mv constraints.txt.new constraints.txt
 
 test: $(VENV)/.installed
-	$(PY) -m pytest -m "not slow" -q
+	$(PY) -m pytest -m "not slow" -q --durations=20
 
 test-slow: $(VENV)/.installed
 	$(PY) -m pytest -m slow -q
