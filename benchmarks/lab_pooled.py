@@ -90,7 +90,8 @@ def pooled(
 
 
 def provenance(runs: list[Path]) -> str:
-    """Which runs the rows pool: each run's config name, commit, seeds and lab(s)."""
+    """Which runs the rows pool: each run's config name, commit, seeds, lab(s) and machine
+    (a lab build's weights depend on the CPU's kernel level: docs/reproducibility.md)."""
     parts = []
     for run in runs:
         env = json.loads((run / "environment.json").read_text())
@@ -98,8 +99,11 @@ def provenance(runs: list[Path]) -> str:
         config = yaml.safe_load((run / "config.yaml").read_text()) or {}
         labs = sorted({t["lab"] for t in config.get("targets") or [] if t.get("lab")})
         lab = f", lab {', '.join(labs)}" if labs else ""
+        machine = env.get("cpu") or env.get("machine") or "unknown CPU"
+        started = str(env.get("started") or "?")[:10]
         parts.append(
-            f"`{env.get('config', run.name)}` (commit {commit}, seeds {env.get('seeds')}{lab})"
+            f"`{env.get('config', run.name)}` (commit {commit}, seeds {env.get('seeds')}{lab}; "
+            f"{machine}, {started})"
         )
     return (
         "Written by `benchmarks/lab_pooled.py` from the run directories " + "; ".join(parts) + "."

@@ -220,7 +220,11 @@ def test_lab_pooled_pools_the_settings_of_several_runs(tmp_path_factory):
     assert not row["meets_power"]  # the power criterion is about "+ CalibDCD vs X" only
     where = lab_pooled.provenance([two, one])
     assert where.count("`micro-test` (commit ") == 2
-    assert "seeds [0, 1])" in where and "seeds [0])" in where  # its targets name no `lab:`
+    # its targets name no `lab:`; each run's machine and start date from its environment.json
+    assert "seeds [0, 1]; " in where and "seeds [0]; " in where
+    env = json.loads((one / "environment.json").read_text())
+    machine = env.get("cpu") or env.get("machine")
+    assert f"; {machine}, {env['started'][:10]})" in where
     assert "| Overlap + placebo vs Overlap | chat-qwen | 3 |" in lab_pooled.table(rows)
 
 
