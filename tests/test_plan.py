@@ -106,7 +106,10 @@ def test_the_plan_holds_every_benchmark_target_and_detector_as_resolved(tmp_path
         assert plan.detector(p).key == (p.setting.detector.label, "lab", p.setting.seed)
     lines = "\n".join(plan.describe())
     assert "benchmark lab: lab from lab micro/ground_truth.jsonl" in lines
-    assert "target chat-qwen: hf lab micro/chat-qwen (its lab is built first)" in lines
+    assert (
+        "target chat-qwen: hf lab micro/chat-qwen (its lab is built first); views: its lab "
+        "checkpoint's chat template"
+    ) in lines
     assert "detector Overlap for lab, seed 2: options seed=" in lines
     assert "detector VeilProbe for lab, seed 0: as configured" in lines
     # the run's context builds the plan's detectors (the overlap detector builds nothing)
@@ -178,3 +181,30 @@ def test_a_detector_unresolvable_before_its_build_still_gets_its_seed(request):
     del seen[:]
     assert later.build(None).config.seed == 5
     assert seen == [{"ref": "/c"}, {"ref": "/c", "seed": 5}]
+
+
+def test_a_targets_view_source_is_decided_by_one_rule_without_loading_anything(tmp_path):
+    """The plan says where each target's views come from with the rule target_views follows
+    (view_rule): nothing loaded, built or asked of a server."""
+    from calibdcd.experiment.config import TargetEntry
+    from calibdcd.experiment.targets import describe_views, view_rule
+
+    url = {"base_url": "http://127.0.0.1:9/v1"}  # nothing listens: nothing may be asked
+    cases = [
+        (TargetEntry(name="a", backend="openai", model="m", tokenizer="server", options=url),
+         "server"),
+        (TargetEntry(name="b", backend="hf", model="m", tokenizer="org/tok"), "tokenizer"),
+        (TargetEntry(name="c", backend="hf", model="chat-qwen", lab="micro@7"), "lab checkpoint"),
+        (TargetEntry(name="d", backend="hf", model="packaged:smollm2-135m-instruct"),
+         "checkpoint"),
+        (TargetEntry(name="e", backend="hf", model=str(tmp_path)), "checkpoint"),
+        (TargetEntry(name="f", backend="hf", model="org/unfetched"), "hub model"),
+        (TargetEntry(name="g", backend="openai", model="served", options=url), "remote"),
+        (TargetEntry(name="h", backend="openai", model="served", family="qwen2.5", options=url),
+         "family"),
+    ]  # fmt: skip
+    root = tmp_path / "cache"
+    assert [view_rule(t, root) for t, _ in cases] == [rule for _, rule in cases]
+    assert not root.exists()
+    assert describe_views(cases[1][0], root) == "the chat template of tokenizer org/tok"
+    assert describe_views(cases[-1][0], root) == "the built-in views of family qwen2.5"

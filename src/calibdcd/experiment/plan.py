@@ -31,6 +31,7 @@ from calibdcd.experiment.config import (
 from calibdcd.experiment.detectors import PlannedDetector, plan_detector
 from calibdcd.experiment.labs import resolve_lab, resolve_lab_refs, unbuilt_clean_references
 from calibdcd.experiment.setting import Setting, setting_hash
+from calibdcd.experiment.targets import describe_views
 from calibdcd.paths import cache_root
 
 __all__ = [
@@ -121,20 +122,24 @@ class PlannedTarget:
     entry: TargetEntry
     model: str
     built: bool
+    #: where CalibDCD's views for it come from (:func:`~calibdcd.experiment.targets.view_rule`)
+    views: str = ""
 
     def describe(self) -> str:
         e = self.entry
         state = "" if self.built else " (its lab is built first)"
-        return f"target {e.name}: {e.backend} {self.model}{state}"
+        views = f"; views: {self.views}" if self.views else ""
+        return f"target {e.name}: {e.backend} {self.model}{state}{views}"
 
 
 def _planned_target(entry: TargetEntry, root: Path) -> PlannedTarget:
+    views = describe_views(entry, root)
     if entry.lab is not None:
         lab = resolve_lab(entry.lab, build=False, root=root)
         if lab is None:
-            return PlannedTarget(entry, f"lab {entry.lab}/{entry.model}", False)
-        return PlannedTarget(entry, str(lab / entry.model), True)
-    return PlannedTarget(entry, entry.model, True)
+            return PlannedTarget(entry, f"lab {entry.lab}/{entry.model}", False, views)
+        return PlannedTarget(entry, str(lab / entry.model), True, views)
+    return PlannedTarget(entry, entry.model, True, views)
 
 
 @dataclasses.dataclass(frozen=True)

