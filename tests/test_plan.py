@@ -170,7 +170,7 @@ def test_a_detector_unresolvable_before_its_build_still_gets_its_seed(request):
     ok = plan_detector(DetectorEntry(name="picky-test", options={"ref": "/a/b"}), "x", 2, None)
     assert ok.problem is None and ok.offsets == {"seed": 5} and ok.config.seed == 5
     assert ok.entry.options == {"ref": "/a/b", "seed": 5}
-    picky = DetectorEntry(name="picky-test", options={"ref": "lab:micro/base"})
+    picky = DetectorEntry(name="picky-test", options={"ref": "lab:micro@97/base"})  # never built
     planned = plan_detector(picky, "x", 2, None)
     assert planned.problem == "ref: an unresolved lab reference" and planned.config is None
     assert planned.entry == picky and planned.offsets == {}
