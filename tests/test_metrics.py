@@ -1,4 +1,5 @@
-"""Metrics agree with scikit-learn (an independent implementation) on ties and edge cases."""
+"""Metrics are scikit-learn's on checked inputs (checked here against the definitions by brute
+force), and a bootstrap's vectorised resamples equal the per-resample loop."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 from sklearn.metrics import roc_auc_score
 from sklearn.metrics import roc_curve as sk_roc_curve
 
-from calibdcd.metrics import auc, bootstrap_ci, roc_curve, tpr_at_fpr
+from calibdcd.metrics import TprAtFpr, auc, bootstrap_ci, roc_curve, tpr_at_fpr
 
 
 def _sk_tpr_at_fpr(y, s, target):
@@ -89,3 +90,52 @@ def test_bootstrap_is_seeded_and_brackets_the_estimate():
     assert 0.04 < a.high - a.low < 0.25
     t = bootstrap_ci(y, s, lambda yy, ss: tpr_at_fpr(yy, ss, 0.05), n_boot=200)
     assert 0.0 <= t.low <= t.estimate <= t.high <= 1.0
+
+
+def _brute_auc(y, s):
+    """P(member > non-member) + ½ P(tie), over every pair."""
+    pos, neg = s[y == 1], s[y == 0]
+    diff = pos[:, None] - neg[None, :]
+    return ((diff > 0).sum() + 0.5 * (diff == 0).sum()) / diff.size
+
+
+def _brute_tpr(y, s, target):
+    """The largest TPR over every threshold (each distinct score, and above all) whose FPR is
+    within the budget."""
+    best = 0.0
+    for thr in np.r_[np.inf, np.unique(s)]:
+        pred = s >= thr
+        if pred[y == 0].mean() <= target + 1e-12:
+            best = max(best, pred[y == 1].mean())
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_metrics_are_their_definitions(seed):
+    rng = np.random.default_rng(100 + seed)
+    n = int(rng.integers(6, 120))
+    y = rng.integers(0, 2, size=n)
+    y[0], y[1] = 0, 1
+    s = rng.integers(0, 5, size=n).astype(float) if seed % 2 else rng.normal(size=n) + y
+    assert auc(y, s) == pytest.approx(_brute_auc(y, s), abs=1e-12)
+    for target in (0.0, 0.05, 0.2, 1.0):
+        assert tpr_at_fpr(y, s, target) == pytest.approx(_brute_tpr(y, s, target))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_bootstraps_vectorised_resamples_equal_the_loop(seed):
+    """AUC and TPR intervals score their resamples as one matrix (calibdcd.roc); the same
+    metric given as an opaque callable runs the per-resample loop on the same draws."""
+    rng = np.random.default_rng(seed)
+    y = np.r_[np.zeros(70), np.ones(40)].astype(int)
+    s = rng.integers(0, 8, size=110).astype(float) if seed % 2 else rng.normal(size=110) + y
+    for fast, slow in (
+        (auc, lambda a, b: auc(a, b)),
+        (TprAtFpr(0.05), lambda a, b: tpr_at_fpr(a, b, 0.05)),
+        (TprAtFpr(0.2), lambda a, b: tpr_at_fpr(a, b, 0.2)),
+    ):
+        v = bootstrap_ci(y, s, fast, n_boot=200, seed=seed)
+        loop = bootstrap_ci(y, s, slow, n_boot=200, seed=seed)
+        assert v.estimate == loop.estimate
+        assert v.low == pytest.approx(loop.low, abs=1e-12)
+        assert v.high == pytest.approx(loop.high, abs=1e-12)

@@ -7,13 +7,12 @@ import numpy as np
 import pytest
 
 from calibdcd.metrics import auc, tpr_at_fpr
+from calibdcd.roc import auc_rows, tpr_rows
 from calibdcd.stats import (
-    auc_rows,
     combined_delong_p,
     compare,
     delong,
     paired_bootstrap,
-    tpr_rows,
 )
 
 

@@ -34,18 +34,18 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from scipy.stats import norm, rankdata
+from scipy.stats import norm
+
+from calibdcd.roc import auc_rows, tpr_rows
 
 __all__ = [
     "MIN_PAIRED_BOOT",
     "DeLong",
     "PairedDelta",
-    "auc_rows",
     "combined_delong_p",
     "compare",
     "delong",
     "paired_bootstrap",
-    "tpr_rows",
 ]
 
 #: replicates of the paired bootstrap at least (the experiment and the report): percentile
@@ -207,26 +207,6 @@ def _check_boot(n_boot: int, level: float) -> None:
         raise ValueError(f"n_boot must be >= 1, got {n_boot}")
     if not (0.0 < level < 1.0):
         raise ValueError(f"level must lie in (0, 1), got {level}")
-
-
-def auc_rows(pos: np.ndarray, neg: np.ndarray) -> np.ndarray:
-    """AUC of every row: ``pos`` (B, m) member scores, ``neg`` (B, n) non-member scores (ties
-    count ½, as :func:`calibdcd.metrics.auc`)."""
-    m, n = pos.shape[1], neg.shape[1]
-    ranks = rankdata(np.concatenate([pos, neg], axis=1), axis=1)
-    return (ranks[:, :m].sum(axis=1) - m * (m + 1) / 2.0) / (m * n)
-
-
-def tpr_rows(pos: np.ndarray, neg: np.ndarray, fpr: float) -> np.ndarray:
-    """TPR@``fpr`` of every row, as :func:`calibdcd.metrics.tpr_at_fpr`: at the largest ROC
-    point with FPR ≤ fpr, i.e. the share of members strictly above the (k+1)-th largest
-    non-member score, k = ⌊fpr·n⌋ (all members when k ≥ n)."""
-    n = neg.shape[1]
-    k = int(np.floor(fpr * n + 1e-12 * n))
-    if k >= n:
-        return np.ones(pos.shape[0])
-    kth = -np.partition(-neg, k, axis=1)[:, k]
-    return (pos > kth[:, None]).mean(axis=1)
 
 
 def _batch_metric(name: str, fpr: float) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:

@@ -76,7 +76,7 @@ from calibdcd.experiment.labs import unbuilt_clean_references
 from calibdcd.experiment.store import ArrayCache, digest, write_csv, write_json
 from calibdcd.experiment.targets import build_target, model_path, target_identity, target_views
 from calibdcd.keys import key_dict
-from calibdcd.metrics import Interval, auc, bootstrap_ci, tpr_at_fpr
+from calibdcd.metrics import Interval, TprAtFpr, auc, bootstrap_ci, tpr_at_fpr
 from calibdcd.paths import cache_root, strip_locations
 from calibdcd.provenance import build_environment, library_versions
 from calibdcd.redact import redact_tree
@@ -789,9 +789,7 @@ def run_setting(
     main = problem.run(cfg.calibration)
     fpr = cfg.evaluation.fpr
 
-    def tpr(y: np.ndarray, s: np.ndarray) -> float:
-        return tpr_at_fpr(y, s, fpr)
-
+    tpr = TprAtFpr(fpr)  # one object: the bootstrap scores its resamples at once
     y_eval = problem.y_eval
     before = {
         "auc": _interval(y_eval, problem.scores_before, auc, cfg, seed),
