@@ -136,6 +136,11 @@ def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, A
     return out
 
 
+def _shifted(entry: DetectorEntry, offsets: Mapping[str, Any]) -> DetectorEntry:
+    """``entry`` with a seed's offsets merged into its options."""
+    return dataclasses.replace(entry, options=_deep_merge(entry.options, offsets))
+
+
 @dataclasses.dataclass(frozen=True)
 class PlannedDetector:
     """A detector as a run's plan holds it: for one benchmark (the name it is configured for)
@@ -174,10 +179,7 @@ class PlannedDetector:
         detector is built and the seed's offsets are read from its config, as before plans."""
         if self.problem is not None and self.seed and not self.offsets:
             base = build_detector(self.entry, self.benchmark, cache_dir, progress=progress)
-            offsets = seed_offsets(base.config, self.seed)
-            entry = dataclasses.replace(
-                self.entry, options=_deep_merge(self.entry.options, offsets)
-            )
+            entry = _shifted(self.entry, seed_offsets(base.config, self.seed))
             return build_detector(entry, self.benchmark, cache_dir, progress=progress)
         return build_detector(self.entry, self.benchmark, cache_dir, progress=progress)
 
@@ -214,7 +216,7 @@ def plan_detector(
     if seed == 0:
         return PlannedDetector(entry, benchmark, 0, base)
     offsets = seed_offsets(base, seed)
-    shifted = dataclasses.replace(entry, options=_deep_merge(entry.options, offsets))
+    shifted = _shifted(entry, offsets)
     try:
         config = detector_config(shifted, benchmark, cache_dir)
     except Exception as exc:

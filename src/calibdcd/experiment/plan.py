@@ -103,13 +103,14 @@ class PlannedBenchmark:
 
     def describe(self) -> str:
         e = self.entry
-        where = (
-            f"hub {e.hub}"
-            if e.hub is not None
-            else f"lab {e.lab}/{e.path or 'ground_truth.jsonl'}"
-            if e.lab is not None
-            else (e.path or (e.name if benchmark_spec(e.name) is None else "its known source"))
-        )
+        if e.hub is not None:
+            where = f"hub {e.hub}"
+        elif e.lab is not None:
+            where = f"lab {e.lab}/{e.path or 'ground_truth.jsonl'}"
+        elif e.path:
+            where = e.path
+        else:
+            where = e.name if benchmark_spec(e.name) is None else "its known source"
         return f"benchmark {e.label}: {self.name} from {where}"
 
 
