@@ -486,6 +486,7 @@ def test_one_mistake_of_each_kind_is_reported_at_once_with_lines(tmp_path):
     "name, n_settings",
     [
         ("lab-v2-lab2", 24),  # VeilProbe and DPDLLM on four targets, three seeds
+        ("lab-v2-paper-lab2", 24),  # the same, re-run with the paper's CalibDCD (2026-11-27)
         ("real-regime", 18),  # three detectors on the real LM's base and chat, three seeds
     ],
 )
