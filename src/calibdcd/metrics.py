@@ -61,8 +61,7 @@ def roc_curve(
     from sklearn.metrics import roc_curve as _roc_curve
 
     y, s = _check(labels, scores)
-    fpr, tpr, thresholds = _roc_curve(y, s, drop_intermediate=drop_intermediate)
-    return fpr, tpr, thresholds
+    return _roc_curve(y, s, drop_intermediate=drop_intermediate)
 
 
 def auc(labels: np.ndarray, scores: np.ndarray) -> float:
@@ -144,18 +143,18 @@ def bootstrap_ci(
     rng = np.random.default_rng(seed)
     pos = np.flatnonzero(y == 1)
     neg = np.flatnonzero(y == 0)
+    draws_pos = np.empty((n_boot, pos.size), dtype=np.int64)
+    draws_neg = np.empty((n_boot, neg.size), dtype=np.int64)
+    for b in range(n_boot):  # each resample's members, then its non-members
+        draws_pos[b] = rng.choice(pos, pos.size)
+        draws_neg[b] = rng.choice(neg, neg.size)
     rows = _rows_metric(metric)
-    if rows is not None:  # the same draws as the loop below, scored as one matrix
-        draws_pos = np.empty((n_boot, pos.size), dtype=np.int64)
-        draws_neg = np.empty((n_boot, neg.size), dtype=np.int64)
-        for b in range(n_boot):
-            draws_pos[b] = rng.choice(pos, pos.size)
-            draws_neg[b] = rng.choice(neg, neg.size)
+    if rows is not None:  # every resample scored as one matrix
         stats = np.asarray(rows(s[draws_pos], s[draws_neg]), dtype=np.float64)
     else:
         stats = np.empty(n_boot)
         for b in range(n_boot):
-            idx = np.r_[rng.choice(pos, pos.size), rng.choice(neg, neg.size)]
+            idx = np.r_[draws_pos[b], draws_neg[b]]
             stats[b] = metric(y[idx], s[idx])
     alpha = (1.0 - level) / 2.0
     low, high = np.quantile(stats, [alpha, 1.0 - alpha])
