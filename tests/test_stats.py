@@ -146,6 +146,8 @@ def test_seeded_and_validated():
         paired_bootstrap([(y, a, b[:3])])
     with pytest.raises(ValueError, match="n_boot"):
         compare([(y, a, b)], n_boot=0)
+    with pytest.raises(ValueError, match="unknown metric 'f1'"):
+        paired_bootstrap([(y, a, b)], metrics=("auc", "f1"))
 
 
 def test_combined_p_is_not_anti_conservative_under_the_null():

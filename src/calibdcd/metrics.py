@@ -94,12 +94,12 @@ class TprAtFpr:
 
 
 def _rows_metric(metric: Callable) -> Callable[[np.ndarray, np.ndarray], np.ndarray] | None:
-    from calibdcd.roc import auc_rows, tpr_rows
+    from calibdcd.roc import rows_metric
 
     if metric is auc:
-        return auc_rows
+        return rows_metric("auc")
     if isinstance(metric, TprAtFpr):
-        return lambda pos, neg: tpr_rows(pos, neg, metric.fpr)
+        return rows_metric("tpr", metric.fpr)
     return None
 
 

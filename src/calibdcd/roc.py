@@ -11,10 +11,12 @@ twenty intervals. Single ROC statistics (point estimates, curves) are scikit-lea
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from scipy.stats import rankdata
 
-__all__ = ["auc_rows", "tpr_rows"]
+__all__ = ["auc_rows", "rows_metric", "tpr_rows"]
 
 
 def auc_rows(pos: np.ndarray, neg: np.ndarray) -> np.ndarray:
@@ -35,3 +37,13 @@ def tpr_rows(pos: np.ndarray, neg: np.ndarray, fpr: float) -> np.ndarray:
         return np.ones(pos.shape[0])
     kth = -np.partition(-neg, k, axis=1)[:, k]
     return (pos > kth[:, None]).mean(axis=1)
+
+
+def rows_metric(name: str, fpr: float = 0.05) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """The row-wise scorer of a metric by name: ``"auc"`` or ``"tpr"`` (at ``fpr``); the one
+    name-to-function mapping the bootstraps share."""
+    if name == "auc":
+        return auc_rows
+    if name == "tpr":
+        return lambda pos, neg: tpr_rows(pos, neg, fpr)
+    raise ValueError(f"unknown metric {name!r} (auc, tpr)")

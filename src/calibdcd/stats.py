@@ -30,13 +30,13 @@ their results are correlated; nothing here assumes they are independent.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from scipy.stats import norm
 
-from calibdcd.roc import auc_rows, tpr_rows
+from calibdcd.roc import rows_metric
 
 __all__ = [
     "MIN_PAIRED_BOOT",
@@ -209,14 +209,6 @@ def _check_boot(n_boot: int, level: float) -> None:
         raise ValueError(f"level must lie in (0, 1), got {level}")
 
 
-def _batch_metric(name: str, fpr: float) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
-    if name == "auc":
-        return auc_rows
-    if name == "tpr":
-        return lambda p, q: tpr_rows(p, q, fpr)
-    raise ValueError(f"unknown metric {name!r} (auc, tpr)")
-
-
 def paired_bootstrap(
     pools: Sequence[Pool],
     metrics: Sequence[str] = ("auc", "tpr"),
@@ -234,7 +226,7 @@ def paired_bootstrap(
     if not pools:
         raise ValueError("paired_bootstrap needs at least one pool")
     pools = [_pool(*p, where=f"pool {i}") for i, p in enumerate(pools)]
-    fns = {name: _batch_metric(name, fpr) for name in metrics}
+    fns = {name: rows_metric(name, fpr) for name in metrics}
     rng = np.random.default_rng(seed)
     n_seeds = len(pools)
     draw = rng.integers(0, n_seeds, size=(n_boot, n_seeds))  # level 1: seeds per replicate
