@@ -66,6 +66,9 @@ def pooled(
                 continue
             delta = cell[key]["auc"]
             half = 100 * delta.half_width
+            # every pool's Δ exactly 0 and no spread: the two methods scored alike everywhere
+            # (CalibDCD corrected no pool), so a zero half-width is no resolution at all
+            identical = half == 0 and all(x == 0 for x in delta.per_seed)
             rows.append(
                 {
                     "detector": detector,
@@ -83,7 +86,8 @@ def pooled(
                     "level": delta.level,
                     "n_boot": delta.n_boot,
                     "verdict": {1: "better", -1: "worse", 0: "not resolved"}[delta.verdict],
-                    "meets_power": key == "calibdcd" and half <= POWER_HALF_WIDTH,
+                    "identical": identical,
+                    "meets_power": key == "calibdcd" and half <= POWER_HALF_WIDTH and not identical,
                 }
             )
     return rows
@@ -117,7 +121,12 @@ def table(rows: list[dict[str, Any]]) -> str:
         "|---|---|---|---|---|---|",
     ]
     for r in rows:
-        mark = " (≤ 1.5: meets the power criterion)" if r["meets_power"] else ""
+        if r.get("identical"):
+            mark = " (identical scores in every pool: nothing to resolve)"
+        elif r["meets_power"]:
+            mark = " (≤ 1.5: meets the power criterion)"
+        else:
+            mark = ""
         lines.append(
             f"| {r['comparison']} | {r['target']} | {len(r['pools'])} | "
             f"{r['delta_auc']:+.1f} [{r['low']:+.1f}, {r['high']:+.1f}] | "

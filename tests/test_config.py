@@ -487,14 +487,15 @@ def test_one_mistake_of_each_kind_is_reported_at_once_with_lines(tmp_path):
     [
         ("lab-v2-lab2", 24),  # VeilProbe and DPDLLM on four targets, three seeds
         ("lab-v2-paper-lab2", 24),  # the same, re-run with the paper's CalibDCD (2026-11-27)
+        ("lab-v2-paper-lab0", 36),  # the full study on lab seed 0: three detectors, controls
         ("real-regime", 18),  # three detectors on the real LM's base and chat, three seeds
     ],
 )
 def test_a_stored_run_resolves_to_its_own_setting_hashes(tmp_path, name, n_settings):
-    """The committed run directories (the lab-v2 study's lab seed 2 and the real-model regime
-    study, written by earlier calibdcd commits): their config.yaml, read by today's code, gives
-    the setting hashes their grid.json recorded, so a stored run stays complete and is never
-    recomputed by a refactoring. Neither lab needs to be built for this."""
+    """The committed run directories (the lab-v2 study's lab seeds 0 and 2 and the real-model
+    regime study, written by earlier calibdcd commits): their config.yaml, read by today's code,
+    gives the setting hashes their grid.json recorded, so a stored run stays complete and is
+    never recomputed by a refactoring. No lab needs to be built for this."""
     import tarfile
 
     from calibdcd.experiment.setting import setting_hash

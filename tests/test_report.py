@@ -226,6 +226,12 @@ def test_lab_pooled_pools_the_settings_of_several_runs(tmp_path_factory):
     machine = env.get("cpu") or env.get("machine")
     assert f"; {machine}, {env['started'][:10]})" in where
     assert "| Overlap + placebo vs Overlap | chat-qwen | 3 |" in lab_pooled.table(rows)
+    # a cell whose scores are identical in every pool (CalibDCD corrected none) has a zero
+    # half-width that resolves nothing: it is said so and does not meet the power criterion
+    same = {**row, "delta_auc": 0.0, "low": 0.0, "high": 0.0, "half_width": 0.0}
+    assert row["identical"] is False
+    text = lab_pooled.table([{**same, "identical": True, "meets_power": False}])
+    assert "| 0.0 (identical scores in every pool: nothing to resolve) | not resolved |" in text
 
 
 def test_analysis_aggregates(report):
