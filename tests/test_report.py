@@ -229,6 +229,7 @@ def test_lab_pooled_pools_the_settings_of_several_runs(tmp_path_factory):
     # a cell whose scores are identical in every pool (CalibDCD corrected none) has a zero
     # half-width that resolves nothing: it is said so and does not meet the power criterion
     same = {**row, "delta_auc": 0.0, "low": 0.0, "high": 0.0, "half_width": 0.0}
+    same["verdict"] = "not resolved"
     assert row["identical"] is False
     text = lab_pooled.table([{**same, "identical": True, "meets_power": False}])
     assert "| 0.0 (identical scores in every pool: nothing to resolve) | not resolved |" in text
