@@ -121,7 +121,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         "|---|---|---|---|---|---|",
     ]
     for r in rows:
-        if r.get("identical"):
+        if r["identical"]:
             mark = " (identical scores in every pool: nothing to resolve)"
         elif r["meets_power"]:
             mark = " (≤ 1.5: meets the power criterion)"
