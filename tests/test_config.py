@@ -489,21 +489,30 @@ def test_one_mistake_of_each_kind_is_reported_at_once_with_lines(tmp_path):
         ("lab-v2-paper-lab2", 24),  # the same, re-run with the paper's CalibDCD (2026-11-27)
         ("lab-v2-paper-lab0", 36),  # the full study on lab seed 0: three detectors, controls
         ("real-regime", 18),  # three detectors on the real LM's base and chat, three seeds
+        ("real-wikimia24-paper", 18),  # WikiMIA-24 on SmolLM2 and Gemma-3, the paper's CalibDCD
     ],
 )
-def test_a_stored_run_resolves_to_its_own_setting_hashes(tmp_path, name, n_settings):
-    """The committed run directories (the lab-v2 study's lab seeds 0 and 2 and the real-model
-    regime study, written by earlier calibdcd commits): their config.yaml, read by today's code,
-    gives the setting hashes their grid.json recorded, so a stored run stays complete and is
-    never recomputed by a refactoring. No lab needs to be built for this."""
+def test_a_stored_run_resolves_to_its_own_setting_hashes(tmp_path, name, n_settings, request):
+    """The committed run directories (the lab-v2 study's lab seeds 0-2, the real-model regime
+    study and WikiMIA-24 on two real LMs, written by earlier calibdcd commits): their
+    config.yaml, read by today's code, gives the setting hashes their grid.json recorded, so a
+    stored run stays complete and is never recomputed by a refactoring. No lab is built; a run
+    that reads the shared benchmark copies skips without them."""
     import tarfile
 
     from calibdcd.experiment.setting import setting_hash
 
     tar = REPO / "benchmarks" / "results" / "runs" / f"{name}.tar.xz"
     with tarfile.open(tar) as fh:
-        fh.extractall(tmp_path, filter="data")
+        fh.extractall(tmp_path / "runs", filter="data")
     run = next(tmp_path.rglob("grid.json")).parent
+    text = (run / "config.yaml").read_text()
+    # the shared copies: a benchmark path, or the real-model lab's recipe (built from WikiMIA-24)
+    if "../shared/" in text or "${CALIBDCD_SHARED}" in text or "lab: real-" in text:
+        shared = request.getfixturevalue("shared_data_dir").parent  # skips when absent
+        # a run names them relative to its own directory (runs/<run>/ -> ../../shared): put
+        # them there, as on the machine it ran on
+        (tmp_path / "shared").symlink_to(shared)
     stored = {r["id"]: r["setting_hash"] for r in json.loads((run / "grid.json").read_text())}
     cfg = load_config(run / "config.yaml")
     assert {s.id: setting_hash(s, cfg) for s in _grid(cfg)} == stored
