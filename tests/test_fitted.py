@@ -566,18 +566,18 @@ def test_bundle_digests_refuse_an_edited_header_or_file(tmp_path):
 
 
 def test_suspect_files_fail_in_one_line_naming_file_and_line(tmp_path):
-    from calibdcd.fitted.config import read_texts
+    from calibdcd.data import load_texts
 
     bad = tmp_path / "s.txt"
     bad.write_bytes(b"a fine line\nbad \xff\xfe bytes\n")
-    with pytest.raises(ValueError, match=r"s\.txt:2: not UTF-8 text \(byte 5"):
-        read_texts(bad)
+    with pytest.raises(ValueError, match=r"s\.txt, line 2: not valid UTF-8 \(byte 0xff at col"):
+        load_texts(bad)
     empty = tmp_path / "e.jsonl"
     empty.write_text("\n\n")
-    with pytest.raises(ValueError, match=r"e\.jsonl: no texts \(empty file"):
-        read_texts(empty)
-    with pytest.raises(ValueError, match=r"nope\.txt: no such file"):
-        read_texts(tmp_path / "nope.txt")
+    with pytest.raises(ValueError, match=r"e\.jsonl, line 1: no texts \(empty file"):
+        load_texts(empty)
+    with pytest.raises(FileNotFoundError, match=r"nope\.txt: no such file"):
+        load_texts(tmp_path / "nope.txt")
 
 
 def test_fit_texts_say_which_part_holds_a_text():
@@ -870,7 +870,19 @@ def test_a_served_fit_keeps_no_credential_in_its_bundle_and_scores_through_base_
     (tmp_path / "m.txt").write_text("".join(t + "\n" for t in m[:120]))
     (tmp_path / "n.txt").write_text("".join(t + "\n" for t in n[:140]))
     (tmp_path / "suspect.txt").write_text("".join(t + "\n" for t in m[120:150]))
-    (tmp_path / "twice.txt").write_text(2 * "".join(t + "\n" for t in m[120:150]))
+    # the same 30 texts again, each a near-copy (other whitespace): still 30 distinct texts
+    (tmp_path / "twice.txt").write_text(
+        "".join(t + "\n" for t in m[120:150])
+        + "".join(t.replace(" ", "  ", 1) + " \n" for t in m[120:150])
+    )
+    # the suspect file in every format the one reader reads: the same texts, the same verdict
+    rows = [{"id": f"s{i}", "text": t} for i, t in enumerate(m[120:150])]
+    (tmp_path / "suspect.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "suspect.json").write_text(json.dumps(rows, indent=1))
+    (tmp_path / "suspect.csv").write_text(
+        "id,text\n" + "".join(f'{r["id"]},"{r["text"]}"\n' for r in rows)
+    )
+    (tmp_path / "suspect.dat").write_text("".join(t + "\n" for t in m[120:150]))
     with FaultServer(
         lambda p, a: "ok", answer=_memorising_answer(texts, labels), served_model="tiny"
     ) as srv:
@@ -891,7 +903,7 @@ def test_a_served_fit_keeps_no_credential_in_its_bundle_and_scores_through_base_
         res = runner.invoke(app, [*score, "-o", "s.jsonl"])
         assert res.exit_code == 2 and "pass the server with --base-url" in res.output
         verdicts = []
-        for name in ("suspect.txt", "twice.txt"):
+        for name in ("suspect.txt", "twice.txt", "suspect.jsonl", "suspect.json", "suspect.csv"):
             res = runner.invoke(
                 app,
                 ["score", "bundle", name, "--cache-dir", "cache", "--no-progress",
@@ -899,8 +911,22 @@ def test_a_served_fit_keeps_no_credential_in_its_bundle_and_scores_through_base_
             )  # fmt: skip
             assert res.exit_code == 0, res.output
             verdicts.append(re.search(r"the set is .*\)", res.output)[0])
-        assert "MORE member-like" in verdicts[0] and verdicts[0] == verdicts[1]
-        assert "30 repeated text(s): each distinct text counts once" in res.output
+        assert "MORE member-like" in verdicts[0] and len(set(verdicts)) == 1, verdicts
+        res = runner.invoke(
+            app,
+            ["score", "bundle", "twice.txt", "--cache-dir", "cache", "--no-progress",
+             "--base-url", url, "-o", "twice.jsonl"],
+        )  # fmt: skip
+        assert re.search(r"30 repeated text\(s\) .*each distinct text counts once", res.output)
+        # an unknown suffix: one line naming the supported ones, nothing scored
+        res = runner.invoke(
+            app,
+            ["score", "bundle", "suspect.dat", "--cache-dir", "cache", "--no-progress",
+             "--base-url", url, "-o", "x.jsonl"],
+        )  # fmt: skip
+        assert res.exit_code == 2, res.output
+        assert "suspect.dat: unsupported file type; expected one of .jsonl" in res.output
+        assert "Traceback" not in res.output and not Path("x.jsonl").exists()
         # score from another directory with no --cache-dir: the cache-root rule of every
         # command ($CALIBDCD_CACHE here) finds fit's and score's cache, so nothing is asked again
         monkeypatch.setenv("CALIBDCD_CACHE", str(tmp_path / "cache"))

@@ -89,23 +89,28 @@ def _preflight(section: Any) -> None:
 def _fit_texts(cfg: Any, cache: Path) -> Any:
     import numpy as np
 
+    from calibdcd.data import load_table, load_texts
     from calibdcd.fitted import FitTexts
-    from calibdcd.fitted.config import read_labelled, read_texts
 
     d, sp = cfg.data, cfg.split
+
+    def texts_of(name: str) -> list[str]:
+        return list(load_texts(cfg.resolve(name), text_field=d.text_field).texts)
+
+    def labelled(path: Path) -> tuple[list[str], list[int]]:
+        bench = load_table(path, text_field=d.text_field, label_field=d.label_field)
+        return bench.texts, [int(y) for y in bench.labels]
+
     if d.supervised is not None:
-        sup, labels = read_labelled(cfg.resolve(d.supervised), d.text_field, d.label_field)
-
-        def part(name: str | None) -> list[str]:
-            return [] if name is None else read_texts(cfg.resolve(name), text_field=d.text_field)[0]
-
+        sup, labels = labelled(cfg.resolve(d.supervised))
         return FitTexts(
-            supervised=tuple(sup), labels=tuple(labels), calibration=tuple(part(d.calibration)),
-            heldout=tuple(part(d.heldout)), pool=tuple(part(d.pool)),
+            supervised=tuple(sup), labels=tuple(labels),
+            calibration=tuple(texts_of(d.calibration) if d.calibration else ()),
+            heldout=tuple(texts_of(d.heldout)),
+            pool=tuple(texts_of(d.pool) if d.pool else ()),
         )  # fmt: skip
     if d.members is not None:
-        members = read_texts(cfg.resolve(d.members), text_field=d.text_field)[0]
-        nonmembers = read_texts(cfg.resolve(d.nonmembers), text_field=d.text_field)[0]
+        members, nonmembers = texts_of(d.members), texts_of(d.nonmembers)
     else:
         if d.lab is not None:
             from calibdcd.experiment.labs import resolve_lab
@@ -115,7 +120,7 @@ def _fit_texts(cfg: Any, cache: Path) -> Any:
             path = lab / "ground_truth.jsonl"
         else:
             path = cfg.resolve(d.path)
-        texts, labels = read_labelled(path, d.text_field, d.label_field)
+        texts, labels = labelled(path)
         members = [t for t, y in zip(texts, labels, strict=True) if y == 1]
         nonmembers = [t for t, y in zip(texts, labels, strict=True) if y == 0]
     rng = np.random.default_rng([cfg.seed, 0x5E1])
@@ -374,9 +379,10 @@ def score_command(
         raise typer.Exit(2)
 
     from calibdcd.atomic import atomic_write_text
+    from calibdcd.data import load_texts
     from calibdcd.experiment.labs import resolve_lab_refs
     from calibdcd.fitted import FittedDetector, TargetMismatchError
-    from calibdcd.fitted.config import DetectorSection, FitConfig, TargetSection, read_texts
+    from calibdcd.fitted.config import DetectorSection, FitConfig, TargetSection
     from calibdcd.fitted.detector import BundleIntegrityError, read_bundle_header
 
     try:
@@ -424,17 +430,20 @@ def score_command(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     try:
-        items, ids = read_texts(texts)
-    except ValueError as exc:
+        suspect = load_texts(texts)
+    except (OSError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    items, ids = list(suspect.texts), list(suspect.ids)
     if dry_run:
         typer.echo(
             f"bundle {bundle}: {fitted.detector_spec['name']} ({fitted.mode}), fpr {fitted.fpr}, "
             f"threshold {fitted.threshold:.6g}; digests and target identity checked"
         )
         typer.echo(f"  target: {tsec.backend} {tsec.model}; cache {cache}")
-        typer.echo(f"  texts: {len(items)} from {texts} ({len(set(items))} distinct)")
+        from calibdcd.data.textkey import keys
+
+        typer.echo(f"  texts: {len(items)} from {texts} ({len(keys(items))} distinct)")
         typer.echo(f"  scores: {out}")
         typer.echo("dry run: OK")
         return

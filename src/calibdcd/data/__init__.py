@@ -18,8 +18,9 @@ from calibdcd.data.benchmarks import (
 )
 from calibdcd.data.hub import HubUnavailableError
 from calibdcd.data.protocol import Split, SplitConfig, make_split, split_benchmark, subsample
-from calibdcd.data.tables import load_table
-from calibdcd.data.types import Benchmark, LoadReport, Sample
+from calibdcd.data.tables import load_table, load_texts
+from calibdcd.data.textkey import text_key
+from calibdcd.data.types import Benchmark, LoadReport, Sample, TextList
 from calibdcd.data.validation import DataError, DuplicateTextWarning, parse_label
 
 __all__ = [
@@ -34,11 +35,14 @@ __all__ = [
     "Sample",
     "Split",
     "SplitConfig",
+    "TextList",
     "benchmark_spec",
     "load_benchmark",
     "load_table",
+    "load_texts",
     "make_split",
     "parse_label",
     "split_benchmark",
     "subsample",
+    "text_key",
 ]

@@ -1,4 +1,10 @@
-"""Read raw records (dicts) from jsonl / json / csv / tsv / parquet files, with their locations.
+"""Read raw records (dicts) from jsonl / json / csv / tsv / parquet files, with their locations;
+and, for lists of texts only (``calibdcd fit``'s members, ``score``'s suspect texts), ``.txt``:
+one text per line, as the record ``{"text": line}``.
+
+This is the one reader of every text input: benchmarks, fit texts and suspect texts. A file is
+read by its name's suffix (``.gz`` allowed except for parquet); an unknown suffix is an error
+naming the supported ones, never raw lines by default.
 
 Readers do not interpret fields; they only report structural problems (a line that is not valid
 JSON, a JSON value that is not an object, a CSV row with the wrong number of fields). All such
@@ -18,9 +24,11 @@ from typing import Any
 
 from calibdcd.data.validation import DataError, Location, Problem
 
-__all__ = ["SUPPORTED_SUFFIXES", "Record", "file_format", "read_records"]
+__all__ = ["SUPPORTED_SUFFIXES", "TEXT_LIST_SUFFIXES", "Record", "file_format", "read_records"]
 
 SUPPORTED_SUFFIXES = (".jsonl", ".ndjson", ".json", ".csv", ".tsv", ".parquet")
+#: a list of texts may also be plain text, one per line (never a benchmark: it has no labels)
+TEXT_LIST_SUFFIXES = (*SUPPORTED_SUFFIXES, ".txt")
 
 # Some benchmark texts (BookMIA snippets, full papers) exceed csv's default 128 KiB field limit.
 csv.field_size_limit(2**31 - 1)
@@ -34,19 +42,21 @@ class Record:
     fields: dict[str, Any]
 
 
-def file_format(path: Path) -> tuple[str, bool]:
-    """``(format, gzipped)`` from the file name, e.g. ``("jsonl", True)`` for ``x.jsonl.gz``."""
+def file_format(path: Path, *, text_list: bool = False) -> tuple[str, bool]:
+    """``(format, gzipped)`` from the file name, e.g. ``("jsonl", True)`` for ``x.jsonl.gz``;
+    ``text_list``: a list of texts, which may also be ``.txt`` (one text per line)."""
     name = path.name.lower()
     gz = name.endswith(".gz")
     if gz:
         name = name[:-3]
-    for suffix in SUPPORTED_SUFFIXES:
+    suffixes = TEXT_LIST_SUFFIXES if text_list else SUPPORTED_SUFFIXES
+    for suffix in suffixes:
         if name.endswith(suffix):
             fmt = suffix[1:]
             return ("jsonl" if fmt == "ndjson" else fmt), gz
     raise ValueError(
         f"{path}: unsupported file type; expected one of "
-        f"{', '.join(SUPPORTED_SUFFIXES)} (optionally .gz, except parquet)"
+        f"{', '.join(suffixes)} (optionally .gz, except parquet)"
     )
 
 
@@ -83,6 +93,18 @@ def _read_jsonl(path: Path, gz: bool) -> tuple[list[Record], list[Problem], list
                 columns = list(obj)
             records.append(Record(loc, position, obj))
     return records, problems, columns
+
+
+def _read_txt(path: Path, gz: bool) -> tuple[list[Record], list[Problem], list[str]]:
+    """One text per line (the line without its end), blank lines skipped."""
+    records: list[Record] = []
+    with _open_text(path, gz) as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            line = raw.rstrip("\r\n")
+            if not line.strip():
+                continue
+            records.append(Record(Location(str(path), lineno), len(records), {"text": line}))
+    return records, [], ["text"]
 
 
 def _read_json(path: Path, gz: bool) -> tuple[list[Record], list[Problem], list[str]]:
@@ -170,17 +192,22 @@ def _read_parquet(path: Path) -> tuple[list[Record], list[Problem], list[str]]:
     return records, [], columns
 
 
-def read_records(path: str | Path) -> tuple[list[Record], list[str]]:
-    """All records of ``path`` and its column names (CSV header / first object's keys).
+def read_records(path: str | Path, *, text_list: bool = False) -> tuple[list[Record], list[str]]:
+    """All records of ``path`` and its column names (CSV header / first object's keys);
+    ``text_list``: the file is a list of texts, so ``.txt`` (one text per line) is read too.
 
     Raises :class:`DataError` listing every structural problem of the file.
     """
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{path}: is a directory, expected a file")
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
-    fmt, gz = file_format(path)
+    fmt, gz = file_format(path, text_list=text_list)
     try:
-        if fmt == "jsonl":
+        if fmt == "txt":
+            records, problems, columns = _read_txt(path, gz)
+        elif fmt == "jsonl":
             records, problems, columns = _read_jsonl(path, gz)
         elif fmt == "json":
             records, problems, columns = _read_json(path, gz)

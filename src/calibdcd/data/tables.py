@@ -1,4 +1,6 @@
-"""Turn raw records into a validated :class:`Benchmark`; the generic file loader :func:`load_table`.
+"""Turn raw records into a validated :class:`Benchmark` (:func:`load_table` for any labelled
+file) or into an unlabelled :class:`TextList` (:func:`load_texts`: ``fit``'s members and
+non-members, ``score``'s suspect texts), both from the one reader :mod:`calibdcd.data.readers`.
 
 Validation (all problems of a file are reported together, each with file and line):
 
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from calibdcd.data.readers import Record, read_records
-from calibdcd.data.types import Benchmark, LoadReport, Sample
+from calibdcd.data.types import Benchmark, LoadReport, Sample, TextList
 from calibdcd.data.validation import (
     DataError,
     DuplicateTextWarning,
@@ -28,7 +30,13 @@ from calibdcd.data.validation import (
     parse_label,
 )
 
-__all__ = ["DEFAULT_LABEL_FIELDS", "DEFAULT_TEXT_FIELDS", "build_benchmark", "load_table"]
+__all__ = [
+    "DEFAULT_LABEL_FIELDS",
+    "DEFAULT_TEXT_FIELDS",
+    "build_benchmark",
+    "load_table",
+    "load_texts",
+]
 
 #: column names tried, in order, when no text / label column is given
 DEFAULT_TEXT_FIELDS = ("text", "input", "snippet")
@@ -254,3 +262,61 @@ def load_table(
         dedupe=dedupe,
         default_length=default_length,
     )
+
+
+def load_texts(
+    path: str | Path,
+    *,
+    text_field: str | Sequence[str] = DEFAULT_TEXT_FIELDS,
+    id_field: str | None = None,
+) -> TextList:
+    """An unlabelled list of texts from any jsonl / json / csv / tsv / parquet file, or a
+    ``.txt`` file (one text per line), ``.gz`` allowed except for parquet; read by the reader
+    benchmarks use, so a file gives the same texts whatever its format.
+
+    ``text_field``: the text column (one name or candidates, as :func:`load_table`);
+    ``id_field``: the id column (default: ``id`` when the file has one, else no ids). Every
+    problem of the file (a missing or empty text, a repeated id) is raised at once as one
+    :class:`DataError` naming file and line.
+    """
+    path = Path(path)
+    records, columns = read_records(path, text_list=True)
+    source = str(path)
+    if not records:
+        raise DataError(Problem(Location(source, 1), "no texts (empty file, or only blank lines)"))
+    tfield = resolve_field(columns, text_field, "text", source)
+    if id_field is not None:
+        ifield: str | None = resolve_field(columns, id_field, "id", source)
+    else:
+        ifield = "id" if "id" in columns else None
+    problems: list[Problem] = []
+    texts: list[str] = []
+    ids: list[str | None] = []
+    lines: list[int] = []
+    ids_seen: dict[str, int] = {}
+    for rec in records:
+        try:
+            text = check_text(rec.fields.get(tfield))
+        except ValueError as e:
+            problems.append(Problem(rec.location, f"{tfield!r}: {e}"))
+            continue
+        sid = None
+        if ifield is not None and rec.fields.get(ifield) is not None:
+            sid = str(rec.fields[ifield]).strip() or None
+            if sid is not None and sid in ids_seen:
+                problems.append(
+                    Problem(rec.location, f"id {sid!r} already used on {rec.location.unit} "
+                            f"{ids_seen[sid]}")
+                )  # fmt: skip
+                continue
+            if sid is not None:
+                ids_seen[sid] = rec.location.line
+        texts.append(text)
+        ids.append(sid)
+        lines.append(rec.location.line)
+    if problems:
+        raise DataError(problems)
+    return TextList(
+        source=source, texts=tuple(texts), ids=tuple(ids), lines=tuple(lines),
+        unit=records[0].location.unit,
+    )  # fmt: skip

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Benchmark", "LoadReport", "Sample"]
+__all__ = ["Benchmark", "LoadReport", "Sample", "TextList"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +39,22 @@ class Sample:
             raise ValueError(
                 f"Sample {self.id!r}: label must be the int 0 or 1, got {self.label!r}"
             )
+
+
+@dataclasses.dataclass(frozen=True)
+class TextList:
+    """An unlabelled list of texts read from a file (``fit``'s members or non-members,
+    ``score``'s suspect texts): each text with its id (None without an id column) and where it
+    was read (``unit`` ``line``, ``item`` or ``row``, 1-based)."""
+
+    source: str
+    texts: tuple[str, ...]
+    ids: tuple[str | None, ...]
+    lines: tuple[int, ...]
+    unit: str = "line"
+
+    def __len__(self) -> int:
+        return len(self.texts)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,21 +15,23 @@ Example (``configs/fit-micro.yaml``)::
 every command (``$CALIBDCD_CACHE``, else the user cache), so ``score`` run from anywhere finds
 ``fit``'s generations. ``${VAR}`` is expanded as in run configs.
 
-``data`` is one of: ``lab`` (its ``ground_truth.jsonl``), ``path`` (a labelled jsonl/csv),
-``members`` + ``nonmembers`` (text files: one text per line, or jsonl with ``text``), or the
-explicit parts ``supervised`` (labelled) + ``calibration`` + ``heldout`` (+ ``pool``). Relative
-paths are relative to the config file.
+``data`` is one of: ``lab`` (its ``ground_truth.jsonl``), ``path`` (a labelled file),
+``members`` + ``nonmembers`` (lists of texts), or the explicit parts ``supervised`` (labelled) +
+``calibration`` + ``heldout`` (+ ``pool``). Every file is read by the one reader of benchmarks
+(:func:`calibdcd.data.load_table`, :func:`calibdcd.data.load_texts`): jsonl, json, csv, tsv,
+parquet, their ``.gz`` forms, and for lists of texts ``.txt`` (one text per line); the text
+column is ``text_field``, an ``id`` column is kept. Relative paths are relative to the config
+file.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["FitConfig", "parse_target_spec", "read_texts"]
+__all__ = ["FitConfig", "parse_target_spec"]
 
 
 class _Strict(BaseModel):
@@ -178,56 +180,3 @@ def parse_target_spec(spec: str) -> dict[str, Any]:
         else:
             out["options"][key] = parsed
     return out
-
-
-def read_texts(path: str | Path, *, text_field: str = "text") -> tuple[list[str], list[str | None]]:
-    """(texts, ids) of a text file: jsonl (``text_field``, optional ``id``) or one text per
-    line (empty lines skipped)."""
-    p = Path(path)
-    texts: list[str] = []
-    ids: list[str | None] = []
-    if not p.is_file():
-        raise ValueError(f"{p}: no such file")
-    with p.open("rb") as fh:
-        for n, raw in enumerate(fh, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise ValueError(
-                    f"{p}:{n}: not UTF-8 text (byte {exc.start + 1} of the line)"
-                ) from None
-            if not line.strip():
-                continue
-            if p.suffix == ".jsonl":
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{p}:{n}: not JSON ({exc})") from None
-                if not isinstance(rec, dict) or not isinstance(rec.get(text_field), str):
-                    raise ValueError(f"{p}:{n}: no string field {text_field!r}")
-                texts.append(rec[text_field])
-                ids.append(None if rec.get("id") is None else str(rec["id"]))
-            else:
-                texts.append(line.rstrip("\r\n"))
-                ids.append(None)
-    if not texts:
-        raise ValueError(f"{p}: no texts (empty file, or only blank lines)")
-    return texts, ids
-
-
-def read_labelled(
-    path: str | Path, text_field: str, label_field: str
-) -> tuple[list[str], list[int]]:
-    """(texts, labels) of a labelled jsonl."""
-    p = Path(path)
-    texts, labels = [], []
-    with p.open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            rec = json.loads(line)
-            if not isinstance(rec.get(text_field), str) or rec.get(label_field) not in (0, 1):
-                raise ValueError(f"{p}:{n}: needs {text_field!r} (str) and {label_field!r} (0/1)")
-            texts.append(rec[text_field])
-            labels.append(int(rec[label_field]))
-    return texts, labels

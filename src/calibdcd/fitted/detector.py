@@ -57,6 +57,7 @@ import numpy as np
 
 from calibdcd.atomic import atomic_write_bytes, atomic_write_text
 from calibdcd.calibration import CalibrationConfig
+from calibdcd.data.textkey import first_occurrences, keys, text_key
 from calibdcd.detectors.adapter import DetectorAdapter
 from calibdcd.detectors.base import (
     PersistableClassifier,
@@ -120,6 +121,26 @@ def _texts(values: Sequence[str], what: str) -> tuple[str, ...]:
     return out
 
 
+def _quote(text: str, width: int = 40) -> str:
+    flat = " ".join(text.split())
+    return repr(flat if len(flat) <= width else flat[: width - 1] + "…")
+
+
+def _distinct(texts: Sequence[str], what: str) -> list[str]:
+    """``texts`` without near-duplicates (the first of each normalised text kept), with a
+    warning naming how many were dropped."""
+    firsts = first_occurrences(texts)
+    out = [t for t, j in zip(texts, firsts, strict=True) if j is None]
+    if len(out) < len(texts):
+        warnings.warn(
+            f"{what}: {len(texts) - len(out)} repeated text(s) dropped (the same after Unicode "
+            f"NFC and whitespace collapsing); {len(out)} distinct kept",
+            UserWarning,
+            stacklevel=3,
+        )
+    return out
+
+
 @dataclasses.dataclass(frozen=True)
 class FitTexts:
     """The texts of a fit: ``supervised`` with ``labels`` (1 = member), ``calibration`` and
@@ -143,18 +164,24 @@ class FitTexts:
             raise ValueError("the supervised texts need both members (1) and non-members (0)")
         if not self.heldout:
             raise ValueError("heldout: the threshold and p-values need held-out non-members")
-        parts = {"supervised": self.supervised, "calibration": self.calibration}
-        held = set(self.heldout)
-        for name, part in parts.items():
-            both = held.intersection(part)
+        # "the same text" is the same normalised text (calibdcd.data.textkey): a held-out
+        # non-member with a near-copy elsewhere in the fit is not out-of-sample
+        held = keys(self.heldout)
+        for name in ("supervised", "calibration"):
+            both = [t for t in getattr(self, name) if text_key(t) in held]
             if both:
                 raise ValueError(
-                    f"heldout and {name} share {len(both)} text(s): the held-out non-members "
-                    "must be disjoint from everything else the fit uses"
+                    f"heldout and {name} share {len(both)} text(s) (compared after Unicode NFC "
+                    f"and whitespace collapsing), e.g. {_quote(both[0])}: the held-out "
+                    "non-members must be disjoint from everything else the fit uses"
                 )
-        both = set(self.supervised).intersection(self.calibration)
+        cal = keys(self.calibration)
+        both = [t for t in self.supervised if text_key(t) in cal]
         if both:
-            raise ValueError(f"supervised and calibration share {len(both)} text(s)")
+            raise ValueError(
+                f"supervised and calibration share {len(both)} text(s) (compared after Unicode "
+                f"NFC and whitespace collapsing), e.g. {_quote(both[0])}"
+            )
 
     @classmethod
     def split(
@@ -171,11 +198,15 @@ class FitTexts:
         """Known members and non-members into the three disjoint parts (seeded): the
         non-members into held-out (``heldout_fraction``), calibration (``calibration_fraction``)
         and supervised (the rest); every member (or ``n_supervised_per_class``) supervised."""
-        members = list(dict.fromkeys(_texts(members, "members")))
-        nonmembers = [t for t in dict.fromkeys(_texts(nonmembers, "nonmembers"))]
-        overlap = set(members).intersection(nonmembers)
+        members = _distinct(_texts(members, "members"), "members")
+        nonmembers = _distinct(_texts(nonmembers, "nonmembers"), "nonmembers")
+        mkeys = keys(members)
+        overlap = [t for t in nonmembers if text_key(t) in mkeys]
         if overlap:
-            raise ValueError(f"{len(overlap)} text(s) are both members and non-members")
+            raise ValueError(
+                f"{len(overlap)} text(s) are both members and non-members (compared after "
+                f"Unicode NFC and whitespace collapsing), e.g. {_quote(overlap[0])}"
+            )
         if not 0 < heldout_fraction < 1 or not 0 <= calibration_fraction < 1:
             raise ValueError("heldout_fraction must be in (0, 1), calibration_fraction in [0, 1)")
         if heldout_fraction + calibration_fraction >= 1:
@@ -201,16 +232,38 @@ class FitTexts:
             pool=tuple(pool),
         )
 
+    @classmethod
+    def from_files(
+        cls,
+        members: str | Path,
+        nonmembers: str | Path,
+        *,
+        text_field: str | Sequence[str] = "text",
+        **split: Any,
+    ) -> FitTexts:
+        """:meth:`split` of the known members and non-members read from two files by the one
+        reader of text inputs (:func:`calibdcd.data.load_texts`: jsonl, json, csv, tsv,
+        parquet, ``.txt`` one text per line, and their ``.gz`` forms)."""
+        from calibdcd.data import load_texts
+
+        return cls.split(
+            load_texts(members, text_field=text_field).texts,
+            load_texts(nonmembers, text_field=text_field).texts,
+            **split,
+        )
+
     def part_of(self, texts: Sequence[str]) -> list[str | None]:
         """For each text, the labelled fit part that holds it: ``supervised``, ``calibration``
-        (known non-members) or ``heldout`` (the null itself); None otherwise. The unlabelled
+        (known non-members) or ``heldout`` (the null itself); None otherwise (texts compared
+        by :func:`calibdcd.data.textkey.text_key`: a copy with other whitespace is the same
+        text). The unlabelled
         ``pool`` is not counted: scoring texts the learnt parts saw without labels is the
         protocol's (transductive) design."""
         where: dict[str, str] = {}
         for name in ("heldout", "calibration", "supervised"):  # the last one wins
             for t in getattr(self, name):
-                where[t] = name
-        return [where.get(t) for t in texts]
+                where[text_key(t)] = name
+        return [where.get(text_key(t)) for t in texts]
 
     def fit_pool(self, mode: Mode) -> list[str]:
         """The unlabelled texts the learnt parts are trained on at fit time (order kept,
@@ -468,13 +521,13 @@ class FittedDetector:
         # never saw: a repeated text would count twice (and leak across the check's folds), a
         # fit text is not out-of-sample
         in_fit = self.texts.part_of(new)
-        first = np.zeros(len(new), dtype=bool)
-        first[sorted({t: i for i, t in reversed(list(enumerate(new)))}.values())] = True
+        first = np.array([j is None for j in first_occurrences(new)], dtype=bool)
         n_dup = int((~first).sum())
         if n_dup:
             notes.append(
-                f"{n_dup} repeated text(s): each distinct text counts once in the set-level test "
-                "and the distribution check"
+                f"{n_dup} repeated text(s) (the same after Unicode NFC and whitespace "
+                "collapsing): each distinct text counts once in the set-level test and the "
+                "distribution check"
             )
         fit_hits = [i for i, part in enumerate(in_fit) if part is not None and first[i]]
         if fit_hits:
@@ -552,9 +605,7 @@ class FittedDetector:
         header = {
             "format_version": self.format_version,
             "versions": self.versions,
-            # a bundle is meant to be shared: no credential of the target (URL passwords,
-            # keys from ${..._KEY} variables, headers naming one) is written into it
-            "target": redact_tree(self.target),
+            "target": self.target,
             "detector": self.detector_spec,
             "mode": self.mode,
             "fpr": self.fpr,
@@ -577,7 +628,11 @@ class FittedDetector:
             # bundle whose null scores, classifiers, calibration or settings were changed
             "files_sha256": _file_digests(out),
         }
-        header = json.loads(json.dumps(header, sort_keys=True, default=str))
+        # a bundle is meant to be shared: no credential of the target (URL passwords, keys
+        # from ${..._KEY} variables or `secrets:`, headers and options naming one, wherever they
+        # are quoted: the target, the decoding record's sent options) is written into it. The
+        # whole header passes the redactor run directories use, before its digest.
+        header = redact_tree(json.loads(json.dumps(header, sort_keys=True, default=str)))
         header["header_sha256"] = _header_digest(header)
         atomic_write_text(out / BUNDLE, json.dumps(header, indent=2, sort_keys=True))
         return out

@@ -1,0 +1,112 @@
+"""One reader for every text input: a suspect file, fit's members and non-members and a
+benchmark give the same texts whatever their format; near-duplicates are one text."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+
+import pytest
+
+from calibdcd.data import DataError, load_table, load_texts, text_key
+
+TEXTS = [
+    "The first text, with a comma.",
+    'A text with "quotes" and ünïcödé.',
+    "  leading spaces kept",
+    "third\ttabbed text",
+]
+
+
+def _write_all(tmp_path, texts, ids=None):
+    ids = ids or [f"t{i}" for i in range(len(texts))]
+    rows = [{"id": i, "text": t} for i, t in zip(ids, texts, strict=True)]
+    files = {}
+    p = tmp_path / "s.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    files["jsonl"] = p
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps(rows, indent=2), encoding="utf-8")
+    files["json"] = p
+    p = tmp_path / "s.csv"
+    with p.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, ["id", "text"])
+        w.writeheader()
+        w.writerows(rows)
+    files["csv"] = p
+    p = tmp_path / "s.txt"
+    p.write_text("".join(t + "\n" for t in texts), encoding="utf-8")
+    files["txt"] = p
+    p = tmp_path / "s.jsonl.gz"
+    with gzip.open(p, "wt", encoding="utf-8") as fh:
+        fh.write("".join(json.dumps(r) + "\n" for r in rows))
+    files["jsonl.gz"] = p
+    p = tmp_path / "s.txt.gz"
+    with gzip.open(p, "wt", encoding="utf-8") as fh:
+        fh.write("".join(t + "\n" for t in texts))
+    files["txt.gz"] = p
+    return files
+
+
+def test_every_format_gives_the_same_texts(tmp_path):
+    files = _write_all(tmp_path, TEXTS)
+    for fmt, path in files.items():
+        got = load_texts(path)
+        assert got.texts == tuple(TEXTS), fmt
+        if fmt.startswith("txt"):
+            assert got.ids == (None,) * len(TEXTS)
+        else:
+            assert got.ids == tuple(f"t{i}" for i in range(len(TEXTS))), fmt
+
+
+def test_parquet_gives_the_same_texts(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "s.parquet"
+    pq.write_table(pa.table({"text": TEXTS}), path)
+    assert load_texts(path).texts == tuple(TEXTS)
+
+
+def test_an_unknown_suffix_is_one_line_naming_the_supported_ones(tmp_path):
+    p = tmp_path / "s.dat"
+    p.write_text("a\nb\n")
+    with pytest.raises(ValueError) as e:
+        load_texts(p)
+    msg = str(e.value)
+    assert "\n" not in msg and "s.dat: unsupported file type" in msg
+    for suffix in (".jsonl", ".json", ".csv", ".parquet", ".txt"):
+        assert suffix in msg
+    # a benchmark (labelled) is never read from .txt
+    t = tmp_path / "b.txt"
+    t.write_text("a\n")
+    with pytest.raises(ValueError, match="unsupported file type") as e:
+        load_table(t)
+    assert "expected one of" in str(e.value) and ", .txt" not in str(e.value)
+
+
+def test_every_problem_of_a_text_file_at_once(tmp_path):
+    p = tmp_path / "s.jsonl"
+    p.write_text(
+        json.dumps({"text": "fine"}) + "\n"
+        + json.dumps({"text": ""}) + "\n"
+        + json.dumps({"text": 3}) + "\n"
+        + json.dumps({"other": "x"}) + "\n"
+    )  # fmt: skip
+    with pytest.raises(DataError) as e:
+        load_texts(p)
+    lines = [pr.location.line for pr in e.value.problems]
+    assert lines == [2, 3, 4]
+    assert "'text': empty text" in str(e.value)
+    j = tmp_path / "s.json"
+    j.write_text(json.dumps([{"body": "a"}, {"body": "b"}]))
+    with pytest.raises(DataError, match=r"no text column: looked for .*'body'"):
+        load_texts(j)
+    assert load_texts(j, text_field="body").texts == ("a", "b")
+
+
+def test_text_key_collapses_whitespace_and_composes_unicode_but_keeps_case():
+    assert text_key("a  b\tc\n") == text_key("a b c") == "a b c"
+    assert text_key("caf\u0065\u0301") == text_key("caf\u00e9")  # NFD == NFC
+    assert text_key("Abc") != text_key("abc")
