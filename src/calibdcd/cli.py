@@ -45,6 +45,43 @@ def _version_option() -> Any:
     )
 
 
+def _one_error_path(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``func`` with the command line's one error path (:mod:`calibdcd.errors`): an error the
+    command does not handle itself is one redacted line (exit 2 for a user mistake, else 1),
+    the traceback only with ``CALIBDCD_DEBUG=1``; warnings print as ``warning: ...`` lines."""
+    if getattr(func, "_one_error_path", False):
+        return func
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        import warnings
+
+        from calibdcd.errors import exit_code, render, show_warning_line
+
+        def err(line: str) -> None:
+            typer.echo(line, err=True)
+
+        with warnings.catch_warnings():
+            # a caller that records warnings (a test's pytest.warns) keeps its own display
+            if warnings.showwarning is getattr(warnings, "_showwarning_orig", None):
+                warnings.showwarning = show_warning_line(err)
+            try:
+                return func(*args, **kwargs)
+            except (typer.Exit, typer.Abort, KeyboardInterrupt, SystemExit):
+                raise
+            except Exception as exc:
+                import click
+
+                if isinstance(exc, click.ClickException):
+                    raise
+                for line in render(exc):
+                    err(line)
+                raise typer.Exit(exit_code(exc)) from None
+
+    wrapper._one_error_path = True  # type: ignore[attr-defined]
+    return wrapper
+
+
 def _versioned(func: Callable[..., Any]) -> Callable[..., Any]:
     """``func`` with an eager ``--version`` among its options (one dialect on every subcommand:
     ``calibdcd fit --version`` answers as ``calibdcd --version`` does). typer reads a command's
@@ -113,7 +150,7 @@ def _group_options(version: bool = _version_option()) -> None:
 def _version_everywhere(typer_app: typer.Typer) -> None:
     for info in typer_app.registered_commands:
         if info.callback is not None:
-            info.callback = _versioned(info.callback)
+            info.callback = _versioned(_one_error_path(info.callback))
     for group in typer_app.registered_groups:
         sub = group.typer_instance
         if sub is None:

@@ -136,6 +136,24 @@ def _fit_texts(cfg: Any, cache: Path) -> Any:
     )  # fmt: skip
 
 
+def _check_fit_output(cfg: Any, config: Path, out: Path) -> None:
+    """``fit -o``: a directory that is not a file, not an input's directory, and holds no
+    bundle yet (fit never replaces a bundle)."""
+    from calibdcd.paths import check_output
+
+    d = cfg.data
+    files = [d.path, d.members, d.nonmembers, d.supervised, d.calibration, d.heldout, d.pool]
+    inputs = [cfg.resolve(f) for f in files if f] + ([config] if config.is_file() else [])
+    check_output(out, "directory", inputs=inputs)
+    from calibdcd.fitted.detector import BUNDLE
+
+    if (out / BUNDLE).exists():
+        raise FileExistsError(
+            f"-o {out}: holds a bundle already; fit never replaces one: remove it or choose "
+            "another directory"
+        )
+
+
 def _planned_detector(cfg: Any, cache: Path, progress: bool | None = None) -> Any:
     """The fit's detector resolved as a run's plan resolves one
     (:func:`calibdcd.experiment.detectors.plan_detector`, seed 0: a fit has one setting)."""
@@ -273,7 +291,7 @@ def fit_command(
             given = [k for k, v in flags.items() if v is not None]
             if given:
                 raise ValueError(f"give a config or {', '.join(flags)}, not both ({given[0]})")
-            cfg = load_fit_config(config)
+            cfg = load_fit_config(config, reach=dry_run)
         else:
             missing = [k for k, v in flags.items() if v is None]
             if missing:
@@ -289,12 +307,13 @@ def fit_command(
                 "data": {"members": str(members), "nonmembers": str(nonmembers)},
                 "fpr": fpr,
             }
-            cfg = fit_config_from(data, source="command line", base_dir=Path.cwd())
+            cfg = fit_config_from(data, source="command line", base_dir=Path.cwd(), reach=dry_run)
             config = Path("command line")
     except (OSError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     cache_dir = cache_dir.expanduser().resolve() if cache_dir is not None else cfg.cache_root()
+    _check_fit_output(cfg, config, out)  # in the dry run as in the real one
     if dry_run:
         lines, problems = fit_dry_run(cfg, config, out, cache_dir)
         for line in lines:
@@ -384,7 +403,9 @@ def score_command(
     from calibdcd.fitted import FittedDetector, TargetMismatchError
     from calibdcd.fitted.config import DetectorSection, FitConfig, TargetSection
     from calibdcd.fitted.detector import BundleIntegrityError, read_bundle_header
+    from calibdcd.paths import check_output
 
+    check_output(out, "file", inputs=[texts], protected=[bundle])
     try:
         header = read_bundle_header(bundle)
     except (OSError, BundleIntegrityError) as exc:

@@ -18,6 +18,7 @@ from typing import Any
 __all__ = [
     "CACHE_ENV",
     "cache_root",
+    "check_output",
     "default_shared",
     "path_name",
     "strip_locations",
@@ -36,8 +37,67 @@ def user_cache_root() -> Path:
 
 def cache_root(configured: str | os.PathLike[str] | None = None) -> Path:
     """The cache root of a run: ``configured`` (the config's ``cache_dir``) when given, else
-    :func:`user_cache_root`."""
-    return Path(configured) if configured else user_cache_root()
+    :func:`user_cache_root`. A root that exists as something other than a directory is a
+    one-line error naming where it came from."""
+    root = Path(configured) if configured else user_cache_root()
+    if root.exists() and not root.is_dir():
+        where = "the configured cache_dir" if configured else (
+            f"${CACHE_ENV}" if os.environ.get(CACHE_ENV) else "the user cache"
+        )  # fmt: skip
+        raise NotADirectoryError(
+            f"{root} ({where}): is a file, not a directory; the cache root must be a directory"
+        )
+    return root
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve() or (a.exists() and b.exists() and a.samefile(b))
+    except OSError:
+        return False
+
+
+def check_output(
+    out: str | os.PathLike[str],
+    kind: str,
+    *,
+    inputs: Collection[str | os.PathLike[str]] = (),
+    protected: Collection[str | os.PathLike[str]] = (),
+    option: str = "-o",
+) -> Path:
+    """``out`` checked before anything is computed, the same way by every command that writes:
+    ``kind`` ``"file"`` (it must not be a directory) or ``"directory"`` (it must not be a file);
+    it must not be one of the command's ``inputs`` (nor, for a directory, hold one), nor lie
+    inside (or be) a ``protected`` directory such as a bundle. Raises a one-line ValueError
+    saying so; returns ``out`` as a Path."""
+    path = Path(out).expanduser()
+    if kind == "file" and path.is_dir():
+        raise IsADirectoryError(f"{option} {path}: is a directory; name the file to write")
+    if kind == "directory" and path.exists() and not path.is_dir():
+        raise NotADirectoryError(f"{option} {path}: is a file; name a directory to write")
+    for src in map(Path, inputs):
+        if _same(path, src) or (kind == "directory" and _inside(src, path)):
+            raise FileExistsError(
+                f"{option} {path}: is {'' if _same(path, src) else 'the directory of '}an "
+                f"input of this command ({src}); writing there would overwrite it, so nothing "
+                "was written: choose another path"
+            )
+    for d in map(Path, protected):
+        if _same(path, d) or _inside(path, d):
+            raise FileExistsError(
+                f"{option} {path}: lies inside {d}, which this command reads; writing there "
+                "would damage it, so nothing was written: choose another path"
+            )
+    return path
+
+
+def _inside(path: Path, directory: Path) -> bool:
+    """Whether ``path`` lies strictly below ``directory``."""
+    try:
+        path.resolve().relative_to(directory.resolve())
+    except ValueError:
+        return False
+    return not _same(path, directory)
 
 
 def default_shared() -> str | None:

@@ -107,24 +107,11 @@ def run_command(
         echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     except Exception as exc:
-        if debug:
-            import traceback
+        from calibdcd.errors import render
 
-            echo("".join(traceback.format_exception(exc)).rstrip(), err=True)
-        echo(f"error: {one_line(exc)}", err=True)
-        if not debug:
-            echo("(run again with --debug for the traceback)", err=True)
+        for line in render(exc, debug=debug, hint="(run again with --debug for the traceback)"):
+            echo(line, err=True)
         raise typer.Exit(1) from None
-
-
-def one_line(exc: BaseException) -> str:
-    """``exc`` as one line: its type (unless a plain ValueError/RuntimeError), its message and
-    its notes (the runner notes the setting it failed in)."""
-    msg = " ".join(str(exc).split()) or "(no message)"
-    kind = type(exc).__name__
-    plain = kind in ("ValueError", "RuntimeError", "OpenAITargetError", "RunDirLocked")
-    notes = "; ".join(getattr(exc, "__notes__", []))
-    return (msg if plain else f"{kind}: {msg}") + (f" ({notes})" if notes else "")
 
 
 def report_command(
@@ -159,6 +146,7 @@ def report_command(
 ) -> None:
     """Write the paper's tables (Markdown, LaTeX, CSV), figures and one HTML page; with
     --readme, also the run's main tables (and where they came from) into a README block."""
+    from calibdcd.experiment.rundir import run_progress
     from calibdcd.report import write_report
 
     try:
@@ -167,11 +155,17 @@ def report_command(
 
             if out is None:
                 raise ValueError("several run directories (shards) need --out: the merged run")
-            run_dir = merge_runs(list(run_dirs), out)
+            # refused: shards of other inputs, edited results (one line naming what differs)
+            run_dir = merge_runs(list(run_dirs), out, log=typer.echo)
             out = None
             typer.echo(f"merged {len(run_dirs)} shard(s) into {run_dir}")
         else:
             run_dir = run_dirs[0]
+            if not run_dir.is_dir():
+                raise FileNotFoundError(f"{run_dir}: no such run directory")
+        # k of n settings (and which are missing); an edited result is refused
+        for line in run_progress(run_dir).lines():
+            typer.echo(line)
         html = write_report(run_dir, out)
         if readme is not None:
             from calibdcd.report.readme import write_readme

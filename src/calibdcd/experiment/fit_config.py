@@ -15,7 +15,7 @@ from calibdcd.fitted.config import FitConfig
 __all__ = ["fit_config_from", "load_fit_config"]
 
 
-def load_fit_config(path: str | Path) -> FitConfig:
+def load_fit_config(path: str | Path, *, reach: bool = False) -> FitConfig:
     """Read and validate a fit config with the run configs' reader (``calibdcd run``): ``${VAR}``
     and ``${VAR:-default}`` expanded from the environment (secret ones registered for
     redaction), and every problem - schema, value, unset variable, the target's backend options,
@@ -27,7 +27,9 @@ def load_fit_config(path: str | Path) -> FitConfig:
     data, lines = _read_yaml(p)
     if not isinstance(data, dict):
         raise ConfigError("", f"a fit config is a mapping, got {type(data).__name__}", str(p))
-    return fit_config_from(data, source=str(p), base_dir=p.resolve().parent, lines=lines)
+    return fit_config_from(
+        data, source=str(p), base_dir=p.resolve().parent, lines=lines, reach=reach
+    )
 
 
 def fit_config_from(
@@ -36,9 +38,13 @@ def fit_config_from(
     source: str,
     base_dir: str | Path,
     lines: Any = None,
+    reach: bool = False,
 ) -> FitConfig:
     """A fit config from its mapping (a YAML file's, or the command line's flags), checked as
-    :func:`load_fit_config` checks a file; relative paths are read against ``base_dir``."""
+    :func:`load_fit_config` checks a file; relative paths are read against ``base_dir``.
+    ``reach`` (the dry run): when the config has problems, its served target is asked too, so
+    an unreachable server is among them rather than found once the others are fixed (a config
+    without problems is reached by the dry run itself)."""
     from calibdcd.experiment.config import (
         ConfigError,
         ConfigProblem,
@@ -72,6 +78,9 @@ def fit_config_from(
         entry = DetectorEntry(name=d["name"], preset=d.get("preset"), options=options)
         bench = {"benchmarks": [{"name": d.get("benchmark") or ""}]}
         found += [(("detector", *k), m) for k, m in detector_entry_problems(entry, bench)]
+    target_ok = not any(loc[:1] == ("target",) for loc, _ in found)
+    if found and reach and target_ok and isinstance(t, dict):
+        found += [(("target", *k), m) for k, m in _reach_problems(t)]
     if found:
         problems = sorted(
             (ConfigProblem(key_path(loc), m, _line(loc, lines)) for loc, m in dict.fromkeys(found)),
@@ -100,3 +109,22 @@ def _target_problems(t: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
             return []
         return [(("options", *k), m) for k, m in option_problems(backend, options)]
     return _target_checks(entry, {})
+
+
+def _reach_problems(t: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
+    """Whether a well-formed served target's server answers (its preflight), as a problem at
+    its ``options.base_url``; nothing for a malformed section (its schema problems say what)."""
+    from calibdcd.experiment.config import TargetEntry
+    from calibdcd.experiment.targets import preflight_target
+
+    fields: dict[str, Any] = {"name": "target", "backend": "hf"}
+    fields.update({k: t[k] for k in ("name", "backend", "model", "family", "options") if k in t})
+    try:
+        entry = TargetEntry(**fields)
+    except (ValidationError, TypeError):
+        return []
+    try:
+        preflight_target(entry)
+    except (ValueError, TypeError, OSError) as exc:
+        return [(("options", "base_url"), str(exc))]
+    return []

@@ -43,13 +43,15 @@ from them) and ``learnt/<part>/`` (the learnt parts' files). No pickle anywhere.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import math
 import shutil
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+import zipfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -676,20 +678,22 @@ class FittedDetector:
         from calibdcd.detectors.registry import detector_factory
 
         detector_factory(h["detector"]["name"])  # a clear error for an unknown detector
-        original = _load_classifier(d / "classifier.npz", unpack_state)
-        retrained = (
-            _load_classifier(d / "retrained.npz", unpack_state)
-            if (d / "retrained.npz").is_file()
-            else None
-        )
+        with _reading(d / "classifier.npz"):
+            original = _load_classifier(d / "classifier.npz", unpack_state)
+        retrained = None
+        if (d / "retrained.npz").is_file():
+            with _reading(d / "retrained.npz"):
+                retrained = _load_classifier(d / "retrained.npz", unpack_state)
         cal = None
         if h.get("calibration") is not None:
-            with np.load(d / "calibration.npz", allow_pickle=False) as f:
+            cp = d / "calibration.npz"
+            with _reading(cp), np.load(cp, allow_pickle=False) as f:
                 cal = calibration_from_state({k: f[k] for k in f.files}, h["calibration"])
-        with np.load(d / "null.npz", allow_pickle=False) as f:
+        with _reading(d / "null.npz"), np.load(d / "null.npz", allow_pickle=False) as f:
             null = np.asarray(f["scores"], dtype=np.float64)
-        raw = json.loads((d / "texts.json").read_text(encoding="utf-8"))
-        texts = FitTexts(**{k: tuple(v) for k, v in raw.items()})
+        with _reading(d / "texts.json"):
+            raw = json.loads((d / "texts.json").read_text(encoding="utf-8"))
+            texts = FitTexts(**{k: tuple(v) for k, v in raw.items()})
         if _texts_digest(texts) != h.get("texts_sha256"):
             raise ValueError(f"{d / 'texts.json'}: does not match the bundle's texts_sha256")
         cc = h.get("calibration_config")
@@ -713,6 +717,21 @@ class FittedDetector:
             learnt={k: d / rel for k, rel in (h.get("learnt") or {}).items()},
             versions=h.get("versions") or {},
         )
+
+
+@contextlib.contextmanager
+def _reading(path: Path) -> Iterator[None]:
+    """A bundle file that cannot be read (truncated, missing, not what it should be) is a
+    :class:`BundleIntegrityError` naming it, also when the bundle is loaded unverified."""
+    try:
+        yield
+    except (BundleIntegrityError, TargetMismatchError):
+        raise
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+        raise BundleIntegrityError(
+            f"{path}: cannot be read ({type(exc).__name__}: {' '.join(str(exc).split())}); "
+            "the bundle is damaged or incomplete: fit it again"
+        ) from exc
 
 
 def _load_classifier(path: Path, unpack: Callable[[Path, type], Any]) -> Any:

@@ -1,0 +1,65 @@
+"""The one error path of the command line: every error a command does not handle itself is
+printed as one line (redacted, see :mod:`calibdcd.redact`), with its type unless it is a plain
+user error, and the command exits 2 for a user mistake (a bad value or file) or 1 otherwise.
+``CALIBDCD_DEBUG=1`` (or a command's ``--debug``) shows the traceback too."""
+
+from __future__ import annotations
+
+import os
+import traceback
+from collections.abc import Callable
+
+from calibdcd.redact import redact
+
+__all__ = ["DEBUG_VAR", "exit_code", "one_line", "render", "show_warning_line"]
+
+DEBUG_VAR = "CALIBDCD_DEBUG"
+
+#: types whose name adds nothing to their message (the message says what went wrong)
+_PLAIN = (
+    "ValueError", "RuntimeError", "OpenAITargetError", "RunDirLocked", "DataError",
+    "ConfigError", "FileNotFoundError", "IsADirectoryError", "NotADirectoryError",
+    "FileExistsError", "PermissionError", "TargetMismatchError", "BundleIntegrityError",
+)  # fmt: skip
+
+
+def one_line(exc: BaseException) -> str:
+    """``exc`` as one line: its type (unless a plain user error), its message and its notes
+    (the runner notes the setting it failed in)."""
+    msg = " ".join(str(exc).split()) or "(no message)"
+    kind = type(exc).__name__
+    notes = "; ".join(getattr(exc, "__notes__", []))
+    return redact((msg if kind in _PLAIN else f"{kind}: {msg}") + (f" ({notes})" if notes else ""))
+
+
+def exit_code(exc: BaseException) -> int:
+    """2 for a user mistake (a bad value, a missing or unreadable file), else 1."""
+    return 2 if isinstance(exc, (ValueError, OSError)) else 1
+
+
+def debugging() -> bool:
+    return os.environ.get(DEBUG_VAR, "").strip() not in ("", "0", "false", "no")
+
+
+def render(exc: BaseException, *, debug: bool = False, hint: str | None = None) -> list[str]:
+    """The lines to print for ``exc``: the traceback first when debugging, then the one line
+    and, without the traceback, how to see it (``hint``, default: set CALIBDCD_DEBUG=1)."""
+    lines = []
+    if debug or debugging():
+        lines.append(redact("".join(traceback.format_exception(exc)).rstrip()))
+    lines.append(f"error: {one_line(exc)}")
+    if not (debug or debugging()):
+        lines.append(hint or f"(set {DEBUG_VAR}=1 for the traceback)")
+    return lines
+
+
+def show_warning_line(echo: Callable[[str], None]) -> Callable[..., None]:
+    """A ``warnings.showwarning`` that prints ``warning: MESSAGE`` on one line (no source path,
+    secrets redacted)."""
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        text = " ".join(str(message).split())
+        kind = "" if category in (UserWarning, RuntimeWarning) else f" ({category.__name__})"
+        echo(redact(f"warning: {text}{kind}"))
+
+    return show
