@@ -110,3 +110,37 @@ def test_text_key_collapses_whitespace_and_composes_unicode_but_keeps_case():
     assert text_key("a  b\tc\n") == text_key("a b c") == "a b c"
     assert text_key("caf\u0065\u0301") == text_key("caf\u00e9")  # NFD == NFC
     assert text_key("Abc") != text_key("abc")
+
+
+def test_fit_texts_compare_near_copies_as_one_text():
+    from calibdcd.fitted import FitTexts
+
+    members = [f"member text number {i}" for i in range(20)]
+    nonmembers = [f"other text number {i}" for i in range(60)]
+    # 7 whitespace variants of non-members: dropped with a warning, never counted twice
+    variants = [t.replace(" ", "  ") + "\n" for t in nonmembers[:7]]
+    with pytest.warns(UserWarning, match=r"nonmembers: 7 repeated text\(s\) dropped"):
+        ft = FitTexts.split(members, nonmembers + variants, heldout_fraction=0.5, seed=1)
+    assert len(ft.heldout) == 30 and len({text_key(t) for t in ft.heldout}) == 30
+    # a fit text with a trailing newline is the fit's text
+    assert ft.part_of([ft.heldout[0] + "\n", " " + ft.supervised[0], "new"]) == [
+        "heldout", "supervised", None,
+    ]  # fmt: skip
+    # a held-out text with a near-copy in another part is refused, naming it
+    with pytest.raises(ValueError, match=r"heldout and supervised share 1 text"):
+        FitTexts(
+            supervised=("a text", "b text"), labels=(1, 0), heldout=("a  text ",),
+        )  # fmt: skip
+    with pytest.raises(ValueError, match=r"both members and non-members"):
+        FitTexts.split(["x y z", "p q"], ["x  y z", "r s", "t u", "v w"])
+
+
+def test_fit_texts_from_files_read_every_format(tmp_path):
+    from calibdcd.fitted import FitTexts
+
+    m = _write_all(tmp_path, [f"member {i}" for i in range(6)])
+    (tmp_path / "n").mkdir()
+    n = _write_all(tmp_path / "n", [f"non-member {i}" for i in range(9)])
+    a = FitTexts.from_files(m["json"], n["csv"], seed=0)
+    b = FitTexts.from_files(m["txt"], n["jsonl.gz"], seed=0)
+    assert a == b
