@@ -200,3 +200,33 @@ def test_a_server_answering_as_another_model_is_one_line(audit, tmp_path):
                      texts=str(d / "suspect.jsonl"))  # fmt: skip
         _one_line_error(res, "answered as model 'other', not 'tiny'", code=1)
         assert not (tmp_path / "s.jsonl").exists()
+
+
+def test_empty_completions_are_warned_and_recorded_by_fit_and_score(audit, tmp_path):
+    """The check ``run`` makes (targets.cache.empty_completions_warning), in fit and score."""
+    d = audit["dir"]
+    with FaultServer(lambda p, a: "emptytext", served_model="tiny") as srv:
+        spec = f"openai:base_url={srv.url}/v1,model=tiny,family=qwen2.5,dialect=vllm"
+        res = _invoke("fit", "--target", spec, "--members", str(d / "m.txt"), "--nonmembers",
+                      str(d / "n.txt"), "--detector", "overlap", "-o", str(tmp_path / "b"),
+                      "--cache-dir", str(tmp_path / "cache"), "--no-progress")  # fmt: skip
+        assert res.exit_code == 0, res.output
+        assert "warning: all" in res.output and "completions of the target were empty" in (
+            res.output
+        ), res.output
+        header = json.loads((tmp_path / "b" / "bundle.json").read_text())
+        rec = header["generation"]["completions"]
+        assert rec["served"] > 0 and rec["empty"] == rec["served"] and rec["warning"]
+        res = _invoke(
+            "score",
+            str(tmp_path / "b"),
+            str(d / "suspect.jsonl"),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--no-progress",
+            "-o",
+            str(tmp_path / "s.jsonl"),
+        )
+        assert res.exit_code == 0, res.output
+        summary = json.loads((tmp_path / "s.jsonl").read_text().splitlines()[0])
+        assert any("were empty" in w for w in summary["warnings"]), summary

@@ -1,7 +1,8 @@
 """One redaction: a secret planted in every place a config can carry one (a ``${..._KEY}``
-variable, a URL's password, the Authorization header (``api_key_env``), ``extra_body``, a variable listed under ``secrets:``)
-appears in no file that ``run``, ``report``, ``fit`` and ``score`` write, nor in what they print.
-Real commands in-process against a real OpenAI-compatible server on loopback."""
+variable, a URL's password, the Authorization header (``api_key_env``), ``extra_body``, a
+variable listed under ``secrets:``) appears in no file that ``run``, ``report``, ``fit`` and
+``score`` write, nor in what they print. Real commands in-process against a real
+OpenAI-compatible server on loopback."""
 
 from __future__ import annotations
 

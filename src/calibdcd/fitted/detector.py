@@ -81,6 +81,7 @@ from calibdcd.fitted.calibrated import (
     retrain,
 )
 from calibdcd.redact import redact_tree
+from calibdcd.targets.cache import completion_counts, empty_completions_warning
 
 __all__ = [
     "FORMAT_VERSION",
@@ -314,6 +315,21 @@ class _Fit:
     sizes: dict[str, int]
 
 
+def _completions_record(
+    target: Any, served0: int, empty0: int, measures: str, *, warn: bool = True
+) -> dict[str, Any]:
+    """The completions the target served since ``(served0, empty0)`` and the one check of
+    ``run``, ``fit`` and ``score`` on empty ones (:func:`calibdcd.targets.cache.
+    empty_completions_warning`), warned when it fires (``warn``); recorded in the bundle
+    (fit) or among the score's warnings."""
+    served1, empty1 = completion_counts(target)
+    served, empty = served1 - served0, empty1 - empty0
+    said = empty_completions_warning(served, empty, measures=measures)
+    if said and warn:
+        warnings.warn(said, RuntimeWarning, stacklevel=3)
+    return {"served": served, "empty": empty, "warning": said}
+
+
 def achievable_fpr(n_null: int, fpr: float) -> float:
     """The FPR a conformal threshold on ``n_null`` held-out scores spends: ⌊fpr·(n+1)⌋/(n+1)."""
     return math.floor(fpr * (n_null + 1) + 1e-12) / (n_null + 1)
@@ -508,7 +524,9 @@ class FittedDetector:
             self.attach(detector, target)
             scorer, null = self.scorer, self.null
         say("features: texts to score")
+        served0, empty0 = completion_counts(target)
         z = np.asarray(_extract(detector, target, new, None, pool).values, dtype=np.float64)
+        completions = _completions_record(target, served0, empty0, "every score", warn=False)
         scores = np.full(len(new), np.nan)
         ok = _finite_rows(z)
         if ok.any():
@@ -516,7 +534,7 @@ class FittedDetector:
         p = empirical_p_values(scores, null)
         thr = threshold_at(null, self.fpr)
         decisions = np.where(np.isfinite(scores), scores > thr, False)
-        notes: list[str] = []
+        notes: list[str] = [completions["warning"]] if completions["warning"] else []
         if (~ok).any():
             notes.append(f"{int((~ok).sum())} text(s) have missing features: score NaN")
         # the set-level test and the distribution check assume distinct texts that the fit
@@ -935,11 +953,13 @@ def fit_detector(
     say = status or (lambda s: None)
     pool = texts.fit_pool(mode)
     say("learnt parts")
+    served0, empty0 = completion_counts(target)
     _prepare(detector, target, pool, mode)
     fit = _fit_pipeline(
         detector, target, texts, pool, views=views, calibration=calibration, space=space,
         seed=seed, say=say,
     )  # fmt: skip
+    completions = _completions_record(target, served0, empty0, "the fitted detector")
     if fit.null.size >= 1 / fpr - 1:  # fewer: warned above, no member can be declared
         _warn_fpr_budget(int(fit.null.size), len(texts.heldout), fpr)
     learnt = _learnt_parts(detector, target, pool) if mode == "inductive" else {}
@@ -958,7 +978,7 @@ def fit_detector(
         views=list(views),
         calibration_config=calibration,
         space_requested=space,
-        generation=fit.generation,
+        generation={**fit.generation, "completions": completions},
         sizes=fit.sizes,
         learnt=learnt,
         versions=package_versions(),

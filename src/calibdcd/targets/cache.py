@@ -55,7 +55,14 @@ from calibdcd.targets.base import (
     validate_prompts,
 )
 
-__all__ = ["CacheStats", "CachedTarget", "cache_key"]
+__all__ = [
+    "EMPTY_RATE",
+    "CacheStats",
+    "CachedTarget",
+    "cache_key",
+    "completion_counts",
+    "empty_completions_warning",
+]
 
 _SCHEMA_VERSION = 1
 _SQL_VARS = 500  # keys per SELECT ... IN (...)
@@ -80,6 +87,43 @@ class CacheStats:
     def hit_rate(self) -> float:
         total = self.hits + self.misses
         return self.hits / total if total else 0.0
+
+
+#: from this share of empty (whitespace-only) completions on, a result is warned about
+EMPTY_RATE = 0.5
+
+
+def completion_counts(target: Any) -> tuple[int, int]:
+    """(completions served, empty ones among them) so far by ``target``: a
+    :class:`CachedTarget`'s stats (cache hits included: what the detector saw), else the
+    target's own ``served`` / ``empty`` counters (the OpenAI backend's), else (0, 0). Take it
+    before and after a piece of work, and hand the differences to
+    :func:`empty_completions_warning`."""
+    st = getattr(target, "stats", None)
+    if isinstance(st, CacheStats):
+        return st.served, st.empty
+    if isinstance(st, dict) and "served" in st:
+        return int(st["served"]), int(st.get("empty", 0))
+    served, empty = getattr(target, "served", None), getattr(target, "empty", None)
+    if isinstance(served, int) and isinstance(empty, int):
+        return served, empty
+    return 0, 0
+
+
+def empty_completions_warning(
+    served: int, empty: int, measures: str = "the detector's score"
+) -> str | None:
+    """The one check of ``run``, ``fit`` and ``score`` on empty completions: a warning when all
+    of ``served`` completions, or at least :data:`EMPTY_RATE` of them, were empty; else None.
+    ``measures`` names what then measures nothing (``run``: the AUC)."""
+    if served and empty == served:
+        return (
+            f"all {served} completions of the target were empty: {measures} measures nothing "
+            "(check the server, max_new_tokens and the stop settings)"
+        )
+    if served and empty / served >= EMPTY_RATE:
+        return f"{empty} of {served} completions of the target were empty"
+    return None
 
 
 def _num(v: Any) -> Any:

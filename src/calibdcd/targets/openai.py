@@ -42,6 +42,24 @@
   ``retries`` / ``retry_reasons`` count them. The server's own words are kept: the body of a
   non-2xx answer, an HTTP 200 whose JSON carries ``error``, or an empty ``choices`` is quoted in
   the error (an error body and an empty ``choices`` are not retried: the server said why).
+  When a request's retries are exhausted, the one-line error names every replica that failed,
+  quotes its last HTTP answers (status and message, truncated) and says whether it still
+  answers ``GET /v1/models`` (asked once, with a deadline of ``min(timeout, 5)`` s).
+* Replicas (``base_url`` a list: one model served by several servers): each holds at most
+  ``concurrency`` requests in flight, and a request goes to the live replica with the fewest;
+  a retry goes to another replica than the one that just failed it, when one is free. A replica
+  is *taken out* (one warning line naming it and why; its requests go to the others, not
+  counted against their retries; each completion still comes from exactly one successful
+  request) when its connection fails, when an attempt exceeds the ``timeout`` deadline (a
+  hanging server), or when ``max_retries + 1`` attempts in a row failed on it (5xx or
+  unparseable answers; a 429 is the server pacing, not a failure). The last live replica is
+  never taken out: its failures are retried, and the call fails when a request's retries are
+  exhausted. A replica stays out for the target's session (the later calls too: a generation
+  cache calls once per chunk) and is tried again ``readmit_after`` seconds (``max(300,
+  10 * timeout)``) after it was taken out. ``replica_events`` lists the take-outs.
+* ``served`` / ``empty``: completions returned by this target and the empty (whitespace-only)
+  ones among them; :func:`calibdcd.targets.cache.completion_counts` reads them (or a generation
+  cache's, which count cache hits too) for :func:`calibdcd.targets.cache.empty_completions_warning`.
 * Redirects are refused: a 3xx raises :class:`OpenAITargetError` naming the ``Location``. A
   redirected POST may change method or host (and would carry the Authorization header there);
   point ``base_url`` at the final address instead.
@@ -97,10 +115,43 @@ class PreflightError(ValueError):
 
 
 class _Retryable(Exception):
-    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+    """A failed attempt worth retrying: ``reason`` is ``"<kind>: <detail>"`` (kind one of 429,
+    5xx, timeout, connection, malformed); ``answer`` is the server's HTTP answer when it gave
+    one (status and message, truncated)."""
+
+    def __init__(
+        self, reason: str, retry_after: float | None = None, answer: str | None = None
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.retry_after = retry_after
+        self.answer = answer
+
+    @property
+    def kind(self) -> str:
+        return self.reason.split(":")[0]
+
+
+#: how much of a server's failed answer an error quotes
+_ANSWER_CHARS = 200
+#: the deadline of the ``GET /v1/models`` probe after retries are exhausted (at most)
+_PROBE_TIMEOUT = 5.0
+
+
+@dataclasses.dataclass(eq=False)
+class _Replica:
+    """One replica's health in a target's session (kept across calls)."""
+
+    url: str  # its completions endpoint
+    where: str  # the same, credentials redacted (for messages)
+    in_row: int = 0  # attempts failed in a row (5xx, unparseable); a success resets it
+    last: str | None = None  # the last failure's reason
+    last_was_answer: bool = False  # ... was an HTTP answer (else: timeout, connection)
+    answers: collections.deque[str] = dataclasses.field(
+        default_factory=lambda: collections.deque(maxlen=5)
+    )  # its last failed HTTP answers, oldest first
+    out: str | None = None  # why it is taken out (None: in)
+    out_at: float = 0.0  # time.monotonic() when it was taken out
 
 
 def request_seed(seed: int, sample: int) -> int:
@@ -200,7 +251,17 @@ class OpenAITarget:
         self.retry_reasons: collections.Counter[str] = collections.Counter()
         self._count_lock = threading.Lock()
         self._warned_no_model = False
-        self._said_down: set[str] = set()
+        #: completions returned by this target, and the empty (whitespace-only) ones
+        self.served = 0
+        self.empty = 0
+        # the replicas' health, kept across calls (a take-out lasts for the session)
+        from calibdcd.redact import redact_url
+
+        self._replicas = {u: _Replica(u, redact_url(u)) for u in self.urls}
+        #: seconds after which a replica taken out is tried again
+        self.readmit_after = max(300.0, 10 * self.timeout)
+        #: one line per replica taken out (which, when in the session, why)
+        self.replica_events: list[str] = []
 
     def __repr__(self) -> str:
         return f"OpenAITarget(url={self.where!r}, model={self.model!r}, name={self.name!r})"
@@ -220,7 +281,16 @@ class OpenAITarget:
             "requests": self.requests,
             "retries": self.retries,
             "retry_reasons": dict(self.retry_reasons),
+            "served": self.served,
+            "empty": self.empty,
+            "replicas_out": self.replicas_out,
         }
+
+    @property
+    def replicas_out(self) -> dict[str, str]:
+        """The replicas taken out now (redacted endpoint -> why)."""
+        with self._count_lock:
+            return {r.where: r.out for r in self._replicas.values() if r.out is not None}
 
     # -- decoding parameters --
 
@@ -352,9 +422,10 @@ class OpenAITarget:
 
         eff = [(p, 0) if params.greedy else (p, i) for p, i in rows]
         unique = list(dict.fromkeys(eff))
+        self._readmit()
         total = self.concurrency * len(self.urls)
         sem = asyncio.Semaphore(total)
-        pool = _ReplicaPool(self.urls, self.concurrency)
+        pool = _ReplicaPool(self, self.concurrency)
         limits = httpx.Limits(max_connections=total, max_keepalive_connections=total)
         bar = inner_bar(total=len(unique), desc="requests", unit="request", enabled=self.progress)
         async with httpx.AsyncClient(
@@ -378,7 +449,11 @@ class OpenAITarget:
             finally:
                 bar.close()
         got = dict(zip(unique, texts, strict=True))
-        return [got[r] for r in eff]
+        out = [got[r] for r in eff]
+        with self._count_lock:
+            self.served += len(out)
+            self.empty += sum(not t.strip() for t in out)
+        return out
 
     def _body(self, prompt: str, sample: int, params: GenerationParams) -> dict[str, Any]:
         body: dict[str, Any] = {"prompt": prompt, "seed": request_seed(params.seed, sample)}
@@ -467,41 +542,153 @@ class OpenAITarget:
         pool: _ReplicaPool | None = None,
     ) -> str:
         body = self._body(prompt, sample, params)
-        pool = pool or _ReplicaPool(self.urls, self.concurrency)
+        pool = pool or _ReplicaPool(self, self.concurrency)
         attempt = 0
+        avoid: str | None = None  # the replica that failed this request last
         while True:
-            url = await pool.acquire()
+            url = await pool.acquire(avoid)
             try:
-                return await self._attempt(client, body, url)
+                text = await self._attempt(client, body, url)
             except _Retryable as e:
                 err = e
+                # judged before the slot is released: no waiting request then takes the slot
+                # of a replica that is out now
+                rerouted = self._failed(url, e)
+            else:
+                self._succeeded(url)
+                return text
             finally:
                 await pool.release(url)
-            if err.reason.startswith("connection") and pool.mark_down(url):
-                # a replica that died: its requests go to the others (not a retry)
-                if url not in self._said_down:
-                    self._said_down.add(url)
-                    log.warning("replica %s is down; its requests go to the others", url)
+            if rerouted:  # ``url`` is out: the request goes to the others (not a retry)
                 self._count("replica down")
                 continue
             if attempt == self.max_retries:
-                raise OpenAITargetError(
-                    f"{self.where}: giving up after {self.max_retries} retries "
-                    f"(last failure: {err.reason})"
-                ) from None
-            self._count(err.reason.split(":")[0])
+                raise await self._exhausted(pool, err, url)
+            self._count(err.kind)
+            avoid = url
             delay = min(self.backoff_max, self.backoff_base * 2**attempt)
             delay *= 0.5 + random.random() / 2  # jitter: spread simultaneous retries
             if err.retry_after is not None:
                 delay = max(delay, min(err.retry_after, 10 * self.backoff_max))
-            log.debug("retrying %s in %.2fs (%s)", self.where, delay, err.reason)
+            log.debug("retrying %s in %.2fs (%s)", self._replicas[url].where, delay, err.reason)
             attempt += 1
             await asyncio.sleep(delay)
+
+    # -- replica health --
+
+    def _live_urls(self) -> list[str]:
+        with self._count_lock:
+            live = [u for u, r in self._replicas.items() if r.out is None]
+        return live or list(self.urls)
+
+    def _succeeded(self, url: str) -> None:
+        with self._count_lock:
+            r = self._replicas[url]
+            if r.last is not None:  # it answers again: its failures are history
+                r.in_row, r.last, r.last_was_answer = 0, None, False
+                r.answers.clear()
+
+    def _failed(self, url: str, err: _Retryable) -> bool:
+        """Record a failed attempt on replica ``url``; True when ``url`` is out (taken out now,
+        or already) and the request goes to another replica. A replica is taken out when its
+        connection fails, an attempt runs past the deadline, or ``max_retries + 1`` attempts in
+        a row failed on it (5xx, unparseable) — never the last live one."""
+        with self._count_lock:
+            r = self._replicas[url]
+            r.last, r.last_was_answer = err.reason, err.answer is not None
+            if err.answer is not None:
+                r.answers.append(err.answer)
+            if err.kind in ("5xx", "malformed"):
+                r.in_row += 1
+            if r.out is not None:
+                return True  # out already (another replica is live: the last never goes out)
+            live = [x for x in self._replicas.values() if x.out is None]
+            if len(live) < 2:
+                return False  # the last live replica: its failures are retried
+            detail = err.reason.split(": ", 1)[-1]
+            if err.kind == "connection":
+                why = f"its connection failed: {detail}"
+            elif err.kind == "timeout":
+                why = f"timed out: {detail}"
+            elif err.kind in ("5xx", "malformed") and r.in_row > self.max_retries:
+                why = f"{r.in_row} failed answers in a row, the last {err.answer or detail}"
+            else:
+                return False
+            r.out, r.out_at = why, time.monotonic()
+            msg = (
+                f"{self.name}: replica {r.where} taken out ({why}); its requests go to the "
+                f"{len(live) - 1} other replica(s), and it is tried again in "
+                f"{self.readmit_after:g} s"
+            )
+            self.replica_events.append(msg)
+        # one line on the command line (its warning display); recorded by ``replica_events``
+        warnings.warn(msg, RuntimeWarning, stacklevel=2)
+        return True
+
+    def _readmit(self) -> None:
+        """Replicas out for ``readmit_after`` seconds are tried again (from this call on)."""
+        now = time.monotonic()
+        back = []
+        with self._count_lock:
+            for r in self._replicas.values():
+                if r.out is not None and now - r.out_at >= self.readmit_after:
+                    r.out, r.in_row = None, 0
+                    back.append(r.where)
+        for where in back:
+            log.info("%s: replica %s is tried again", self.name, where)
+
+    async def _probe(self, url: str) -> str:
+        """Whether replica ``url`` still answers ``GET /v1/models``, in words."""
+        import httpx
+
+        models = url.removesuffix("/completions") + "/models"
+        limit = min(self.timeout, _PROBE_TIMEOUT)
+        try:
+            async with httpx.AsyncClient(timeout=limit, follow_redirects=False) as c:
+                r = await asyncio.wait_for(c.get(models, headers=self._headers()), limit)
+        except (TimeoutError, asyncio.TimeoutError, httpx.TimeoutException):
+            return f"GET /v1/models gets no answer within {limit:g} s"
+        except httpx.HTTPError as exc:
+            return f"GET /v1/models gets no answer ({type(exc).__name__}): it stopped answering"
+        return f"it still answers GET /v1/models (HTTP {r.status_code})"
+
+    async def _exhausted(self, pool: _ReplicaPool, err: _Retryable, url: str) -> OpenAITargetError:
+        """The one-line error of a request whose retries are exhausted: every replica that
+        failed, its last answers, and whether it still answers ``GET /v1/models``."""
+        probes = await pool.probe_all()
+        parts = []
+        with self._count_lock:
+            n_out = sum(r.out is not None for r in self._replicas.values())
+            for r in self._replicas.values():
+                if r.url != url and r.last is None and r.out is None:
+                    continue  # answering
+                bits = [f"taken out: {r.out}"] if r.out is not None else []
+                answers = _runs(r.answers)
+                if r.last_was_answer:
+                    bits.append(f"its last answers: {answers}")
+                else:
+                    said_out = r.out is not None and str(r.last).split(": ", 1)[-1] in r.out
+                    if not said_out:  # (a take-out says its failure already)
+                        bits.append(f"last failure: {r.last}")
+                    if answers:
+                        bits.append(f"its last answers before that: {answers}")
+                bits.append(probes[r.url])
+                parts.append(f"{r.where} ({'; '.join(bits)})")
+        left = (
+            " on the last live replica, the others taken out"
+            if n_out and n_out == len(self.urls) - 1
+            else (f" ({n_out} replica(s) taken out)" if n_out else "")
+        )
+        return OpenAITargetError(
+            f"{self.name}: giving up after {self.max_retries} retries{left} (last failure: "
+            f"{err.reason}): " + "; ".join(parts)
+        )
 
     async def _attempt(self, client: Any, body: dict[str, Any], url: str) -> str:
         import httpx
 
         self._count(None)
+        where = self._replicas[url].where
         try:
             # httpx's timeout bounds each read, not the whole answer: the deadline is total
             resp = await asyncio.wait_for(
@@ -515,47 +702,54 @@ class OpenAITarget:
             raise _Retryable(f"connection: {type(e).__name__}") from None
         status = resp.status_code
         said = _quote(resp.text)
-        if status == 429:
-            raise _Retryable(f"429: {said}", _parse_retry_after(resp.headers.get("retry-after")))
-        if status >= 500:
+        short = _quote(resp.text, _ANSWER_CHARS)
+        if status == 429 or status >= 500:
             raise _Retryable(
-                f"5xx: {status} {said}", _parse_retry_after(resp.headers.get("retry-after"))
+                f"429: {short}" if status == 429 else f"5xx: {status} {short}",
+                _parse_retry_after(resp.headers.get("retry-after")),
+                answer=f"{status} {short}",
             )
         if 300 <= status < 400:
             raise OpenAITargetError(
-                f"{self.where} answered {status} redirect to "
+                f"{where} answered {status} redirect to "
                 f"{resp.headers.get('location', '?')!r}; redirects are not followed: "
                 "set base_url to the final address"
             )
         if status >= 400 or status < 200:
-            raise OpenAITargetError(f"{self.where} answered {status} (not retried): {said}")
+            raise OpenAITargetError(f"{where} answered {status} (not retried): {said}")
         try:
             data = resp.json()
         except ValueError:
-            raise _Retryable(f"malformed: response is not JSON: {said}") from None
+            raise _Retryable(
+                f"malformed: response is not JSON: {short}",
+                answer=f"{status} (not JSON) {short}",
+            ) from None
         if isinstance(data, dict) and data.get("error"):
-            raise OpenAITargetError(f"{self.where} answered 200 with an error: {said}")
+            raise OpenAITargetError(f"{where} answered {status} with an error: {said}")
         choices = data.get("choices") if isinstance(data, dict) else None
         if not isinstance(choices, list) or not choices:
-            raise OpenAITargetError(f"{self.where} answered without any choice: {said}")
+            raise OpenAITargetError(f"{where} answered without any choice: {said}")
         served = data.get("model")
         if served is None and not self._warned_no_model:
             # nothing to check: say so once (the OpenAI API always names the model)
             self._warned_no_model = True
             warnings.warn(
-                f"{self.where}: the server's answers name no model, so calibdcd cannot check "
+                f"{where}: the server's answers name no model, so calibdcd cannot check "
                 f"that {self.model!r} answered them",
                 RuntimeWarning,
                 stacklevel=2,
             )
         if served is not None and not self._same_model(served):
             raise OpenAITargetError(
-                f"{self.where} answered as model {served!r}, not {self.model!r}; if the server "
+                f"{where} answered as model {served!r}, not {self.model!r}; if the server "
                 f"reports its own name for this model, add it to the target's model_aliases"
             )
         text = choices[0].get("text") if isinstance(choices[0], dict) else None
         if not isinstance(text, str):
-            raise _Retryable(f"malformed: choices[0].text is not a string: {said}")
+            raise _Retryable(
+                f"malformed: choices[0].text is not a string: {short}",
+                answer=f"{status} (no text) {short}",
+            )
         return text
 
 
@@ -565,26 +759,25 @@ def _completions_url(base_url: str) -> str:
 
 
 class _ReplicaPool:
-    """Replicas of one served model, each with at most ``per_replica`` requests in flight: a
-    request goes to the live replica with the fewest in flight. A replica whose connection
-    fails is taken out (for the rest of the call) while another is live; when all are down,
-    requests keep trying them (the retry budget and backoff then decide)."""
+    """One call's slots on a target's replicas: at most ``per_replica`` requests in flight on
+    each; a request goes to the live replica (:meth:`OpenAITarget._live_urls`) with the fewest
+    in flight, other than ``avoid`` (the one that just failed it) unless that is the only one
+    live. Which replicas are live is the target's (its session's) business."""
 
-    def __init__(self, urls: Sequence[str], per_replica: int):
-        self.urls = list(urls)
+    def __init__(self, target: OpenAITarget, per_replica: int):
+        self.target = target
+        self.urls = list(target.urls)
         self.per = per_replica
         self.inflight = dict.fromkeys(self.urls, 0)
-        self.down: set[str] = set()
         self.cond = asyncio.Condition()
+        self._probes: asyncio.Future[list[str]] | None = None
 
-    def _live(self) -> list[str]:
-        live = [u for u in self.urls if u not in self.down]
-        return live or self.urls
-
-    async def acquire(self) -> str:
+    async def acquire(self, avoid: str | None = None) -> str:
         async with self.cond:
             while True:
-                free = [u for u in self._live() if self.inflight[u] < self.per]
+                live = self.target._live_urls()
+                pick = [u for u in live if u != avoid] or live
+                free = [u for u in pick if self.inflight[u] < self.per]
                 if free:
                     url = min(free, key=lambda u: (self.inflight[u], self.urls.index(u)))
                     self.inflight[url] += 1
@@ -596,16 +789,24 @@ class _ReplicaPool:
             self.inflight[url] -= 1
             self.cond.notify_all()
 
-    def mark_down(self, url: str) -> bool:
-        """``url``'s connection failed: take it out while another replica is live. True when
-        the request should go to another replica (``url`` is out, now or already)."""
-        if len(self.urls) == 1:
-            return False
-        if url not in self.down:
-            if len(self.down) + 1 >= len(self.urls):
-                return False  # the last live replica: its failure is a failure
-            self.down.add(url)
-        return True
+    async def probe_all(self) -> dict[str, str]:
+        """Every replica's answer to ``GET /v1/models`` in words, asked once per call."""
+        if self._probes is None:
+            self._probes = asyncio.ensure_future(
+                asyncio.gather(*(self.target._probe(u) for u in self.urls))
+            )
+        return dict(zip(self.urls, await asyncio.shield(self._probes), strict=True))
+
+
+def _runs(items: Sequence[str]) -> str:
+    """``a, a, b`` -> ``a (x2), b``."""
+    out: list[list[Any]] = []
+    for x in items:
+        if out and out[-1][0] == x:
+            out[-1][1] += 1
+        else:
+            out.append([x, 1])
+    return ", ".join(x if n == 1 else f"{x} (x{n})" for x, n in out)
 
 
 def _same_model_name(served: Any, model: str, aliases: Sequence[str]) -> bool:
