@@ -120,6 +120,10 @@ class Interval:
         return f"{self.estimate:.3f} [{self.low:.3f}, {self.high:.3f}]"
 
 
+#: bytes of bootstrap resamples :func:`bootstrap_ci` holds at once
+BOOTSTRAP_CHUNK_BYTES = 16 << 20
+
+
 def bootstrap_ci(
     labels: np.ndarray,
     scores: np.ndarray,
@@ -143,19 +147,25 @@ def bootstrap_ci(
     rng = np.random.default_rng(seed)
     pos = np.flatnonzero(y == 1)
     neg = np.flatnonzero(y == 0)
-    draws_pos = np.empty((n_boot, pos.size), dtype=np.int64)
-    draws_neg = np.empty((n_boot, neg.size), dtype=np.int64)
-    for b in range(n_boot):  # each resample's members, then its non-members
-        draws_pos[b] = rng.choice(pos, pos.size)
-        draws_neg[b] = rng.choice(neg, neg.size)
     rows = _rows_metric(metric)
-    if rows is not None:  # every resample scored as one matrix
-        stats = np.asarray(rows(s[draws_pos], s[draws_neg]), dtype=np.float64)
-    else:
-        stats = np.empty(n_boot)
-        for b in range(n_boot):
-            idx = np.r_[draws_pos[b], draws_neg[b]]
-            stats[b] = metric(y[idx], s[idx])
+    # resamples drawn and scored a chunk at a time (bounded memory for large sets: a row
+    # scorer holds several (resamples, texts) arrays); the draws keep one order whatever the
+    # chunk, so the interval does not depend on it
+    chunk = max(1, min(n_boot, BOOTSTRAP_CHUNK_BYTES // (8 * 8 * max(1, s.size))))
+    draws_pos = np.empty((chunk, pos.size), dtype=np.int64)
+    draws_neg = np.empty((chunk, neg.size), dtype=np.int64)
+    stats = np.empty(n_boot)
+    for start in range(0, n_boot, chunk):
+        m = min(chunk, n_boot - start)
+        for b in range(m):  # each resample's members, then its non-members
+            draws_pos[b] = rng.choice(pos, pos.size)
+            draws_neg[b] = rng.choice(neg, neg.size)
+        if rows is not None:  # the chunk's resamples scored as one matrix
+            stats[start : start + m] = rows(s[draws_pos[:m]], s[draws_neg[:m]])
+        else:
+            for b in range(m):
+                idx = np.r_[draws_pos[b], draws_neg[b]]
+                stats[start + b] = metric(y[idx], s[idx])
     alpha = (1.0 - level) / 2.0
     low, high = np.quantile(stats, [alpha, 1.0 - alpha])
     return Interval(

@@ -232,13 +232,15 @@ class ContinuationOverlap:
         if isinstance(texts, str) or not texts:
             raise ValueError("texts must be a non-empty sequence of strings")
         cfg = self.config
-        parts = [_split(t, cfg) for t in texts]
-        prompts = [p if view is None else view.apply(p) for p, _ in parts]
+        prompts = [_split(t, cfg)[0] for t in texts]
+        if view is not None:
+            prompts = [view.apply(p) for p in prompts]
         completions = target.generate(prompts, cfg.generation_params())
         if len(completions) != len(prompts):
             raise ValueError(f"target returned {len(completions)} rows for {len(prompts)} prompts")
         rows = []
-        for (_, ref), comps in zip(parts, completions, strict=True):
+        for text, comps in zip(texts, completions, strict=True):
+            ref = _split(text, cfg)[1]  # one text's words at a time (all at once: 4 KB a text)
             feats = [overlap_features(c, ref, cfg.positions) for c in comps] or [
                 overlap_features("", ref, cfg.positions)
             ]

@@ -71,6 +71,10 @@ class SetTest:
         return dataclasses.asdict(self)
 
 
+#: bytes of permuted ranks held at once by :func:`set_level_test` (one chunk of rows)
+SET_TEST_CHUNK_BYTES = 16 << 20
+
+
 def set_level_test(
     scores: np.ndarray,
     null: np.ndarray,
@@ -78,11 +82,20 @@ def set_level_test(
     alpha: float = 0.05,
     n_perm: int = 9999,
     seed: int = 0,
+    chunk: int | None = None,
 ) -> SetTest:
     """One-sided Mann–Whitney U of the suspect scores against the null scores, its p-value by
     permutation (``n_perm`` seeded relabellings of the pooled scores, ``(1 + #{U* ≥ U}) /
     (n_perm + 1)``): its level holds under exchangeability whatever the ties (the overlap
-    detector's scores have many)."""
+    detector's scores have many).
+
+    The relabellings are drawn ``chunk`` rows at a time (default: as many as fit in
+    :data:`SET_TEST_CHUNK_BYTES`), so memory stays O(chunk × (k + n)) rather than
+    O(n_perm × (k + n)). ``Generator.permuted(..., axis=1)`` shuffles row after row from one
+    stream, so drawing the rows in chunks consumes the stream exactly as one matrix would: the
+    U* and the p-value are the same, bit for bit, whatever ``chunk`` (a test checks it against
+    the one-matrix formula). The midranks are held doubled as integers (exact: they are
+    multiples of ½), and each U* summed exactly in int64."""
     from scipy.stats import rankdata
 
     s = np.asarray(scores, dtype=np.float64)
@@ -90,12 +103,25 @@ def set_level_test(
     nul = np.asarray(null, dtype=np.float64)
     if s.size == 0:
         raise ValueError("no finite suspect scores to test")
+    if chunk is not None and chunk < 1:
+        raise ValueError(f"chunk must be >= 1, got {chunk!r}")
     k, n = s.size, nul.size
     ranks = rankdata(np.r_[s, nul])  # midranks
     u = float(ranks[:k].sum() - k * (k + 1) / 2)
+    # 2 × midrank is an integer <= 2 (k + n); int32 holds it below 2**31
+    twice = np.rint(2.0 * ranks).astype(np.int32 if 2 * (k + n) < 2**31 else np.int64)
+    rows = chunk or max(1, SET_TEST_CHUNK_BYTES // (twice.size * twice.itemsize))
+    rows = min(rows, max(n_perm, 1))
+    buf = np.empty((rows, k + n), dtype=twice.dtype)
+    u_star = np.empty(n_perm, dtype=np.float64)
     rng = np.random.default_rng([seed, 0x5E7])
-    perm = rng.permuted(np.broadcast_to(ranks, (n_perm, k + n)), axis=1)
-    u_star = perm[:, :k].sum(axis=1) - k * (k + 1) / 2
+    for start in range(0, n_perm, rows):
+        m = min(rows, n_perm - start)
+        part = buf[:m]
+        part[...] = twice
+        rng.permuted(part, axis=1, out=part)
+        u_star[start : start + m] = part[:, :k].sum(axis=1, dtype=np.int64) * 0.5
+    u_star -= k * (k + 1) / 2
     p = float((1 + np.sum(u_star >= u - 1e-9)) / (n_perm + 1))
     return SetTest(
         n_suspect=int(k),
@@ -120,9 +146,15 @@ class DistributionCheck:
     differ: bool  #: the interval lies above ``margin`` + 0.5
     margin: float
     warning: str | None
+    n_suspect: int = 0  #: suspect texts given
+    n_suspect_used: int = 0  #: of them, in the check (a seeded sample above ``max_suspect``)
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+#: suspect texts the distribution check uses at most (a seeded sample of a larger set)
+DISTRIBUTION_MAX_SUSPECT = 5000
 
 
 def distribution_check(
@@ -134,35 +166,54 @@ def distribution_check(
     level: float = 0.95,
     margin: float = 0.0,
     seed: int = 0,
+    max_suspect: int | None = DISTRIBUTION_MAX_SUSPECT,
 ) -> DistributionCheck:
     """Out-of-fold decision values of the blind classifier (TF-IDF word 1-2-grams + logistic
     regression, :func:`calibdcd.blind.blind_scores`) trained to tell the suspect texts (1) from
     the known non-members (0), stratified ``folds``-fold; AUC with a percentile bootstrap
-    interval. ``differ`` when the interval's lower end exceeds 0.5 + ``margin``."""
+    interval. ``differ`` when the interval's lower end exceeds 0.5 + ``margin``.
+
+    More than ``max_suspect`` suspect texts (None: no limit) are checked on a seeded random
+    sample of that many, in their order: the TF-IDF vocabulary of 100,000 texts alone takes
+    hundreds of MB, and the interval's width is set by the smaller side (the known
+    non-members, a few hundred), so a sample of thousands gives nearly the same interval of the
+    same AUC."""
     from sklearn.model_selection import StratifiedKFold
 
     from calibdcd.blind import blind_scores
     from calibdcd.metrics import auc, bootstrap_ci
 
-    texts = list(suspect) + list(nonmembers)
-    y = np.r_[np.ones(len(suspect), dtype=int), np.zeros(len(nonmembers), dtype=int)]
-    k = max(2, min(folds, len(suspect), len(nonmembers)))
     if min(len(suspect), len(nonmembers)) < 2:
         raise ValueError("the distribution check needs at least 2 texts on each side")
+    if max_suspect is not None and max_suspect < 2:
+        raise ValueError(f"max_suspect must be >= 2 or None, got {max_suspect!r}")
+    n_suspect = len(suspect)
+    sus = list(suspect)
+    if max_suspect is not None and n_suspect > max_suspect:
+        pick = np.random.default_rng([seed, 0xD15]).choice(n_suspect, max_suspect, replace=False)
+        sus = [sus[i] for i in np.sort(pick)]
+    texts = sus + list(nonmembers)
+    y = np.r_[np.ones(len(sus), dtype=int), np.zeros(len(nonmembers), dtype=int)]
+    k = max(2, min(folds, len(sus), len(nonmembers)))
     oof = np.zeros(len(texts))
     for tr, te in StratifiedKFold(k, shuffle=True, random_state=seed).split(texts, y):
         oof[te] = blind_scores([texts[i] for i in tr], y[tr], [texts[i] for i in te], seed=seed)
-    iv = bootstrap_ci(y, oof, auc, n_boot=n_boot, level=level, seed=seed)
+    iv = bootstrap_ci(y, oof, auc, n_boot=n_boot, level=level, seed=seed)  # in bounded memory
     differ = bool(iv.low > 0.5 + margin)
     warning = None
     if differ:
+        sample = (
+            f" (on a random {len(sus):,} of the {n_suspect:,} suspect texts)"
+            if len(sus) < n_suspect
+            else ""
+        )
         warning = (
             f"the suspect texts and the known non-members differ as texts: a model-free "
             f"classifier tells them apart with AUC {iv.estimate:.3f} "
-            f"[{iv.low:.3f}, {iv.high:.3f}] (cross-validated, no model queried). The set-level "
-            "test and the p-values compare against non-members of another distribution; "
-            "a rejection may reflect that shift rather than membership. Use known non-members "
-            "from the suspect texts' distribution."
+            f"[{iv.low:.3f}, {iv.high:.3f}] (cross-validated, no model queried{sample}). The "
+            "set-level test and the p-values compare against non-members of another "
+            "distribution; a rejection may reflect that shift rather than membership. Use known "
+            "non-members from the suspect texts' distribution."
         )
     return DistributionCheck(
         auc=float(iv.estimate),
@@ -173,4 +224,6 @@ def distribution_check(
         differ=differ,
         margin=margin,
         warning=warning,
+        n_suspect=n_suspect,
+        n_suspect_used=len(sus),
     )
