@@ -51,7 +51,7 @@ def test_a_smaller_config_into_the_same_output_reports_only_its_settings(tmp_pat
     with pytest.warns(UserWarning, match=gone):
         html = write_report(run)
     page = html.read_text()
-    assert "1 completed setting(s)" in page and f"left out: {gone}" in page
+    assert "1 of 1 settings of the grid completed" in page and f"left out: {gone}" in page
     main = (html.parent / "csv" / "auc_main.csv").read_text()
     assert "chat-llama" not in main and "chat-qwen" in main
     # the removed target comes back: its stored result is moved back and reused

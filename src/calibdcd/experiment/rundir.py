@@ -7,11 +7,20 @@
 * ``set_aside_stale``: settings of an earlier config that are not in this run's grid are moved to
   ``settings/.stale/<id>`` (nothing is deleted); the report reads only the grid's settings and
   lists the stale ones.
+* digests (:func:`record_setting_digests`, :func:`verify_setting`, :func:`write_inputs`,
+  :func:`check_shards`, :func:`run_progress`): each setting's ``digests.json`` holds the digest
+  of the files the report reads (``result.json``, ``scores.csv``), written just after
+  ``result.json``; the run's ``inputs.json`` holds the digests of the targets' models and the
+  detectors' configurations it used, beside ``benchmarks.json`` (the data) and ``models.json``
+  (every model the config names). A merge of shards refuses shards whose inputs differ and
+  results whose files were changed after the run wrote them; a result without ``digests.json``
+  (written before calibdcd recorded them) is read as *unverified*, with a note.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -21,10 +30,30 @@ import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-__all__ = ["LOCK_NAME", "STALE_DIR", "RunDirLocked", "lock_run_dir", "set_aside_stale"]
+__all__ = [
+    "INPUTS_NAME",
+    "LOCK_NAME",
+    "SETTING_DIGESTS",
+    "STALE_DIR",
+    "RunDirLocked",
+    "RunProgress",
+    "check_shards",
+    "lock_run_dir",
+    "record_setting_digests",
+    "run_progress",
+    "set_aside_stale",
+    "verify_setting",
+    "write_inputs",
+]
 
 LOCK_NAME = ".lock"
 STALE_DIR = ".stale"
+#: ``settings/<id>/digests.json``: the digest of each file of a setting that the report reads
+SETTING_DIGESTS = "digests.json"
+#: the files of a setting whose digests ``digests.json`` records
+DIGESTED = ("result.json", "scores.csv")
+#: ``RUN_DIR/inputs.json``: the digests of the targets' models and the detectors' configurations
+INPUTS_NAME = "inputs.json"
 
 
 class RunDirLocked(RuntimeError):
@@ -121,3 +150,272 @@ def set_aside_stale(run_dir: str | Path, grid_ids: Iterable[str]) -> list[str]:
         os.replace(d, dest)
         moved.append(d.name)
     return moved
+
+
+# --------------------------------------------------------------------------------------------
+# Digests: what a setting wrote, and what a run read
+# --------------------------------------------------------------------------------------------
+
+
+def _content_digest(path: Path) -> str:
+    """The digest (:func:`calibdcd.experiment.store.digest`) of a run-directory file's content:
+    a JSON file by its parsed content (the same values written with other whitespace are the
+    same content), any other file by its text."""
+    from calibdcd.experiment.store import digest, read_json
+
+    if path.suffix == ".json":
+        return digest(read_json(path))
+    return digest(path.read_text(encoding="utf-8"))
+
+
+def record_setting_digests(setting_dir: str | Path) -> None:
+    """Write ``settings/<id>/digests.json``: the digest of each of the setting's files that the
+    report reads (``result.json``, ``scores.csv``), once ``result.json`` is written."""
+    from calibdcd.experiment.store import write_json
+
+    d = Path(setting_dir)
+    write_json(
+        d / SETTING_DIGESTS,
+        {name: _content_digest(d / name) for name in DIGESTED if (d / name).is_file()},
+    )
+
+
+def verify_setting(setting_dir: str | Path) -> bool:
+    """Whether the setting's ``digests.json`` vouches for its files: True when every file it
+    records has that content; False when there is no ``digests.json`` (a result written before
+    calibdcd recorded digests: unverified). Raises ValueError, one line naming the file, when a
+    file was changed or removed after the run wrote it (or ``digests.json`` is damaged)."""
+    d = Path(setting_dir)
+    path = d / SETTING_DIGESTS
+    if not path.is_file():
+        return False
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(recorded, dict) or not all(isinstance(v, str) for v in recorded.values()):
+            raise ValueError("not a mapping of file names to digests")
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: damaged ({exc}); re-run the setting (delete {d})") from None
+    for name, want in recorded.items():
+        f = d / name
+        if not f.is_file():
+            raise ValueError(f"{f}: missing, but {path.name} records it; re-run the setting")
+        try:
+            have = _content_digest(f)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{f}: unreadable ({exc}); re-run the setting") from None
+        if have != want:
+            raise ValueError(
+                f"{f}: changed after the run wrote it (digest {have[:12]}, {path.name} records "
+                f"{want[:12]}): an edited result is neither merged nor reported; re-run the "
+                f"setting (delete {d}) or restore the file"
+            )
+    return True
+
+
+def write_inputs(run_dir: str | Path, inputs: dict[str, dict[str, str]]) -> None:
+    """``RUN_DIR/inputs.json``: ``{"targets": {name: digest of its model}, "detectors":
+    {"<label> on <benchmark> seed <s>": fingerprint}}`` for what this run (or shard) used (the
+    data's digests are in ``benchmarks.json``, the models the config names in ``models.json``)."""
+    from calibdcd.experiment.store import write_json
+
+    write_json(Path(run_dir) / INPUTS_NAME, {"format": 1, **inputs})
+
+
+#: how each kind of input is named in a message
+_KINDS = {
+    "benchmark": "benchmark {!r} (its texts, labels and ids; benchmarks.json)",
+    "model": "model {} (models.json)",
+    "target": "target {!r}'s model (inputs.json)",
+    "detector": "detector {} (inputs.json)",
+}
+
+
+def _recorded_inputs(run_dir: Path) -> dict[str, dict[str, str]]:
+    """What a run directory records of its inputs, ``{kind: {name: digest}}`` (empty for what
+    it does not record: a run written before calibdcd recorded them)."""
+    out: dict[str, dict[str, str]] = {}
+    bench = run_dir / "benchmarks.json"
+    if bench.is_file():
+        out["benchmark"] = {
+            str(r["label"]): str(r["content_digest"])
+            for r in json.loads(bench.read_text(encoding="utf-8"))
+            if r.get("content_digest")
+        }
+    models = run_dir / "models.json"
+    if models.is_file():
+        out["model"] = {
+            str(r["where"]): (
+                f"{r['repo_id']}@{r.get('revision')}" if r.get("repo_id") else f"local {r['ref']}"
+            )
+            for r in json.loads(models.read_text(encoding="utf-8"))
+        }
+    inputs = run_dir / INPUTS_NAME
+    if inputs.is_file():
+        data = json.loads(inputs.read_text(encoding="utf-8"))
+        out["target"] = {str(k): str(v) for k, v in (data.get("targets") or {}).items()}
+        out["detector"] = {str(k): str(v) for k, v in (data.get("detectors") or {}).items()}
+    return out
+
+
+def _grid_difference(a: list[dict], b: list[dict]) -> str:
+    ha = {e["id"]: e["setting_hash"] for e in a}
+    hb = {e["id"]: e["setting_hash"] for e in b}
+    changed = [i for i in ha if i in hb and ha[i] != hb[i]]
+    parts = []
+    if changed:
+        parts.append(f"setting {changed[0]} hashes {hb[changed[0]]}, not {ha[changed[0]]}")
+        if len(changed) > 1:
+            parts[-1] += f" ({len(changed) - 1} more setting(s) differ)"
+    if only := [i for i in hb if i not in ha]:
+        parts.append(f"settings only here: {_names(only)}")
+    if only := [i for i in ha if i not in hb]:
+        parts.append(f"settings missing here: {_names(only)}")
+    return "; ".join(parts) or "the same settings in another order"
+
+
+def _names(ids: list[str], most: int = 6) -> str:
+    shown = ", ".join(ids[:most])
+    return shown + (f" and {len(ids) - most} more" if len(ids) > most else "")
+
+
+def check_shards(run_dirs: list[Path]) -> list[str]:
+    """Check that ``run_dirs`` are shards of one run that read the same inputs: the same
+    ``grid.json`` (the config, as its settings' hashes) and, for every input two of them
+    recorded (a benchmark's digest, a model's commit, a target model's digest, a detector's
+    fingerprint), the same digest. Raises ValueError, one line naming the shard and the input
+    that differs; returns notes on shards whose inputs are unverified (no digests recorded)."""
+    from calibdcd.atomic import read_json
+
+    grids = []
+    for d in run_dirs:
+        g = d / "grid.json"
+        if not g.is_file():
+            raise FileNotFoundError(f"{g}: not a run directory (no grid.json)")
+        grids.append(read_json(g))
+    for d, g in zip(run_dirs[1:], grids[1:], strict=True):
+        if g != grids[0]:
+            raise ValueError(
+                f"{d}: another grid than {run_dirs[0]} ({_grid_difference(grids[0], g)}; other "
+                "config or code): not shards of one run"
+            )
+    seen: dict[tuple[str, str], tuple[str, Path]] = {}
+    notes = []
+    for d in run_dirs:
+        try:
+            rec = _recorded_inputs(d)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"{d}: its record of its inputs is damaged ({exc})") from None
+        if "target" not in rec:
+            notes.append(
+                f"note: {d} has no {INPUTS_NAME} (written before calibdcd recorded its inputs' "
+                "digests): its target models and detectors are unverified"
+                + ("" if "benchmark" in rec else ", and its data too")
+            )
+        for kind, values in rec.items():
+            for name, value in values.items():
+                first = seen.setdefault((kind, name), (value, d))
+                if first[0] != value:
+                    raise ValueError(
+                        f"{d}: {_KINDS[kind].format(name)} differs from {first[1]}'s ({value[:24]} "
+                        f"here, {first[0][:24]} there): shards of one run must read the same "
+                        "inputs; re-run the shards on the same data and models"
+                    )
+    return notes
+
+
+@dataclasses.dataclass(frozen=True)
+class RunProgress:
+    """How far a run directory is: ``done`` of the ``total`` settings of its grid have a
+    current result (``missing``: those without; ``outdated``: a ``result.json`` of another
+    setting hash, recomputed by the next run); ``unverified``: results without
+    ``digests.json``; ``shard``: ``(i, n)`` for a directory of ``run --shard i/n``, whose part
+    of the grid is ``part``."""
+
+    run_dir: Path
+    done: tuple[str, ...]
+    total: int
+    missing: tuple[str, ...]
+    outdated: tuple[str, ...]
+    unverified: tuple[str, ...]
+    shard: tuple[int, int] | None = None
+    part: tuple[str, ...] = ()
+
+    def lines(self) -> list[str]:
+        """What ``calibdcd report`` prints: "k of n settings" (and which are missing), then a
+        note on unverified results."""
+        k, n = len(self.done), self.total
+        line = f"{self.run_dir}: {k} of {n} settings of the grid"
+        if self.shard is not None:
+            i, c = self.shard
+            done = set(self.done)
+            mine = sum(1 for s in self.part if s in done)
+            line += f" (shard {i}/{c}: {mine} of its {len(self.part)})"
+        if self.missing:
+            line += f"; missing: {_names(list(self.missing))}"
+            if self.shard is not None:
+                line += " (report every shard's directory together, with -o MERGED)"
+            else:
+                line += " (an unfinished run: `calibdcd run` with its config resumes it)"
+        if self.outdated:
+            line += (
+                f"; outdated (a result.json of another config, recomputed by the next run): "
+                f"{_names(list(self.outdated))}"
+            )
+        out = [line]
+        if self.unverified:
+            out.append(
+                f"note: {len(self.unverified)} result(s) carry no {SETTING_DIGESTS} (written "
+                f"before calibdcd recorded digests), unverified: {_names(list(self.unverified))}"
+            )
+        return out
+
+
+def run_progress(run_dir: str | Path) -> RunProgress:
+    """The :class:`RunProgress` of ``run_dir``, every result verified against its
+    ``digests.json`` (:func:`verify_setting`: an edited result raises ValueError naming it). A
+    run directory without ``grid.json`` (older runs) counts the results it has."""
+    from calibdcd.results import read_result
+
+    run = Path(run_dir)
+    settings = run / "settings"
+    grid_path = run / "grid.json"
+    if grid_path.is_file():
+        try:
+            grid = [(e["id"], e["setting_hash"]) for e in json.loads(grid_path.read_text())]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{grid_path}: not a valid grid file ({exc})") from None
+    else:
+        found = sorted(p.parent.name for p in settings.glob("*/result.json"))
+        grid = [(i, None) for i in found]
+    done, missing, outdated, unverified = [], [], [], []
+    for sid, shash in grid:
+        res = settings / sid / "result.json"
+        if not res.is_file():
+            missing.append(sid)
+            continue
+        if not verify_setting(res.parent):
+            unverified.append(sid)
+        if shash is not None:
+            try:
+                current = read_result(res).setting_hash == shash
+            except (OSError, ValueError):  # the report skips it, naming it
+                current = False
+            if not current:
+                outdated.append(sid)
+                continue
+        done.append(sid)
+    shard, part = None, ()
+    spec = run / "shard.json"
+    if spec.is_file():
+        from calibdcd.experiment.plan import shard_of
+
+        try:
+            info = json.loads(spec.read_text(encoding="utf-8"))
+            shard = (int(info["index"]), int(info["count"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{spec}: not a valid shard file ({exc})") from None
+        part = tuple(shard_of([sid for sid, _ in grid], shard))
+    return RunProgress(
+        run, tuple(done), len(grid), tuple(missing), tuple(outdated), tuple(unverified),
+        shard, part,
+    )  # fmt: skip

@@ -8,7 +8,10 @@ Run directory layout::
                            dtype per target, git commit (+ dirty flag); calibdcd.provenance
       grid.json            the settings in run order
       models.json          every model the config names: where, ref, hub repo id and commit
-      settings/<id>/       result.json (written last, atomically), scores.csv, split.json
+      settings/<id>/       result.json (written last, atomically), scores.csv, split.json,
+                           digests.json (the digests of result.json and scores.csv as written)
+      benchmarks.json      each benchmark read: source, size, digest of its texts/labels/ids
+      inputs.json          the digests of the target models and detectors the run used
       results.jsonl        one line per completed setting (rewritten after each setting)
       results.csv          the headline numbers per setting
       settings/.stale/<id> settings of an earlier config that are not in this grid (moved aside)
@@ -41,7 +44,14 @@ from calibdcd.experiment.detectors import DETECTORS, build_detector, detector_av
 from calibdcd.experiment.labs import resolve_lab
 from calibdcd.experiment.model_uses import check_models, hub_dataset_of
 from calibdcd.experiment.plan import RunPlan, grid, materialize, resolve, shard_of
-from calibdcd.experiment.rundir import lock_run_dir, set_aside_stale
+from calibdcd.experiment.rundir import (
+    INPUTS_NAME,
+    check_shards,
+    lock_run_dir,
+    set_aside_stale,
+    verify_setting,
+    write_inputs,
+)
 from calibdcd.experiment.setting import (
     RunContext,
     run_setting,
@@ -90,33 +100,34 @@ def parse_shard(text: str) -> tuple[int, int]:
     return index, count
 
 
-def merge_runs(run_dirs: list[Path], out: Path) -> Path:
+def merge_runs(
+    run_dirs: list[Path], out: Path, *, log: Callable[[str], None] | None = None
+) -> Path:
     """One run directory at ``out`` from the run directories of the shards of one config
     (``calibdcd run --shard i/n``): every setting of the grid from the shard that computed it
     (the same setting twice must carry the same hashes), the config, grid and models of the
-    first, an ``environment.json`` naming the shards, and the run's summaries. The report of the
-    merged directory is the report of the unsharded run."""
+    first, the benchmarks and input digests of all, an ``environment.json`` naming the shards,
+    and the run's summaries. The report of the merged directory is the report of the unsharded
+    run.
+
+    Refused (ValueError, one line naming the shard and what differs): shards of another grid,
+    shards whose recorded inputs differ (a benchmark's digest, a model's commit, a target
+    model's or a detector's digest: :func:`calibdcd.experiment.rundir.check_shards`), a result
+    whose files were changed after its run wrote them (:func:`~calibdcd.experiment.rundir.
+    verify_setting`), a setting that is in none of the shards. Shards or results written before
+    calibdcd recorded digests are merged unverified, with a note to ``log``."""
     import shutil
 
     from calibdcd.atomic import read_json
     from calibdcd.results import read_result
 
+    say = log or (lambda s: None)
     if not run_dirs:
         raise ValueError("merge needs at least one run directory")
-    grids = []
-    for d in run_dirs:
-        g = d / "grid.json"
-        if not g.is_file():
-            raise FileNotFoundError(f"{g}: not a run directory (no grid.json)")
-        grids.append(read_json(g))
-    for d, g in zip(run_dirs[1:], grids[1:], strict=True):
-        if g != grids[0]:
-            raise ValueError(
-                f"{d}: another grid than {run_dirs[0]} (other config or code): not shards of "
-                "one run"
-            )
-    ids = [e["id"] for e in grids[0]]
-    want = {e["id"]: e["setting_hash"] for e in grids[0]}
+    notes = check_shards(run_dirs)
+    grid_rows = read_json(run_dirs[0] / "grid.json")
+    ids = [e["id"] for e in grid_rows]
+    want = {e["id"]: e["setting_hash"] for e in grid_rows}
     found: dict[str, Path] = {}
     for d in run_dirs:
         for sid in ids:
@@ -126,6 +137,8 @@ def merge_runs(run_dirs: list[Path], out: Path) -> Path:
             h = read_result(res).setting_hash
             if h != want[sid]:
                 raise ValueError(f"{res}: setting hash {h} is not the grid's {want[sid]}")
+            verify_setting(res.parent)  # an edited result is refused (one without digests: the
+            # report notes it unverified)
             found.setdefault(sid, d / "settings" / sid)
     missing = [sid for sid in ids if sid not in found]
     if missing:
@@ -134,10 +147,28 @@ def merge_runs(run_dirs: list[Path], out: Path) -> Path:
         )
     if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"{out}: exists and is not empty; merge into a new directory")
+    for note in notes:
+        say(note)
     (out / "settings").mkdir(parents=True, exist_ok=True)
-    for name in ("config.yaml", "grid.json", "models.json", "benchmarks.json"):
+    for name in ("config.yaml", "grid.json", "models.json"):
         if (run_dirs[0] / name).is_file():
             shutil.copy2(run_dirs[0] / name, out / name)
+    # every shard's benchmarks and input digests (check_shards found them to agree)
+    benches: dict[str, Any] = {}
+    inputs: dict[str, dict[str, str]] = {"targets": {}, "detectors": {}}
+    for d in run_dirs:
+        if (d / "benchmarks.json").is_file():
+            for row in read_json(d / "benchmarks.json"):
+                benches.setdefault(row["label"], row)
+        if (d / INPUTS_NAME).is_file():
+            rec = read_json(d / INPUTS_NAME)
+            for key in inputs:
+                for name, value in (rec.get(key) or {}).items():
+                    inputs[key].setdefault(name, value)
+    if benches:
+        write_json(out / "benchmarks.json", list(benches.values()))
+    if any(inputs.values()):
+        write_inputs(out, inputs)
     env = (
         read_json(run_dirs[0] / "environment.json")
         if (run_dirs[0] / "environment.json").is_file()
@@ -408,6 +439,7 @@ def _run_locked(
         bar.close()
         ctx.release_target()
         _write_benchmarks(run_dir, ctx)
+        _write_inputs(run_dir, ctx)
     return run_dir
 
 
@@ -434,6 +466,35 @@ def _write_benchmarks(run_dir: Path, ctx: RunContext) -> None:
         )
     if rows:
         write_json(run_dir / "benchmarks.json", rows)
+
+
+def _write_inputs(run_dir: Path, ctx: RunContext) -> None:
+    """``inputs.json`` (:func:`calibdcd.experiment.rundir.write_inputs`): the digest of each
+    target's model (a local checkpoint's content, a hub id's commit; no device or path) and
+    each detector's fingerprint, for those this run (or shard) used, so that a merge of shards
+    can tell whether they used the same ones (the data's digests are in ``benchmarks.json``)."""
+    from calibdcd.experiment.store import digest
+    from calibdcd.targets.identity import model_fields
+
+    entries = {t.name: t for t in ctx.cfg.targets}
+    targets: dict[str, str] = {}
+    # the targets the settings used (a model found on disk before one asked for before its lab)
+    for name, where, _ in sorted(ctx._target_keys, key=lambda k: not k[2]):
+        entry = entries.get(name)
+        if entry is None or name in targets:
+            continue
+        try:
+            fields = model_fields(entry.backend, where, root=ctx.cache_root)
+        except (OSError, ValueError):  # reported by the run, if it matters
+            continue
+        targets[name] = digest(entry.backend, fields)[:16]
+    detectors: dict[str, str] = {}
+    for (label, bench, seed), det in list(ctx._detectors.items()):
+        hit = ctx._detector_keys.get(id(det))
+        if hit is not None and hit[0] is det:
+            detectors[f"{label} on {bench} seed {seed}"] = hit[1]
+    if targets or detectors:
+        write_inputs(run_dir, {"targets": targets, "detectors": detectors})
 
 
 # --------------------------------------------------------------------------------------------

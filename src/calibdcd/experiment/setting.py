@@ -73,6 +73,7 @@ from calibdcd.experiment.detectors import (
     plan_detector,
 )
 from calibdcd.experiment.labs import unbuilt_clean_references
+from calibdcd.experiment.rundir import record_setting_digests, verify_setting
 from calibdcd.experiment.store import ArrayCache, digest, write_csv, write_json
 from calibdcd.experiment.targets import build_target, model_path, target_identity, target_views
 from calibdcd.keys import key_dict
@@ -665,14 +666,10 @@ def reliability_warnings(n_pool: int, served: int, empty: int, auc_after: float)
             f"the evaluation pool has only {n_pool} texts (< {MIN_POOL}): AUC {auc_after:.3f} "
             "is mostly noise"
         )
-    if served and empty == served:
-        out.append(
-            f"all {served} completions of the target were empty: AUC {auc_after:.3f} measures "
-            "nothing (check the server, max_new_tokens and the stop settings)"
-        )
-    elif served and empty / served >= 0.5:
-        out.append(f"{empty} of {served} completions of the target were empty")
-    return out
+    from calibdcd.targets.cache import empty_completions_warning  # fit and score's check too
+
+    said = empty_completions_warning(served, empty, measures=f"AUC {auc_after:.3f}")
+    return out + ([said] if said else [])
 
 
 #: scores.csv column of each per-text score besides the original and CalibDCD
@@ -776,6 +773,7 @@ def run_setting(
             if prev.setting_hash == shash and prev.inputs_hash == inputs_hash(
                 setting, cfg, ctx, shash
             ):
+                verify_setting(out)  # an edited result (digests.json) is recomputed too
                 return prev.model_copy(update={"skipped": True})
         except (OSError, ValueError) as exc:  # a damaged result is recomputed, loudly
             warnings.warn(f"{exc}; recomputing the setting", RuntimeWarning, stacklevel=2)
@@ -896,4 +894,5 @@ def run_setting(
             "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in prep.samples),
         )
     write_result(done, typed)
+    record_setting_digests(out)  # what the report reads, as written: a merge checks it
     return typed

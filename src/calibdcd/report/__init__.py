@@ -61,6 +61,7 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
             ],
         },
     )
+    grid = agg.grid_ids(run)  # "k of n settings" (None: an older run without grid.json)
     stale = agg.stale_settings(run)
     if stale:
         warnings.warn(
@@ -82,6 +83,8 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
         n_results=len(results),
         excluded=stale,
         warnings=[f"{r.id}: {w}" for r in results for w in r.warnings],
+        grid_size=None if grid is None else len(grid),
+        missing=[i for i in grid or [] if i not in {r.id for r in results}],
     )
     atomic_write_text(out / "index.html", redact(page))
     return out / "index.html"

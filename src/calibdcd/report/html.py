@@ -32,6 +32,13 @@ def _img(path: Path, alt: str) -> str:
     return f"<img alt='{html.escape(alt)}' src='data:image/png;base64,{data}'/>"
 
 
+def _completed(n_results: int, grid_size: int | None) -> str:
+    """The page's count: k of the grid's n settings when the grid is known, else k completed."""
+    if grid_size is None:
+        return f"{n_results} completed setting(s)"
+    return f"{n_results} of {grid_size} settings of the grid completed"
+
+
 def render_html(
     *,
     title: str,
@@ -42,15 +49,24 @@ def render_html(
     n_results: int,
     excluded: Sequence[str] = (),
     warnings: Sequence[str] = (),
+    grid_size: int | None = None,
+    missing: Sequence[str] = (),
 ) -> str:
     by_key = {t.key: t for t in tables}
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
-        f"<p>{n_results} completed setting(s). Scores: higher = member. Metrics on the evaluation "
-        "pool; CalibDCD is fitted on the calibration non-members only.</p>",
+        f"<p>{_completed(n_results, grid_size)}. Scores: higher = member. Metrics on the "
+        "evaluation pool; CalibDCD is fitted on the calibration non-members only.</p>",
     ]
+    if missing:
+        parts.append(
+            f"<p class='note'>{len(missing)} setting(s) of the grid have no result yet (an "
+            "unfinished run, or one shard of several) and are not in the tables: "
+            + html.escape(", ".join(missing))
+            + "</p>"
+        )
     if warnings:
         parts.append(
             "<p class='note'><b>Warnings</b></p><ul>"
