@@ -153,3 +153,32 @@ def test_an_edited_result_is_refused_and_an_older_one_unverified(shards, tmp_pat
     assert res.exit_code == 0, res.output
     assert f"note: {old} has no inputs.json" in res.output
     assert "note: 1 result(s) carry no digests.json" in res.output and BASE in res.output
+
+
+def test_report_out_is_never_inside_the_run_nor_a_shard(shards, tmp_path):
+    """``report -o``: a file, a directory inside the run (other than its report/), a shard's
+    directory are refused in one line and nothing is written; an existing directory elsewhere
+    takes the report."""
+    _, run_dir, dirs = shards
+    before = sorted(p.name for p in (run_dir / "settings").iterdir())
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for out, said in (
+        (afile, "is a file"),
+        (run_dir / "settings", "lies inside"),
+        (run_dir / "config.yaml", "is a file"),
+        (run_dir / "newdir", "lies inside"),
+    ):
+        res = _report(run_dir, "-o", out)
+        assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+        assert said in res.output, res.output
+    assert sorted(p.name for p in (run_dir / "settings").iterdir()) == before
+    assert afile.read_text() == "x"
+    res = _report(*dirs, "-o", dirs[0])
+    assert res.exit_code == 2 and "an input of this command" in res.output, res.output
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    res = _report(run_dir, "-o", existing)
+    assert res.exit_code == 0 and (existing / "index.html").is_file(), res.output
+    res = _report(run_dir, "-o", run_dir / "report")
+    assert res.exit_code == 0, res.output

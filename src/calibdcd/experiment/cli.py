@@ -147,6 +147,7 @@ def report_command(
     """Write the paper's tables (Markdown, LaTeX, CSV), figures and one HTML page; with
     --readme, also the run's main tables (and where they came from) into a README block."""
     from calibdcd.experiment.rundir import run_progress
+    from calibdcd.paths import check_output
     from calibdcd.report import write_report
 
     try:
@@ -155,6 +156,7 @@ def report_command(
 
             if out is None:
                 raise ValueError("several run directories (shards) need --out: the merged run")
+            check_output(out, "directory", inputs=run_dirs)  # never a shard, nor holding one
             # refused: shards of other inputs, edited results (one line naming what differs)
             run_dir = merge_runs(list(run_dirs), out, log=typer.echo)
             out = None
@@ -163,6 +165,9 @@ def report_command(
             run_dir = run_dirs[0]
             if not run_dir.is_dir():
                 raise FileNotFoundError(f"{run_dir}: no such run directory")
+            if out is not None and out.resolve() != (run_dir / "report").resolve():
+                # outside the run directory (or its own report/): never among its settings
+                check_output(out, "directory", protected=[run_dir])
         # k of n settings (and which are missing); an edited result is refused
         for line in run_progress(run_dir).lines():
             typer.echo(line)
@@ -172,7 +177,7 @@ def report_command(
 
             keys = [k.strip() for k in tables.split(",") if k.strip()] if tables else None
             used = write_readme(run_dir, readme, name, keys)
-    except (FileNotFoundError, ValueError) as exc:
+    except (OSError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     typer.echo(f"report: {html}")
