@@ -18,6 +18,7 @@ import time
 from collections import Counter, defaultdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -598,11 +599,9 @@ def _memorising_answer(texts: list[str], labels: list[int]):
     return answer
 
 
-def test_a_run_through_two_replicas_one_killed_gives_the_one_replica_tables(tmp_path):
-    """The issue's check, at the level of a config: a run through two replicas of one
-    deterministic model, one of them killed mid-run, writes the tables a run through one replica
-    writes, and no request is answered twice. The one-replica run is also a whole run that
-    loads no torch model: it never imports torch (a run's environment record used to)."""
+def _memorised_corpus(tmp_path: Path) -> tuple[Path, Any]:
+    """240 labelled texts in a jsonl file, and a served model's answer that memorised the
+    members (:func:`_memorising_answer`)."""
     import random
 
     rng = random.Random(0)
@@ -615,27 +614,41 @@ def test_a_run_through_two_replicas_one_killed_gives_the_one_replica_tables(tmp_
             json.dumps({"text": t, "label": y}) + "\n" for t, y in zip(texts, labels, strict=True)
         )
     )
-    answer = _memorising_answer(texts, labels)
+    return data, _memorising_answer(texts, labels)
+
+
+def _served_run_config(tmp_path: Path, data: Path, name: str, urls: list[str], **opts) -> Path:
+    """A run config of the overlap detector on ``data`` through the replicas ``urls``."""
+    p = tmp_path / f"{name}.yaml"
+    options = {"base_url": urls, "concurrency": 4, "max_retries": 0, "dialect": "vllm", **opts}
+    target = {
+        "name": "served", "backend": "openai", "model": "tiny", "family": "qwen2.5",
+        "options": options,
+    }  # fmt: skip
+    p.write_text(
+        json.dumps(
+            {
+                "name": name,
+                "benchmarks": [{"name": "mine", "path": str(data)}],
+                "targets": [target],
+                "detectors": ["overlap"],
+                "cache_dir": str(tmp_path / f"cache-{name}"),
+                "output": str(tmp_path / name),
+            }
+        )
+    )
+    return p
+
+
+def test_a_run_through_two_replicas_one_killed_gives_the_one_replica_tables(tmp_path):
+    """The issue's check, at the level of a config: a run through two replicas of one
+    deterministic model, one of them killed mid-run, writes the tables a run through one replica
+    writes, and no request is answered twice. The one-replica run is also a whole run that
+    loads no torch model: it never imports torch (a run's environment record used to)."""
+    data, answer = _memorised_corpus(tmp_path)
 
     def config(name: str, urls: list[str]) -> Path:
-        p = tmp_path / f"{name}.yaml"
-        target = {
-            "name": "served", "backend": "openai", "model": "tiny", "family": "qwen2.5",
-            "options": {"base_url": urls, "concurrency": 4, "max_retries": 0, "dialect": "vllm"},
-        }  # fmt: skip
-        p.write_text(
-            json.dumps(
-                {
-                    "name": name,
-                    "benchmarks": [{"name": "mine", "path": str(data)}],
-                    "targets": [target],
-                    "detectors": ["overlap"],
-                    "cache_dir": str(tmp_path / f"cache-{name}"),
-                    "output": str(tmp_path / name),
-                }
-            )
-        )
-        return p
+        return _served_run_config(tmp_path, data, name, urls)
 
     ok = lambda p, a: "ok"  # noqa: E731
     with FaultServer(ok, answer=answer, served_model="tiny") as one:
@@ -696,5 +709,42 @@ def test_a_run_through_two_replicas_one_killed_gives_the_one_replica_tables(tmp_
     assert {"auc_after_low", "calibdcd_delta_auc_half_width", "calibdcd_delta_auc_p"} <= set(row)
     from calibdcd.report import write_report
 
+    tables = [(write_report(tmp_path / d).parent / "tables.md").read_text() for d in ("one", "two")]
+    assert tables[0] == tables[1]
+
+
+@pytest.mark.slow  # two whole served runs (about a minute)
+@pytest.mark.parametrize("fault", ["500", "stall"])
+def test_a_run_through_a_replica_that_fails_or_hangs_gives_the_one_replica_tables(tmp_path, fault):
+    """A replica that answers 500 from some point on, or hangs past the request timeout, is
+    taken out and its requests go to the other: the run finishes with the tables of a run
+    through one replica, and no prompt is answered twice."""
+    from calibdcd.experiment import load_config, run_experiment
+    from calibdcd.report import write_report
+
+    data, answer = _memorised_corpus(tmp_path)
+    ok = lambda p, a: "ok"  # noqa: E731
+    with FaultServer(ok, answer=answer, served_model="tiny") as one:
+        run_experiment(load_config(_served_run_config(tmp_path, data, "one", [one.url + "/v1"])),
+                       progress=False)  # fmt: skip
+    seen = {"n": 0}
+
+    def fails(p, a):
+        seen["n"] += 1
+        return "ok" if seen["n"] < 100 else fault
+
+    with (
+        FaultServer(ok, answer=answer, served_model="tiny") as a,
+        FaultServer(fails, answer=answer, served_model="tiny", stall=8.0) as b,
+    ):
+        cfg = _served_run_config(tmp_path, data, "two", [a.url + "/v1", b.url + "/v1"],
+                                 timeout=2.0)  # fmt: skip
+        with pytest.warns(RuntimeWarning, match="taken out"):
+            run_experiment(load_config(cfg), progress=False)
+        served = Counter(a.successes) + Counter(b.successes)
+    assert max(served.values()) == 1
+    assert (tmp_path / "two" / "results.csv").read_text() == (
+        tmp_path / "one" / "results.csv"
+    ).read_text()
     tables = [(write_report(tmp_path / d).parent / "tables.md").read_text() for d in ("one", "two")]
     assert tables[0] == tables[1]
