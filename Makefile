@@ -8,7 +8,7 @@ export TOKENIZERS_PARALLELISM := false
 
 .PHONY: test test-slow lint bench demo clean-venv constraints
 
-# constraints.txt pins every other dependency to the versions the README's numbers came from
+# constraints.txt pins every other dependency to the versions the published numbers came from
 # (docs/reproducibility.md); the venv is reinstalled when it changes.
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

@@ -11,9 +11,9 @@ Lab seeds are not a level of their own (with two or three of them a separate lev
 mostly noise); the per-pool Δ in the output shows the lab seeds side by side.
 
     python benchmarks/lab_pooled.py runs/lab-v2 runs/lab-v2-bands/lab1 --out pooled.json \\
-        --readme README.md --name lab-v2-pooled   # rewrites that README block from the runs
+        --readme docs/results.md --name lab-v2-pooled   # rewrites that block from the runs
 
-The three runs behind the README's numbers are committed, trimmed to what this needs, in
+The three runs behind those numbers are committed, trimmed to what this needs, in
 ``benchmarks/results/runs/`` (its README says how to unpack and re-run them).
 
 Settings are matched by (detector, benchmark, target) names, which ``lab_bands.py`` keeps when it
@@ -140,7 +140,7 @@ def main() -> None:
     ap.add_argument("runs", nargs="+", type=Path, help="run directories of one lab recipe")
     ap.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
     ap.add_argument("--readme", type=Path, default=None, help="rewrite a results block here")
-    ap.add_argument("--name", default="lab-v2-pooled", help="the README block's name")
+    ap.add_argument("--name", default="lab-v2-pooled", help="the results block's name")
     args = ap.parse_args()
     rows = pooled(args.runs)
     where = provenance(args.runs)

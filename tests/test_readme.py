@@ -1,17 +1,41 @@
-"""`calibdcd report RUN_DIR --readme FILE`: a README's results block written from a real run's
-files (the micro run of experiment_support), with its provenance; nothing outside the block
-changes; a missing or broken block is a clear error."""
+"""`calibdcd report RUN_DIR --readme FILE`: a Markdown file's results block written from a real
+run's files (the micro run of experiment_support), with its provenance; nothing outside the block
+changes; a missing or broken block is a clear error.
+
+And the project's own pages: README.md is a short front page (the two commands first, at most
+300 lines) whose one verdict table is what ``benchmarks/verdict.py`` generates from the stored
+results; the six result blocks live in docs/results.md, and the stored runs regenerate theirs
+(slow)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import re
+import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from calibdcd.cli import app
-from calibdcd.report.readme import BlockError, readme_block, replace_block, write_readme
-from experiment_support import micro_run
+from calibdcd.report.readme import (
+    VERDICT_CLOSE,
+    VERDICT_OPEN,
+    BlockError,
+    readme_block,
+    replace_block,
+    replace_verdict,
+    results_block,
+    verdict_block,
+    write_readme,
+)
+from experiment_support import REPO, micro_run
+
+README = REPO / "README.md"
+RESULTS = REPO / "docs" / "results.md"
+#: the result blocks of docs/results.md, in its order
+BLOCKS = ("lab-demo", "lab-micro", "lab-v2", "lab-v2-pooled", "real-regime", "real-wikimia24")
 
 BEFORE = "# Title\n\nSome text the writer must keep.\n\n"
 AFTER = "\n\n## Later section\n\nMore text, with a trailing space \nand no final newline"
@@ -89,3 +113,114 @@ def test_readme_cli(run_dir, tmp_path):
     assert missing.exit_code == 2
     assert "no results block 'micro-test'" in missing.output
     assert readme.read_text() == text  # a failed write leaves the file as it was
+
+
+def test_replace_verdict_keeps_everything_outside_and_reads_back():
+    text = f"{BEFORE}{VERDICT_OPEN}\nold table\n{VERDICT_CLOSE}{AFTER}"
+    new = replace_verdict(text, "| a |\n|---|\n| 1 |", source="README.md")
+    assert new == f"{BEFORE}{VERDICT_OPEN}\n| a |\n|---|\n| 1 |\n{VERDICT_CLOSE}{AFTER}"
+    assert verdict_block(new) == "| a |\n|---|\n| 1 |"
+    assert replace_verdict(new, "| a |\n|---|\n| 1 |") == new
+    with pytest.raises(BlockError, match=r"README\.md: no verdict block"):
+        replace_verdict(BEFORE, "x", source="README.md")
+    with pytest.raises(BlockError, match="the verdict block is not closed"):
+        replace_verdict(f"{BEFORE}{VERDICT_OPEN}\nx\n", "x")
+    with pytest.raises(BlockError, match="opens more than once"):
+        verdict_block(f"{VERDICT_OPEN}\n{VERDICT_CLOSE}\n{VERDICT_OPEN}\n{VERDICT_CLOSE}")
+    # a results block is read back as written
+    block = replace_block(_readme("demo"), "demo", "| x |")
+    assert results_block(block, "demo") == "| x |"
+
+
+def test_readme_is_a_front_page():
+    """The two commands first, exactly; at most 300 lines; no result block of its own (they are
+    in docs/results.md), one verdict block."""
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 300
+    head = text.split("\n\n", 2)[1]
+    assert head.splitlines() == [
+        "```bash",
+        "make demo   # sets up .venv, builds the demo lab, runs the detectors with and without "
+        "CalibDCD",
+        "make test   # sets up .venv and runs the fast test suite",
+        "```",
+    ]
+    assert "<!-- calibdcd:results" not in text
+    assert text.count(VERDICT_OPEN) == 1 and text.count(VERDICT_CLOSE) == 1
+    for link in re.findall(r"\]\(((?:docs|configs)/[^)#]+)\)", text):
+        assert (REPO / link).exists(), f"README.md links to {link}, which does not exist"
+
+
+def test_results_md_holds_the_six_blocks():
+    text = RESULTS.read_text(encoding="utf-8")
+    assert re.findall(r"<!-- calibdcd:results ([a-z0-9-]+) -->", text) == list(BLOCKS)
+    for name in BLOCKS:
+        body = results_block(text, name, source="docs/results.md")
+        assert body.startswith("Written by "), name  # every block names where it came from
+    # the command that writes them, as the file itself says
+    assert "calibdcd report RUN_DIR --readme docs/results.md" in " ".join(text.split())
+
+
+def _verdict_module():
+    spec = importlib.util.spec_from_file_location("verdict", REPO / "benchmarks" / "verdict.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["verdict"] = module  # dataclasses look their module up
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.modules.pop("verdict", None)
+    return module
+
+
+def _stored_inputs(verdict) -> list[Path]:
+    archives = [a for _, a, _ in verdict.RUN_STUDIES]
+    return [verdict.POOLED_JSON, *verdict.POOLED_ARCHIVES, *archives, verdict.RESULTS_MD]
+
+
+def test_the_readme_verdict_table_is_the_generated_one():
+    """`python benchmarks/verdict.py --write README.md` regenerates the README's verdict table
+    from the stored results: the table in README.md is exactly that, never typed."""
+    verdict = _verdict_module()
+    missing = [p for p in _stored_inputs(verdict) if not p.exists()]
+    if missing:
+        pytest.skip(f"inputs of the verdict table absent: {[str(p) for p in missing]}")
+    table = verdict.verdict_table()
+    have = verdict_block(README.read_text(encoding="utf-8"), source="README.md")
+    assert have == table.strip("\n"), "README.md's verdict table is stale: rerun " \
+        "`python benchmarks/verdict.py --write README.md`"  # fmt: skip
+    # one row per study x target x detector, the paper's detectors and the overlap baseline
+    rows = [ln for ln in table.splitlines() if ln.startswith("| ") and not ln.startswith("| Study")]
+    studies = [r.split(" | ")[0].lstrip("| ") for r in rows]
+    assert set(studies) == {"lab-v2, pooled", "lab-v2, lab seed 0", "real-regime",
+                            "real-wikimia24", "lab-micro"}  # fmt: skip
+    assert len(rows) == 21
+    # the pooled rows are the pooled JSON's, digit for digit
+    pooled = json.loads(verdict.POOLED_JSON.read_text(encoding="utf-8"))["rows"]
+    for rec in pooled:
+        cell = f"{rec['delta_auc']:+.1f} [{rec['low']:+.1f}, {rec['high']:+.1f}]"
+        assert any(f"| {rec['target']} |" in r and rec["detector"] in r and cell in r
+                   for r in rows), rec  # fmt: skip
+    # the lab-micro rows are its block's paired rows
+    block = results_block(RESULTS.read_text(encoding="utf-8"), "lab-micro")
+    assert "| DPDLLM + CalibDCD vs DPDLLM | lab / chat-qwen | 3 | +0.0 | [+0.0, +0.0] |" in block
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name, archive",
+    [
+        ("real-regime", "real-regime.tar.xz"),
+        ("real-wikimia24", "real-wikimia24-paper.tar.xz"),
+        ("lab-v2", "lab-v2-paper-lab0.tar.xz"),
+    ],
+)
+def test_a_stored_run_rewrites_its_results_block(name, archive):
+    """Each stored run directory regenerates its docs/results.md block byte for byte (what
+    `calibdcd report RUN --readme docs/results.md` would write)."""
+    verdict = _verdict_module()
+    path = verdict.RUNS / archive
+    if not path.exists():
+        pytest.skip(f"{path} absent")
+    with verdict.unpacked(path) as (run,):
+        got = readme_block(run)
+    assert got.strip("\n") == results_block(RESULTS.read_text(encoding="utf-8"), name)

@@ -145,7 +145,8 @@ def report_command(
     ] = None,
 ) -> None:
     """Write the paper's tables (Markdown, LaTeX, CSV), figures and one HTML page; with
-    --readme, also the run's main tables (and where they came from) into a README block."""
+    --readme, also the run's main tables (and where they came from) into a results block of a
+    Markdown file (docs/results.md)."""
     from calibdcd.experiment.rundir import run_progress
     from calibdcd.paths import check_output
     from calibdcd.report import write_report

@@ -62,8 +62,8 @@ def full_study_note(n_seeds: int, n_chat: int, preset: str = DEMO_PRESET) -> str
         f"{'one post-trained model' if n_chat == 1 else f'{n_chat} post-trained models'} of "
         f"three, {seeds}). The full study is `calibdcd run "
         "configs/lab-v2.yaml` (the v2 lab's 1,000-text pool, all three chat models and the "
-        "base, 3 seeds, ablations); its numbers, and from which run, are under 'Measured "
-        "results' in README.md."
+        "base, 3 seeds, ablations); its numbers, and from which run, are in docs/results.md "
+        "(the README's verdict table sums them up)."
     )
 
 

@@ -1,6 +1,8 @@
-"""Results written into a Markdown file (the README) from a run's files, never typed by hand.
+"""Results written into a Markdown file from a run's files, never typed by hand.
 
-A marked block in the file::
+The file is any Markdown document: the project keeps its result blocks in ``docs/results.md``
+(``calibdcd report RUN_DIR --readme docs/results.md``) and its one verdict table in
+``README.md`` (``benchmarks/verdict.py``). A marked block in the file::
 
     <!-- calibdcd:results lab-micro -->
     (anything; replaced)
@@ -10,8 +12,9 @@ is replaced by the run's main report tables (the tables whose key ends in ``_mai
 others are asked for) under one line saying where they came from: config, commit (and whether
 the tree was dirty), machine, Python and torch, seeds and date, all read from the run's
 ``environment.json``. Text outside the block is left byte for byte as it was.
+:func:`replace_verdict` does the same for the one ``<!-- calibdcd:verdict -->`` block.
 
->>> write_readme("runs/lab-micro", "README.md")       # doctest: +SKIP
+>>> write_readme("runs/lab-micro", "docs/results.md")       # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -23,7 +26,18 @@ from typing import Any
 
 from calibdcd.atomic import read_json
 
-__all__ = ["README_TABLES", "BlockError", "readme_block", "replace_block", "write_readme"]
+__all__ = [
+    "README_TABLES",
+    "VERDICT_CLOSE",
+    "VERDICT_OPEN",
+    "BlockError",
+    "readme_block",
+    "replace_block",
+    "replace_verdict",
+    "results_block",
+    "verdict_block",
+    "write_readme",
+]
 
 #: the report tables a results block holds by default (the rest are in the run's report)
 README_TABLES = ("auc_main", "paired", "base_vs_post", "selection_rank_strength", "selection_why")
@@ -31,36 +45,83 @@ README_TABLES = ("auc_main", "paired", "base_vs_post", "selection_rank_strength"
 _OPEN = "<!-- calibdcd:results {name} -->"
 _CLOSE = "<!-- /calibdcd:results -->"
 _ANY_OPEN = re.compile(r"<!-- calibdcd:results (\S+) -->")
+#: the markers of the one verdict block (``benchmarks/verdict.py`` writes it into README.md)
+VERDICT_OPEN = "<!-- calibdcd:verdict -->"
+VERDICT_CLOSE = "<!-- /calibdcd:verdict -->"
 
 
 class BlockError(ValueError):
     """The file has no usable results block of that name (message says what is wrong)."""
 
 
+def _span(
+    text: str, opener: str, closer: str, what: str, source: str, nested: re.Pattern[str]
+) -> tuple[int, int]:
+    """Where the body of the one block ``opener`` ... ``closer`` starts and ends in ``text``."""
+    starts = [m.start() for m in re.finditer(re.escape(opener), text)]
+    if len(starts) > 1:
+        lines = [text.count("\n", 0, s) + 1 for s in starts]
+        raise BlockError(f"{source}: {what} opens more than once (lines {lines})")
+    body_start = starts[0] + len(opener)
+    end = text.find(closer, body_start)
+    inner = nested.search(text, body_start, end if end >= 0 else len(text))
+    if end < 0 or inner is not None:
+        line = text.count("\n", 0, starts[0]) + 1
+        raise BlockError(
+            f"{source}:{line}: {what} is not closed by {closer} "
+            "before the next block or the end of the file"
+        )
+    return body_start, end
+
+
+def _put(text: str, span: tuple[int, int], content: str) -> str:
+    return text[: span[0]] + "\n" + content.strip("\n") + "\n" + text[span[1] :]
+
+
 def replace_block(text: str, name: str, content: str, *, source: str = "<text>") -> str:
     """``text`` with the block ``name`` holding ``content`` (everything else unchanged)."""
     opener = _OPEN.format(name=name)
-    starts = [m.start() for m in re.finditer(re.escape(opener), text)]
-    if not starts:
+    if opener not in text:
         found = sorted(set(_ANY_OPEN.findall(text)))
         hint = f" (blocks found: {', '.join(found)})" if found else ""
         raise BlockError(
             f"{source}: no results block {name!r}: add the lines\n  {opener}\n  {_CLOSE}\n"
             f"where the tables should go{hint}"
         )
-    if len(starts) > 1:
-        lines = [text.count("\n", 0, s) + 1 for s in starts]
-        raise BlockError(f"{source}: results block {name!r} opens more than once (lines {lines})")
-    body_start = starts[0] + len(opener)
-    end = text.find(_CLOSE, body_start)
-    nested = _ANY_OPEN.search(text, body_start, end if end >= 0 else len(text))
-    if end < 0 or nested is not None:
-        line = text.count("\n", 0, starts[0]) + 1
+    span = _span(text, opener, _CLOSE, f"results block {name!r}", source, _ANY_OPEN)
+    return _put(text, span, content)
+
+
+def results_block(text: str, name: str, *, source: str = "<text>") -> str:
+    """The body of the results block ``name`` of ``text`` (what :func:`replace_block` put
+    there), e.g. to read a block whose run directory was not kept."""
+    opener = _OPEN.format(name=name)
+    if opener not in text:
+        raise BlockError(f"{source}: no results block {name!r}")
+    start, end = _span(text, opener, _CLOSE, f"results block {name!r}", source, _ANY_OPEN)
+    return text[start:end].strip("\n")
+
+
+def verdict_block(text: str, *, source: str = "<text>") -> str:
+    """The body of the verdict block of ``text`` (between its markers, stripped of the blank
+    line the writer puts at each end)."""
+    if VERDICT_OPEN not in text:
+        raise BlockError(f"{source}: no verdict block ({VERDICT_OPEN} ... {VERDICT_CLOSE})")
+    nested = re.compile(re.escape(VERDICT_OPEN))
+    start, end = _span(text, VERDICT_OPEN, VERDICT_CLOSE, "the verdict block", source, nested)
+    return text[start:end].strip("\n")
+
+
+def replace_verdict(text: str, content: str, *, source: str = "<text>") -> str:
+    """``text`` with its verdict block holding ``content`` (everything else unchanged)."""
+    if VERDICT_OPEN not in text:
         raise BlockError(
-            f"{source}:{line}: results block {name!r} is not closed by {_CLOSE} "
-            "before the next block or the end of the file"
+            f"{source}: no verdict block: add the lines\n  {VERDICT_OPEN}\n  {VERDICT_CLOSE}\n"
+            "where the table should go"
         )
-    return text[:body_start] + "\n" + content.strip("\n") + "\n" + text[end:]
+    nested = re.compile(re.escape(VERDICT_OPEN))
+    span = _span(text, VERDICT_OPEN, VERDICT_CLOSE, "the verdict block", source, nested)
+    return _put(text, span, content)
 
 
 def _provenance(run_dir: Path, env: dict[str, Any] | None, n_settings: int) -> str:
@@ -135,8 +196,9 @@ def write_readme(
     name: str | None = None,
     tables: Sequence[str] | None = None,
 ) -> str:
-    """Rewrite the block ``name`` (default: the run's config name) of ``readme`` with the run's
-    tables; returns the name used. Raises :class:`BlockError` when the block is missing."""
+    """Rewrite the block ``name`` (default: the run's config name) of the Markdown file
+    ``readme`` (e.g. ``docs/results.md``) with the run's tables; returns the name used. Raises
+    :class:`BlockError` when the block is missing."""
     from calibdcd.atomic import atomic_write_text
 
     run = Path(run_dir)
