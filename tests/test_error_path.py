@@ -64,11 +64,11 @@ def _invoke(*args: str, env: dict | None = None):
     return CliRunner().invoke(app, list(args), env=env)
 
 
-def _score(a, *more: str, texts: str | None = None, out: str | None = None, env=None):
+def _score(a, *more: str, texts=None, out=None, env=None, bundle=None):
     d = a["dir"]
     return _invoke(
-        "score", str(d / "bundle"), texts or str(d / "suspect.jsonl"), "--cache-dir",
-        str(d / "cache"), "--no-progress", "-o", out or str(d / "scores.jsonl"), *more, env=env,
+        "score", str(bundle or d / "bundle"), str(texts or d / "suspect.jsonl"), "--cache-dir",
+        str(d / "cache"), "--no-progress", "-o", str(out or d / "scores.jsonl"), *more, env=env,
     )  # fmt: skip
 
 
@@ -134,37 +134,14 @@ def test_a_truncated_bundle_file_is_one_line_even_unverified(audit, tmp_path):
     shutil.copytree(d / "bundle", b)
     null = b / "null.npz"
     null.write_bytes(null.read_bytes()[:40])
-    res = _invoke("score", str(b), str(d / "suspect.jsonl"), "--cache-dir", str(d / "cache"),
-                  "--no-progress", "-o", str(tmp_path / "s.jsonl"))  # fmt: skip
-    _one_line_error(res, "null.npz")
-    res = _invoke(
-        "score",
-        str(b),
-        str(d / "suspect.jsonl"),
-        "--cache-dir",
-        str(d / "cache"),
-        "--no-progress",
-        "-o",
-        str(tmp_path / "s.jsonl"),
-        "--allow-unverified",
-    )
-    _one_line_error(res, "null.npz")
+    out = tmp_path / "s.jsonl"
+    _one_line_error(_score(audit, bundle=b, out=out), "null.npz")
+    _one_line_error(_score(audit, "--allow-unverified", bundle=b, out=out), "null.npz")
     # an older bundle without digests, loaded unchecked: the truncated file is still named
     header = json.loads((b / "bundle.json").read_text())
     bare = {k: v for k, v in header.items() if k not in ("files_sha256", "header_sha256")}
     (b / "bundle.json").write_text(json.dumps(bare))
-    res = _invoke(
-        "score",
-        str(b),
-        str(d / "suspect.jsonl"),
-        "--cache-dir",
-        str(d / "cache"),
-        "--no-progress",
-        "-o",
-        str(tmp_path / "s.jsonl"),
-        "--allow-unverified",
-    )
-    _one_line_error(res, "null.npz")
+    _one_line_error(_score(audit, "--allow-unverified", bundle=b, out=out), "null.npz")
 
 
 def test_fit_dry_run_reports_an_unreachable_server_beside_the_other_problems(tmp_path):
