@@ -4,14 +4,15 @@
 splits the known members and non-members into supervised / calibration / held-out parts and
 saves the fitted bundle. ``score`` loads a bundle, checks the target's identity, scores a file of
 texts and writes one JSON line per text (score, empirical p-value, decision at the bundle's FPR)
-after a summary line (threshold, set-level test, distribution check, warnings). Warnings also go
-to stderr.
+after a summary line (threshold, set-level test, distribution check, warnings), and a
+self-contained HTML page beside it (:mod:`calibdcd.fitted.report`: ``scores.jsonl`` ->
+``scores.html``). Warnings also go to stderr. Both show one status line naming the step they are
+in, above the inner bars of its waits (count, rate, ETA: :mod:`calibdcd.progress`).
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,22 +21,48 @@ import typer
 __all__ = ["fit_command", "fit_dry_run", "score_command"]
 
 
-def _progress(enabled: bool, total: int | None = None) -> Any:
-    from tqdm.auto import tqdm
+#: a target spec's keys that are the target's fields, not its backend's options
+TARGET_FIELDS = ("model", "family", "name", "lab", "tokenizer")
 
-    return tqdm(total=total, disable=not enabled, file=sys.stderr, unit="step", leave=False)
+
+def _target_help() -> str:
+    """``--target``'s example and every backend's options (read from the backends' signatures,
+    as the option check reads them), for ``fit --help``."""
+    from calibdcd.targets.base import available_backends, backend_options
+
+    lines = [
+        "Without a config, --target gives the target as BACKEND:key=value,..., for example",
+        "",
+        "  openai:base_url=http://127.0.0.1:8000/v1,model=my-model,family=qwen2.5,dialect=vllm",
+        "",
+        f"Its keys {', '.join(TARGET_FIELDS)} are the target's fields; every other key is an "
+        "option of the backend:",
+        "",
+    ]
+    for b in available_backends():
+        names = [n for n in backend_options(b) if n not in TARGET_FIELDS]
+        lines.append(f"  {b}: {', '.join(names)}")
+    return "\n".join(lines)
+
+
+def _status(job: str, enabled: bool) -> Any:
+    """The command's status line (:func:`calibdcd.progress.status_line`)."""
+    from calibdcd.progress import status_line
+
+    return status_line(job, enabled=enabled)
 
 
 def _target_parts(
-    cfg: Any, cache_dir: Path, *, with_views: bool = True
+    cfg: Any, cache_dir: Path, *, with_views: bool = True, progress: bool | None = None
 ) -> tuple[Any, dict[str, Any], list[Any] | None]:
     """(cached target, its identity record, its view bank: None unless ``with_views``) for a fit
-    config's target section (score keeps the bundle's views and asks for none)."""
+    config's target section (score keeps the bundle's views and asks for none); ``progress``:
+    the target's generation bar (requests, rate, ETA)."""
     from calibdcd.experiment.targets import build_target, target_views
 
     entry = _target_entry(cfg.target)
     record = _target_record(cfg.target, cache_dir)
-    target = build_target(entry, cache_dir / "generations.sqlite", cache_dir)
+    target = build_target(entry, cache_dir / "generations.sqlite", cache_dir, progress=progress)
     views = (
         None
         if not with_views
@@ -168,6 +195,54 @@ def _planned_detector(cfg: Any, cache: Path, progress: bool | None = None) -> An
     return plan_detector(entry, dt.benchmark or "", 0, str(cache))
 
 
+def _completions_per_text(detector: Any) -> tuple[int, str] | None:
+    """(completions the target generates per text, how that count arises) from the detector's
+    ``generation_kinds`` (greedy decoding: one, whatever ``n``; sampled: ``n``) times its
+    ``queries_per_text`` (VeilProbe: the text and its perturbation); None when it states none."""
+    kinds = dict(getattr(detector, "generation_kinds", None) or {})
+    if not kinds:
+        return None
+    queries = int(getattr(detector, "queries_per_text", 1))
+    per_query = sum(1 if p.greedy else int(p.n) for p in kinds.values())
+    how = ", ".join(
+        f"{k}: {'1 greedy' if p.greedy else f'{p.n} sampled'}" for k, p in kinds.items()
+    )
+    if queries > 1:
+        how += f", for each of {queries} queries per text"
+    return per_query * queries, how
+
+
+def _generations_line(detector: Any, texts: int, note: str = "") -> str:
+    """The dry run's estimate of the target's work: at most texts x completions per text."""
+    per = None if detector is None else _completions_per_text(detector)
+    if per is None:
+        return (
+            f"  target: generates for {texts:,} texts{note}; those already in the cache are not "
+            "asked again"
+        )
+    k, how = per
+    return (
+        f"  target: at most {texts * k:,} completions, one request each through a server "
+        f"({texts:,} texts x {k} per text: {how}{note}); those already in the cache are not "
+        "asked again"
+    )
+
+
+def _detector_for_estimate(
+    name: str, preset: Any, options: Any, benchmark: Any, cache: Path
+) -> Any:
+    """The detector built for the dry run's estimate only (lab references left unresolved,
+    nothing trained or loaded); None when it cannot be built so."""
+    from calibdcd.detectors.registry import create_detector
+
+    opts = {k: v for k, v in dict(options or {}).items() if k != "progress"}
+    try:
+        return create_detector(name, preset=preset, options=opts, benchmark=benchmark,
+                               cache_dir=str(cache))  # fmt: skip
+    except Exception:  # the dry run's other checks name the problem
+        return None
+
+
 def fit_dry_run(cfg: Any, source: Path, out: Path, cache: Path) -> tuple[list[str], list[str]]:
     """What ``fit`` would do, checked without loading any model: the texts and their split,
     the target's backend and lab, every model and dataset it needs. (lines, problems)."""
@@ -179,6 +254,7 @@ def fit_dry_run(cfg: Any, source: Path, out: Path, cache: Path) -> tuple[list[st
 
     lines = [f"fit config {source}: cache {cache}; bundle: {out}"]
     problems: list[str] = []
+    codes: list[str] | None = None
     t, d = cfg.target, cfg.detector
     unbuilt = {
         x for x in (t.lab, cfg.data.lab) if x and resolve_lab(x, build=False, root=cache) is None
@@ -229,6 +305,20 @@ def fit_dry_run(cfg: Any, source: Path, out: Path, cache: Path) -> tuple[list[st
     lines.append(f"  {planned.describe()}" + (f" (preset {d.preset})" if d.preset else ""))
     if planned.problem is not None:
         problems.append(f"detector: {planned.problem}")
+    elif texts is not None:
+        det = _detector_for_estimate(
+            planned.entry.name, planned.entry.preset, planned.entry.options, d.benchmark, cache
+        )
+        n = len(texts.supervised) + len(texts.calibration) + len(texts.heldout) + len(texts.pool)
+        n_views = len(codes) if cfg.calibration_config() is not None and codes else 0
+        again = len(texts.calibration) * n_views
+        note = (
+            f"; the {len(texts.calibration):,} calibration non-members count once more under "
+            f"each of {n_views} views"
+            if again
+            else ""
+        )
+        lines.append(_generations_line(det, n + again, note))
     try:
         resolved = resolve_uses(models_in_fit_config(cfg), str(source))
     except ValueError as exc:  # every missing model at once, or a detector that does not build
@@ -247,8 +337,8 @@ def fit_command(
     target: Annotated[
         str | None,
         typer.Option(
-            help="without a config: the target as BACKEND:key=value,... (e.g. "
-            "openai:base_url=http://127.0.0.1:8000/v1,model=my-model,family=qwen2.5)"
+            help="without a config: the target as BACKEND:key=value,... (the example and "
+            "each backend's options are above)"
         ),
     ] = None,
     members: Annotated[
@@ -280,7 +370,6 @@ def fit_command(
         ),
     ] = False,
 ) -> None:
-    """Fit a detector (+ CalibDCD) on known members and non-members and save the bundle."""
     from calibdcd.experiment.fit_config import fit_config_from, load_fit_config
     from calibdcd.fitted import fit_detector
     from calibdcd.fitted.config import parse_target_spec
@@ -334,7 +423,7 @@ def fit_command(
     from calibdcd.targets.server_template import ServerTemplateError
 
     try:
-        target, record, views = _target_parts(cfg, cache_dir)
+        target, record, views = _target_parts(cfg, cache_dir, progress=progress)
     except ServerTemplateError as exc:  # the served chat template cannot be had: one line
         typer.echo(f"error: target views: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -343,15 +432,21 @@ def fit_command(
     detector = _planned_detector(cfg, cache_dir, progress).build(str(cache_dir), progress=progress)
     spec = {"name": dt.name, "preset": dt.preset, "options": dict(dt.options),
             "benchmark": dt.benchmark}  # fmt: skip
-    bar = _progress(progress)
-    fitted = fit_detector(
-        detector, target, texts, views=views, calibration=cfg.calibration_config(),
-        space=cfg.space, fpr=cfg.fpr, mode=cfg.mode, seed=cfg.seed, detector_spec=spec,
-        target_record=record, status=lambda s: (bar.set_description(s), bar.update(1)),
-    )  # fmt: skip
-    bar.close()
+    n_known = len(texts.supervised) + len(texts.calibration) + len(texts.heldout)
+    with _status(f"fitting {dt.name} on {n_known:,} known texts", progress) as status:
+        fitted = fit_detector(
+            detector, target, texts, views=views, calibration=cfg.calibration_config(),
+            space=cfg.space, fpr=cfg.fpr, mode=cfg.mode, seed=cfg.seed, detector_spec=spec,
+            target_record=record, status=status,
+        )  # fmt: skip
     fitted.save(out)
     s = fitted.sizes
+    if fitted.separation is not None:
+        from calibdcd.fitted.audit import Separation
+
+        sep = Separation(**{k: v for k, v in fitted.separation.items() if k != "calibdcd"})
+        low = "" if sep.beats_chance is not False else "; NOT above chance (see the warning)"
+        typer.echo(f"known texts: {sep.line()}{low}")
     typer.echo(
         f"fitted {dt.name} ({cfg.mode}) on {s['supervised']} supervised texts "
         f"({s['supervised_members']} members), {s['calibration']} calibration and "
@@ -365,6 +460,13 @@ def score_command(
     bundle: Annotated[Path, typer.Argument(help="a bundle written by calibdcd fit")],
     texts: Annotated[Path, typer.Argument(help="texts: .jsonl (text, optional id) or .txt")],
     out: Annotated[Path, typer.Option("--out", "-o", help="scores.jsonl to write")],
+    report: Annotated[
+        Path | None,
+        typer.Option(
+            help="the HTML page to write (default: -o's path with .html for its suffix, e.g. "
+            "scores.html)"
+        ),
+    ] = None,
     model: Annotated[
         str | None,
         typer.Option(help="the target's checkpoint here, or its served name (default: as fitted)"),
@@ -390,7 +492,8 @@ def score_command(
     ] = False,
     progress: Annotated[bool, typer.Option(help="progress bars")] = True,
 ) -> None:
-    """Score texts with a fitted bundle: per-text score, p-value, decision; set-level test."""
+    """Score texts with a fitted bundle: per-text score, p-value, decision; set-level test;
+    an HTML report beside the scores."""
     import numpy as np
 
     if not 0.0 < alpha < 1.0:
@@ -403,9 +506,12 @@ def score_command(
     from calibdcd.fitted import FittedDetector, TargetMismatchError
     from calibdcd.fitted.config import DetectorSection, FitConfig, TargetSection
     from calibdcd.fitted.detector import BundleIntegrityError, read_bundle_header
+    from calibdcd.fitted.report import report_path
     from calibdcd.paths import check_output
 
     check_output(out, "file", inputs=[texts], protected=[bundle])
+    page = report_path(out) if report is None else report
+    check_output(page, "file", inputs=[texts, out], protected=[bundle], option="--report")
     try:
         header = read_bundle_header(bundle)
     except (OSError, BundleIntegrityError) as exc:
@@ -444,7 +550,7 @@ def score_command(
     if dry_run:  # every check of a real score, nothing built, generated or written
         record = _target_record(tsec, cache)
     else:
-        target, record, _ = _target_parts(shell, cache, with_views=False)
+        target, record, _ = _target_parts(shell, cache, with_views=False, progress=progress)
     try:
         fitted = FittedDetector.load(bundle, target=record, allow_unverified=allow_unverified)
     except (TargetMismatchError, BundleIntegrityError) as exc:
@@ -465,7 +571,16 @@ def score_command(
         from calibdcd.data.textkey import keys
 
         typer.echo(f"  texts: {len(items)} from {texts} ({len(keys(items))} distinct)")
-        typer.echo(f"  scores: {out}")
+        spec = fitted.detector_spec
+        det = _detector_for_estimate(spec["name"], spec.get("preset"), spec.get("options"),
+                                     spec.get("benchmark"), cache)  # fmt: skip
+        note = (
+            "; transductive: the fit's texts are scored again too, from the fit's cache"
+            if fitted.mode == "transductive"
+            else ""
+        )
+        typer.echo(_generations_line(det, len(items), note))
+        typer.echo(f"  scores: {out}; report: {page}")
         typer.echo("dry run: OK")
         return
     build = fitted.mode == "transductive"
@@ -475,12 +590,8 @@ def score_command(
             {**o, "progress": progress}, build=build, root=cache, progress=progress
         ),
     )
-    bar = _progress(progress)
-    res = fitted.score(
-        items, target, detector, set_alpha=alpha,
-        status=lambda s: (bar.set_description(s), bar.update(1)),
-    )  # fmt: skip
-    bar.close()
+    with _status(f"scoring {len(items):,} texts", progress) as status:
+        res = fitted.score(items, target, detector, set_alpha=alpha, status=status)
     for w in res.warnings:
         typer.secho(f"WARNING: {w}", err=True, fg=typer.colors.RED, bold=True)
     summary = {
@@ -510,6 +621,13 @@ def score_command(
         }
         lines.append(json.dumps(rec))
     atomic_write_text(out, "\n".join(lines) + "\n")
+    from calibdcd.fitted.report import write_report
+
+    write_report(
+        page, header=header, null=fitted.null, result=res, summary=summary, texts=items,
+        ids=ids, alpha=alpha, sources={"bundle": str(bundle), "texts": str(texts),
+                                       "scores": str(out)},
+    )  # fmt: skip
     st = res.set_test or {}
     if st.get("reject"):
         verdict = "the set is MORE member-like than the known non-members"
@@ -521,5 +639,11 @@ def score_command(
     )
     typer.echo(
         f"{len(items)} texts scored; {summary['n_members_declared']} declared members at FPR "
-        f"{res.fpr}; {verdict}; written to {out}"
+        f"{res.fpr}; {verdict}; written to {out}; the report: {page}"
     )
+
+
+fit_command.__doc__ = (
+    "Fit a detector (+ CalibDCD) on known members and non-members and save the bundle.\n\n"
+    + _target_help()
+)

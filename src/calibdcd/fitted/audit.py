@@ -13,20 +13,27 @@ against held-out known non-members, a set-level test, and a model-free check of 
   texts* (the blind TF-IDF classifier of :mod:`calibdcd.blind`, cross-validated AUC between the
   two sets with a bootstrap interval). When they do, a set-level rejection may come from the
   distribution shift rather than from the model: the check warns.
+* :func:`cross_validated_separation`: what ``fit`` reports about the detector itself: how well
+  the whole fit (classifier, CalibDCD, retraining) ranks the known members above the known
+  non-members it did not train on, as a stratified k-fold cross-validated AUC over the
+  supervised texts' features (already extracted: no model query) with a bootstrap interval; a
+  warning when the interval does not exclude chance (0.5).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 __all__ = [
     "DistributionCheck",
+    "Separation",
     "SetTest",
+    "cross_validated_separation",
     "distribution_check",
     "empirical_p_values",
     "set_level_test",
@@ -227,3 +234,123 @@ def distribution_check(
         n_suspect=n_suspect,
         n_suspect_used=len(sus),
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class Separation:
+    """How well a fit ranks known members above known non-members it did not train on: the
+    AUC of out-of-fold scores (stratified k-fold over the supervised texts) with a bootstrap
+    interval. ``auc`` is None when the check could not run (``skipped`` says why)."""
+
+    auc: float | None
+    low: float | None
+    high: float | None
+    level: float
+    folds: int
+    n_members: int
+    n_nonmembers: int
+    method: str
+    beats_chance: bool | None  #: the interval lies above 0.5
+    warning: str | None
+    skipped: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def line(self) -> str:
+        """One line for a person: the AUC, its interval and what it rests on."""
+        if self.auc is None:
+            return f"no cross-validated AUC on the known texts ({self.skipped})"
+        assert self.low is not None and self.high is not None
+        return (
+            f"cross-validated AUC on the known texts {self.auc:.3f} "
+            f"[{self.low:.3f}, {self.high:.3f}] ({self.folds}-fold over {self.n_members} "
+            f"members and {self.n_nonmembers} non-members, {self.level:.0%} bootstrap interval)"
+        )
+
+
+def _folds_for(counts: Sequence[int], folds: int, min_train: int) -> int:
+    """The most folds (2 to ``folds``) whose every training part keeps at least ``min_train``
+    texts of each class (0: none can)."""
+    for k in range(min(folds, *counts), 1, -1):
+        if all(c - math.ceil(c / k) >= min_train for c in counts):
+            return k
+    return 0
+
+
+def cross_validated_separation(
+    z: np.ndarray,
+    labels: np.ndarray,
+    fit: Callable[[np.ndarray, np.ndarray], Callable[[np.ndarray], np.ndarray]],
+    *,
+    folds: int = 5,
+    min_train_per_class: int = 1,
+    n_boot: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+    what: str = "the fit",
+) -> Separation:
+    """Stratified ``folds``-fold cross-validation of ``fit`` (training rows and labels -> a
+    scorer of feature rows, higher = member) on the supervised features ``z``: each text is
+    scored by the fit of the folds that did not contain it; the pooled out-of-fold scores give
+    the AUC and a stratified percentile bootstrap interval (:func:`calibdcd.metrics.
+    bootstrap_ci`, as the distribution check's). Fewer folds when a training part would fall
+    below ``min_train_per_class`` texts of a class (a classifier's own minimum); none possible,
+    or a fold whose fit fails: ``skipped`` says why, and nothing is warned."""
+    from sklearn.model_selection import StratifiedKFold
+
+    from calibdcd.metrics import auc, bootstrap_ci
+
+    x = np.asarray(z, dtype=np.float64)
+    y = np.asarray(labels).astype(int)
+    counts = [int((y == 1).sum()), int((y == 0).sum())]
+    method = (
+        f"stratified k-fold cross-validation of {what} on the supervised texts' features; AUC "
+        f"of the pooled out-of-fold scores, percentile bootstrap interval ({n_boot} stratified "
+        "resamples)"
+    )
+
+    def skipped(reason: str, k: int = 0) -> Separation:
+        return Separation(None, None, None, level, k, counts[0], counts[1], method, None, None,
+                          reason)  # fmt: skip
+
+    k = _folds_for(counts, folds, min_train_per_class)
+    if k < 2:
+        return skipped(
+            f"{counts[0]} members and {counts[1]} non-members are too few for 2 folds that "
+            f"each train on {min_train_per_class} text(s) of each class"
+        )
+    oof = np.full(y.size, np.nan)
+    try:
+        for tr, te in StratifiedKFold(k, shuffle=True, random_state=seed).split(x, y):
+            oof[te] = np.asarray(fit(x[tr], y[tr])(x[te]), dtype=np.float64)
+    except (ValueError, ArithmeticError, RuntimeError, np.linalg.LinAlgError) as exc:
+        return skipped(f"a fold's fit failed: {' '.join(str(exc).split())}", k)
+    ok = np.isfinite(oof)
+    if len(set(y[ok].tolist())) < 2:
+        return skipped("no finite out-of-fold score for one of the classes", k)
+    iv = bootstrap_ci(y[ok], oof[ok], auc, n_boot=n_boot, level=level, seed=seed)
+    beats = bool(iv.low > 0.5)
+    n_m, n_n = int((y[ok] == 1).sum()), int((y[ok] == 0).sum())
+    warning = None
+    if not beats:
+        said = (
+            f"the detector does not separate the known members from the known non-members it "
+            f"did not train on: {k}-fold cross-validated AUC {iv.estimate:.3f} "
+            f"[{iv.low:.3f}, {iv.high:.3f}] over {n_m} members and {n_n} non-members, an "
+            "interval that does not exclude chance (0.5)"
+        )
+        if iv.high < 0.5:
+            said += (
+                "; it ranks the known members BELOW the non-members (its features point the "
+                "other way for this target and these texts)"
+            )
+        warning = (
+            said + ". Scores from this bundle can hardly tell members from non-members in a "
+            "suspect set either; check that the members were truly in the target's training "
+            "data and the non-members come from the same distribution, or try another detector."
+        )
+    return Separation(
+        auc=float(iv.estimate), low=float(iv.low), high=float(iv.high), level=level, folds=k,
+        n_members=n_m, n_nonmembers=n_n, method=method, beats_chance=beats, warning=warning,
+    )  # fmt: skip

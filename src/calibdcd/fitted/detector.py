@@ -32,6 +32,12 @@ Learnt parts trained on candidate texts without labels (VeilProbe's mapping mode
 
 Detectors without learnt parts (the overlap detector) score identically in both modes.
 
+A fit also says how well it separates the known texts it did not train on: a stratified 5-fold
+cross-validation of the whole pipeline (classifier, CalibDCD, retraining) over the supervised
+texts' features, already extracted (:func:`calibdcd.fitted.audit.cross_validated_separation`;
+no model query), recorded as ``separation`` and warned when its AUC interval does not exclude
+0.5.
+
 A bundle (:meth:`FittedDetector.save`) is a directory: ``bundle.json`` (format version, versions,
 target identity, detector spec, generation parameters, feature block layout, views, space,
 threshold, settings), ``classifier.npz`` and ``retrained.npz`` (the classifiers' ``state()``, the
@@ -45,6 +51,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import hashlib
 import json
 import math
@@ -67,6 +74,7 @@ from calibdcd.detectors.base import (
     decoding_record,
 )
 from calibdcd.fitted.audit import (
+    cross_validated_separation,
     distribution_check,
     empirical_p_values,
     set_level_test,
@@ -313,6 +321,31 @@ class _Fit:
     block: np.ndarray | None
     generation: dict[str, Any]
     sizes: dict[str, int]
+    #: refits the whole pipeline on some supervised rows (the cross-validated check)
+    refit: Callable[[np.ndarray, np.ndarray], CalibratedClassifier] | None = None
+    z_sup: np.ndarray | None = None
+    y_sup: np.ndarray | None = None
+
+
+class _Steps:
+    """A status callback that numbers its messages: ``step k of n: <message>``."""
+
+    def __init__(self, status: Callable[[str], None] | None, total: int) -> None:
+        self.status, self.total, self.k = status, total, 0
+
+    def __call__(self, message: str) -> None:
+        self.k += 1
+        if self.status is not None:
+            self.status(f"step {min(self.k, self.total)} of {self.total}: {message}")
+
+
+def _pipeline_steps(views: Sequence[Any], calibration: CalibrationConfig | None) -> int:
+    """Status messages of :func:`_fit_pipeline`: supervised, (calibration, each view), held-out."""
+    return 2 + (1 + len(views) if calibration is not None else 0)
+
+
+def _texts_n(n: int, what: str) -> str:
+    return f"{n:,} {what}{'' if n == 1 else 's'}"
 
 
 def _completions_record(
@@ -368,7 +401,16 @@ def _fit_pipeline(
     say: Callable[[str], None],
 ) -> _Fit:
     """Features of every part, the classifier, CalibDCD and the held-out null."""
-    say("features: supervised")
+    n_m = sum(texts.labels)
+    ref = (
+        f"; its reference model trains on the {len(pool):,} fit-pool texts first"
+        if DetectorAdapter(detector).takes_reference
+        else ""
+    )
+    say(
+        f"features of the {_texts_n(len(texts.supervised), 'supervised text')} ({n_m:,} "
+        f"members{ref})"
+    )
     f_sup = _extract(detector, target, texts.supervised, None, pool)
     generation = decoding_record(detector, target, f_sup)
     z_sup = np.asarray(f_sup.values, dtype=np.float64)
@@ -384,17 +426,23 @@ def _fit_pipeline(
     original = new_clf().fit(z_sup, y_sup)
     sp = resolve_space(original, space)
     scorer = CalibratedClassifier(original, None, None, sp)
+
+    def refit_plain(z: np.ndarray, y: np.ndarray) -> CalibratedClassifier:
+        return CalibratedClassifier(new_clf().fit(z, y), None, None, sp)
+
+    refit: Callable[[np.ndarray, np.ndarray], CalibratedClassifier] = refit_plain
     n_cal = 0
     if calibration is not None:
         if not texts.calibration:
             raise ValueError("CalibDCD needs calibration non-members (FitTexts.calibration)")
         if not views:
             raise ValueError("CalibDCD needs the target's views")
-        say("features: calibration non-members")
+        n_c = _texts_n(len(texts.calibration), "calibration non-member")
+        say(f"features of the {n_c} (CalibDCD's)")
         z_cal = np.asarray(_extract(detector, target, texts.calibration, None, pool).values)
         z_views = {}
-        for v in views:
-            say(f"features: calibration non-members under view {v.code}")
+        for i, v in enumerate(views, start=1):
+            say(f"features of the {n_c} under view {v.code} ({i} of {len(views)})")
             z_views[v.code] = np.asarray(
                 _extract(detector, target, texts.calibration, v, pool).values
             )
@@ -411,7 +459,18 @@ def _fit_pipeline(
             space=sp,
         )
         scorer = retrain(original, cal, z_sup, y_sup, new_clf, space=sp)
-    say("features: held-out non-members")
+        z_cal_ok = z_cal[ok_cal]
+        z_views_ok = {k: v[ok_cal] for k, v in z_views.items()}
+
+        def refit_calibrated(z: np.ndarray, y: np.ndarray) -> CalibratedClassifier:
+            assert calibration is not None
+            orig = new_clf().fit(z, y)
+            c = calibrate_classifier(orig, z_cal_ok, z_views_ok, calibration, block=block, space=sp)
+            return retrain(orig, c, z, y, new_clf, space=sp)
+
+        refit = refit_calibrated
+
+    say(f"features of the {_texts_n(len(texts.heldout), 'held-out non-member')} (the null)")
     z_held = np.asarray(_extract(detector, target, texts.heldout, None, pool).values)
     null = scorer.score(z_held[_finite_rows(z_held)])
     if null.size == 0:
@@ -423,7 +482,7 @@ def _fit_pipeline(
         "heldout": int(null.size),
         "pool": len(pool),
     }
-    return _Fit(scorer, null, blocks, block, generation, sizes)
+    return _Fit(scorer, null, blocks, block, generation, sizes, refit, z_sup, y_sup)
 
 
 # --------------------------------------------------------------------------------------------
@@ -445,6 +504,9 @@ class ScoreResult:
     warnings: list[str]
     #: per text: the labelled fit part it was in ("supervised", "calibration", "heldout") or None
     in_fit: list[str | None] = dataclasses.field(default_factory=list)
+    #: per text: whether it counts in the set-level test and the distribution check (distinct
+    #: and not a fit text)
+    in_set_test: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, dtype=bool))
 
 
 @dataclasses.dataclass
@@ -469,6 +531,11 @@ class FittedDetector:
     sizes: dict[str, int]
     learnt: dict[str, Path] = dataclasses.field(default_factory=dict)
     versions: dict[str, str | None] = dataclasses.field(default_factory=dict)
+    #: how well the fit separates known texts it did not train on
+    #: (:func:`calibdcd.fitted.audit.cross_validated_separation`'s record; None: not checked)
+    separation: dict[str, Any] | None = None
+    #: when the fit ran (UTC, ISO 8601 to the second)
+    fitted_at: str | None = None
     format_version: int = FORMAT_VERSION
 
     @property
@@ -506,12 +573,19 @@ class FittedDetector:
     ) -> ScoreResult:
         """Score ``texts`` with the target (``detector`` built by :meth:`build_detector`;
         in inductive mode its learnt parts are restored from the bundle first)."""
-        say = status or (lambda s: None)
         if not 0.0 < float(set_alpha) < 1.0:
             raise ValueError(f"set_alpha must lie in (0, 1), got {set_alpha!r}")
         new = list(_texts(texts, "texts"))
+        n_steps = 1 + int(check_distribution)
+        if self.mode == "transductive":
+            n_steps += int(DetectorAdapter(detector).pool_trained) + _pipeline_steps(
+                self.views, self.calibration_config
+            )
+        say = _Steps(status, n_steps)
         if self.mode == "transductive":
             pool = list(dict.fromkeys([*self.texts.fit_pool("transductive"), *new]))
+            if DetectorAdapter(detector).pool_trained:
+                say(f"refitting the learnt parts on {_texts_n(len(pool), 'text')} (transductive)")
             _prepare(detector, target, pool, "transductive")
             fit = _fit_pipeline(
                 detector, target, self.texts, pool, views=self.views,
@@ -523,7 +597,7 @@ class FittedDetector:
             pool = self.texts.fit_pool("inductive")
             self.attach(detector, target)
             scorer, null = self.scorer, self.null
-        say("features: texts to score")
+        say(f"features of the {_texts_n(len(new), 'text')} to score")
         served0, empty0 = completion_counts(target)
         z = np.asarray(_extract(detector, target, new, None, pool).values, dtype=np.float64)
         completions = _completions_record(target, served0, empty0, "every score", warn=False)
@@ -562,13 +636,16 @@ class FittedDetector:
             st = set_level_test(scores[use], null, alpha=set_alpha).as_dict()
         dist = None
         if check_distribution and use.any():
-            say("distribution check (blind classifier)")
+            say(
+                "the distribution check (a model-free classifier: suspect texts against the "
+                f"{len(self.texts.heldout):,} held-out non-members)"
+            )
             kept = [t for t, u in zip(new, use, strict=True) if u]
             d = distribution_check(kept, self.texts.heldout, seed=self.seed)
             dist = d.as_dict()
             if d.warning:
                 notes.append(d.warning)
-        return ScoreResult(scores, p, decisions, thr, self.fpr, st, dist, notes, in_fit)
+        return ScoreResult(scores, p, decisions, thr, self.fpr, st, dist, notes, in_fit, use & ok)
 
     def build_detector(
         self, cache_dir: str | Path, *, resolve: Callable[[Any], Any] | None = None
@@ -642,6 +719,8 @@ class FittedDetector:
             "calibration": cal_meta,
             "generation": self.generation,
             "sizes": self.sizes,
+            "separation": self.separation,
+            "fitted_at": self.fitted_at,
             "learnt": learnt_rel,
             "texts_sha256": _texts_digest(self.texts),
             # every array and file of the bundle, and this header itself: load() refuses a
@@ -734,6 +813,8 @@ class FittedDetector:
             sizes=h.get("sizes") or {},
             learnt={k: d / rel for k, rel in (h.get("learnt") or {}).items()},
             versions=h.get("versions") or {},
+            separation=h.get("separation"),
+            fitted_at=h.get("fitted_at"),
         )
 
 
@@ -950,9 +1031,12 @@ def fit_detector(
             RuntimeWarning,
             stacklevel=2,
         )
-    say = status or (lambda s: None)
+    fitted_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     pool = texts.fit_pool(mode)
-    say("learnt parts")
+    adapter = DetectorAdapter(detector)
+    say = _Steps(status, int(adapter.pool_trained) + _pipeline_steps(views, calibration) + 1)
+    if adapter.pool_trained:
+        say(f"training the learnt parts on {_texts_n(len(pool), 'unlabelled fit-pool text')}")
     served0, empty0 = completion_counts(target)
     _prepare(detector, target, pool, mode)
     fit = _fit_pipeline(
@@ -960,6 +1044,11 @@ def fit_detector(
         seed=seed, say=say,
     )  # fmt: skip
     completions = _completions_record(target, served0, empty0, "the fitted detector")
+    say(
+        "cross-validating the fit on the supervised texts' features (no model query), "
+        "how well it separates known texts it did not train on"
+    )
+    separation = _separation(fit, calibration is not None, adapter, seed)
     if fit.null.size >= 1 / fpr - 1:  # fewer: warned above, no member can be declared
         _warn_fpr_budget(int(fit.null.size), len(texts.heldout), fpr)
     learnt = _learnt_parts(detector, target, pool) if mode == "inductive" else {}
@@ -982,4 +1071,25 @@ def fit_detector(
         sizes=fit.sizes,
         learnt=learnt,
         versions=package_versions(),
+        separation=separation,
+        fitted_at=fitted_at,
     )
+
+
+def _separation(fit: _Fit, calibdcd: bool, adapter: DetectorAdapter, seed: int) -> dict[str, Any]:
+    """The fit's :func:`~calibdcd.fitted.audit.cross_validated_separation` (the whole pipeline
+    refitted per fold on the already extracted features), warned when it does not beat chance."""
+    assert fit.refit is not None and fit.z_sup is not None and fit.y_sup is not None
+    refit = fit.refit
+
+    def fold(z: np.ndarray, y: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+        return refit(z, y).score
+
+    what = "the classifier, CalibDCD and the retrained classifier" if calibdcd else "the classifier"
+    sep = cross_validated_separation(
+        fit.z_sup, fit.y_sup, fold, min_train_per_class=adapter.min_supervised_per_class,
+        seed=seed, what=what,
+    )  # fmt: skip
+    if sep.warning:
+        warnings.warn(sep.warning, RuntimeWarning, stacklevel=3)
+    return {**sep.as_dict(), "calibdcd": calibdcd}

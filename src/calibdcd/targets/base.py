@@ -17,6 +17,7 @@ __all__ = [
     "GenerationParams",
     "Target",
     "available_backends",
+    "backend_options",
     "create_target",
     "generation_record",
     "option_problems",
@@ -188,6 +189,19 @@ def unknown_options(backend: str, options: Mapping[str, Any]) -> list[str]:
         for key, msg in option_problems(backend, options)
         if "not an option" in msg
     ]
+
+
+def backend_options(backend: str) -> list[str]:
+    """The option names ``backend``'s constructor takes, read from its signature (nothing is
+    built; [] for an unknown backend)."""
+    import inspect
+
+    _import_builtin_backends()
+    factory = _BACKENDS.get(backend)
+    if factory is None:
+        return []
+    params = inspect.signature(factory).parameters.values()
+    return [p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
 
 
 def option_problems(backend: str, options: Mapping[str, Any]) -> list[tuple[tuple[str], str]]:

@@ -126,6 +126,8 @@ class VeilProbeClassifier(NormalizedClassifier, PersistableClassifier):
 class VeilProbe(PoolTrained, Timed, NeedsSupervised):
     name = "veilprobe"
     calibration_blocks: tuple[str, ...] | None = OUTPUT_BLOCKS
+    #: target queries per text (the text and its key-token perturbation): dry-run estimates
+    queries_per_text = 2
     #: the recipe version of its cached artefacts (experiment feature caches include it)
     cache_version = CACHE_FORMAT
 
