@@ -10,7 +10,11 @@ report's own, :func:`calibdcd.report.aggregate.paired_cells`, or read from what 
 
 * **lab-v2, pooled over lab seeds 0-2**: ΔAUC and interval from
   ``benchmarks/results/lab_v2_paper_pooled.json`` (``benchmarks/lab_pooled.py``, the block
-  "lab-v2-pooled" of docs/results.md); the AUCs from the three stored run directories
+  "lab-v2-pooled" of docs/results.md): the build-level interval, the lab build as the top level
+  (a t-interval over the three build means, 2 df: :func:`calibdcd.stats.compare_builds`), is
+  the verdict; the pool-level interval (the nine pools as one level) is named beside it in
+  "Rests on"; the overlap rows, lab seed 0 only, have that build's own interval. The AUCs from
+  the three stored run directories
   ``benchmarks/results/runs/lab-v2-paper-lab{0,1,2}.tar.xz``
   (:func:`~calibdcd.report.aggregate.main_cells` over their settings together).
 * **real-regime**, **real-wikimia24**: the stored run directories
@@ -207,6 +211,18 @@ def pooled_rows() -> tuple[list[Row], list[str]]:
         rests = (
             f"{len(pools)} pools: {_seeds(lab_seeds, 'lab build', 'lab seed')} × {_seeds(split)}"
         )
+        if len(builds) > 1:
+            b, p = rec.get("build_level"), rec.get("pool_level")
+            if b is None or p is None or not rec.get("interval", "").startswith("build level"):
+                raise ValueError(
+                    f"{POOLED_JSON.name}: {rec['comparison']} × {rec['target']} pools "
+                    f"{len(builds)} lab builds but has no build-level interval: rerun "
+                    "benchmarks/lab_pooled.py"
+                )
+            rests += (
+                f"; the interval over the {b['n_builds']} build means (t, {b['df']} df); "
+                f"pool level {p['estimate']:+.1f} [{p['low']:+.1f}, {p['high']:+.1f}]"
+            )
         study = "lab-v2, pooled" if len(builds) > 1 else f"lab-v2, lab seed {lab_seeds[0]}"
         blind = blinds.get((rec["benchmark"], rec["target"]))
         blind_txt = _mean_sd(blind)
@@ -342,8 +358,8 @@ def verdict_table() -> str:
     archives = ", ".join(f"`{a.name}`" for a in POOLED_ARCHIVES)
     sources = (
         "Written by `python benchmarks/verdict.py --write README.md`, never typed: lab-v2 pooled "
-        f"from `{rel[POOLED_JSON]}` (its ΔAUC and interval) and the stored runs {archives} "
-        "(the AUCs); "
+        f"from `{rel[POOLED_JSON]}` (its ΔAUC and build-level interval) and the stored runs "
+        f"{archives} (the AUCs); "
         + "; ".join(
             f"{study} from the stored run `{archive.relative_to(REPO).as_posix()}` (the report's "
             "own paired comparisons)"
@@ -357,12 +373,17 @@ def verdict_table() -> str:
     lines += ["| " + " | ".join(r.cells()) + " |" for r in rows]
     legend = (
         "AUC points. ΔAUC = (X + CalibDCD) − X on the same texts, the paper's CalibDCD; 95% "
-        "interval by the hierarchical paired bootstrap (pools, then texts within each pool); "
+        "interval by the hierarchical paired bootstrap (pools, then texts within each pool; "
+        "lab-v2 pooled: below); "
         "better/worse only where the interval excludes 0. A pool is one setting: one split seed "
-        "of one lab build or benchmark; the nine lab-v2 pools are resampled as one level, the "
-        "lab builds are not a level of their own. AUCs: mean ± SD over the pools; †: X does "
-        "not beat the blind baseline (its paired ΔAUC interval against it is not above 0; not "
-        "computed for lab-v2 pooled). "
+        "of one lab build or benchmark. lab-v2 pooled: the lab build is the top level (builds, "
+        "then split seeds, then texts): the interval and the verdict are a t-interval over the "
+        "three build means (2 df; each build's Δ the mean over its split seeds), never narrower "
+        "than the builds' own noise allows; the pool-level interval, which resamples the nine "
+        "pools as one level and so treats the builds as exchangeable with the split seeds, is "
+        "named in Rests on and is not the verdict (docs/statistics.md). AUCs: mean ± SD over "
+        "the pools; †: X does not beat the blind baseline (its paired ΔAUC interval against it "
+        "is not above 0; not computed for lab-v2 pooled). "
         "Blind baseline: TF-IDF + logistic regression trained on the same supervised texts, "
         "never querying the model: the AUC table's one Blind row, as each result block prints "
         "it (scored on the first detector's evaluation texts; † compares X with it on X's own)."

@@ -211,12 +211,15 @@ def test_lab_pooled_pools_the_settings_of_several_runs(tmp_path_factory):
     want = compare(pools, n_boot=1000, seed=0)["auc"]
     assert row["comparison"] == "Overlap + placebo vs Overlap"
     assert row["n_texts"] == sum(len(p[0]) for p in pools)
-    assert (row["delta_auc"], row["low"], row["high"]) == (
+    pool_level = row["pool_level"]  # kept beside the build level (each run one lab build)
+    assert (pool_level["estimate"], pool_level["low"], pool_level["high"]) == (
         round(100 * want.estimate, 2),
         round(100 * want.low, 2),
         round(100 * want.high, 2),
     )
-    assert row["per_pool"] == [round(100 * x, 2) for x in want.per_seed]
+    assert pool_level["per_pool"] == [round(100 * x, 2) for x in want.per_seed]
+    assert row["builds"] == [two.name, one.name] and row["interval"].startswith("build level")
+    assert (row["low"], row["high"]) == (row["build_level"]["low"], row["build_level"]["high"])
     assert not row["meets_power"]  # the power criterion is about "+ CalibDCD vs X" only
     where = lab_pooled.provenance([two, one])
     assert where.count("`micro-test` (commit ") == 2

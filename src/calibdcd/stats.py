@@ -25,6 +25,13 @@ their results are correlated; nothing here assumes they are independent.
   methods' scores have different scales; DeLong needs no such swap.)
 * :func:`compare` -- ΔAUC and ΔTPR@FPR with one set of bootstrap resamples, and the p-value
   (ΔAUC only: DeLong is a test of AUCs; ΔTPR is reported with its interval).
+* :func:`compare_builds` -- the same over several lab builds, the build as the top level
+  (builds → split seeds → texts): :func:`compare` within each build, then :func:`t_interval`
+  over the per-build estimates (n_builds − 1 degrees of freedom) and :func:`builds_needed`, the
+  number of builds at which the observed mean and between-build SD would resolve. A bootstrap
+  over three builds has ten distinct resamples and its percentile interval is about the range
+  of the build means (each build drawn three times has probability 1/27 > 2.5 %), which covers
+  the mean far less often than 95 %; docs/statistics.md says why the t-interval instead.
 """
 
 from __future__ import annotations
@@ -35,17 +42,23 @@ from typing import Any
 
 import numpy as np
 from scipy.stats import norm
+from scipy.stats import t as student_t
 
 from calibdcd.roc import rows_metric
 
 __all__ = [
     "MIN_PAIRED_BOOT",
+    "BuildDelta",
     "DeLong",
     "PairedDelta",
+    "TInterval",
+    "builds_needed",
     "combined_delong_p",
     "compare",
+    "compare_builds",
     "delong",
     "paired_bootstrap",
+    "t_interval",
 ]
 
 #: replicates of the paired bootstrap at least (the experiment and the report): percentile
@@ -285,3 +298,186 @@ def compare(
     z, p = combined_delong_p(pools)
     res["auc"] = dataclasses.replace(res["auc"], p_value=p, z=z)
     return res
+
+
+# --------------------------------------------------------------------------------------------
+# Lab builds as the top level
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class TInterval:
+    """Student's t-interval for the mean of a few values (the per-build estimates)."""
+
+    estimate: float  #: their mean
+    low: float
+    high: float
+    level: float
+    n: int
+    df: int  #: n − 1
+    t_quantile: float  #: t_{(1 + level) / 2, df}
+    sd: float  #: their SD (ddof = 1)
+    se: float  #: the standard error of the mean used: sd / √n, or the within floor if larger
+    within_se: float | None  #: √(Σ se_i²) / n from the values' own standard errors, if given
+    floored: bool  #: the within floor set the width (the values agreed more than their noise)
+    p_value: float  #: two-sided t-test of mean = 0 with the same standard error and df
+
+    @property
+    def half_width(self) -> float:
+        return (self.high - self.low) / 2.0
+
+
+def t_interval(
+    values: Sequence[float], *, level: float = 0.95, within_se: Sequence[float] | None = None
+) -> TInterval:
+    """mean ± t_{(1+level)/2, n−1} · se over ``values`` (at least two, finite), se = sd / √n.
+
+    ``within_se``: each value's own standard error (a build's, from its bootstrap). The standard
+    error of the mean is then never below what that noise alone gives the mean,
+    √(Σ se_i²) / n: se = max(sd / √n, √(Σ se_i²) / n), the Knapp–Hartung interval with its
+    ad hoc variance correction (Knapp & Hartung 2003; Röver, Knapp & Friede 2015) at equal
+    weights. Without it, three values that agree by chance (two builds where a method changed
+    nothing, Δ = 0 exactly) would give a near-zero width. With every value equal and no floor the
+    interval has no width; its p-value is then 1 for a zero mean, 0 otherwise."""
+    _check_boot(1, level)
+    x = np.asarray(values, dtype=np.float64)
+    if x.ndim != 1 or x.size < 2:
+        raise ValueError(f"a t-interval needs at least two values, got {x.size}")
+    if not np.isfinite(x).all():
+        raise ValueError("values contain NaN or inf")
+    n, m = int(x.size), float(x.mean())
+    sd = float(x.std(ddof=1))
+    se = sd / float(np.sqrt(n))
+    floor = None
+    if within_se is not None:
+        w = np.asarray(within_se, dtype=np.float64)
+        if w.shape != x.shape or not np.isfinite(w).all() or (w < 0).any():
+            raise ValueError("within_se: one finite, non-negative standard error per value")
+        floor = float(np.sqrt(np.sum(w**2)) / n)
+    floored = floor is not None and floor > se
+    if floored:
+        se = floor
+    t = float(student_t.ppf(0.5 + level / 2.0, n - 1))
+    half = t * se
+    if se > 0:
+        p = float(2.0 * student_t.sf(abs(m) / se, n - 1))
+    else:
+        p = 1.0 if m == 0 else 0.0
+    return TInterval(estimate=m, low=m - half, high=m + half, level=level, n=n, df=n - 1,
+                     t_quantile=t, sd=sd, se=se, within_se=floor, floored=floored,
+                     p_value=p)  # fmt: skip
+
+
+def builds_needed(
+    mean: float, sd: float, *, level: float = 0.95, limit: int = 10_000
+) -> int | None:
+    """The fewest builds n (≥ 2) at which a t-interval over n build means with this mean and
+    this SD of one build's estimate would exclude 0: t_{(1+level)/2, n−1} · sd / √n < |mean|.
+    None when the mean is 0 (no number of builds resolves it) or more than ``limit`` builds
+    would be needed."""
+    _check_boot(1, level)
+    if mean == 0 or not np.isfinite(mean) or not np.isfinite(sd) or sd < 0:
+        return None
+    if sd == 0:
+        return 2
+    q = 0.5 + level / 2.0
+    # t > z, so n > (z · sd / |mean|)²; the condition is monotone in n
+    n = max(2, int(np.floor((norm.ppf(q) * sd / abs(mean)) ** 2)))
+    while n <= limit:
+        if student_t.ppf(q, n - 1) * sd / np.sqrt(n) < abs(mean):
+            return n
+        n += 1
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildDelta:
+    """metric(A) − metric(B) with the lab build as the top level: builds → split seeds → texts.
+
+    Each build's estimate and interval are its own hierarchical paired bootstrap (its split
+    seeds, then texts: :func:`compare`); the interval over builds is :func:`t_interval` of the
+    per-build estimates with n_builds − 1 degrees of freedom (see :func:`compare_builds`)."""
+
+    metric: str
+    estimate: float  #: mean over builds of the per-build estimates
+    low: float
+    high: float
+    level: float
+    n_builds: int
+    df: int
+    t_quantile: float
+    sd_between: float  #: SD (ddof = 1) of the per-build estimates
+    se: float  #: the standard error of the mean used (:class:`TInterval`)
+    floored: bool  #: the builds' own noise set the width, not their spread
+    p_value: float  #: t-test of the build means against 0, n_builds − 1 df
+    builds_needed: int | None  #: :func:`builds_needed` at the observed mean, SD = se · √n
+    per_build: tuple[PairedDelta, ...]  #: each build's own hierarchical bootstrap
+
+    @property
+    def half_width(self) -> float:
+        return (self.high - self.low) / 2.0
+
+    @property
+    def verdict(self) -> int:
+        """+1 when the interval lies above 0, −1 below, 0 when it contains 0."""
+        if self.low > 0.0:
+            return 1
+        if self.high < 0.0:
+            return -1
+        return 0
+
+    def as_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["per_build"] = [p.as_dict() for p in self.per_build]
+        d["half_width"] = self.half_width
+        d["verdict"] = self.verdict
+        return d
+
+
+def compare_builds(
+    builds: Sequence[Sequence[Pool]],
+    *,
+    fpr: float = 0.05,
+    n_boot: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> dict[str, BuildDelta]:
+    """``{"auc": ΔAUC, "tpr": ΔTPR@fpr}`` of A − B with the lab build as the top level.
+
+    ``builds[b]`` are build b's pools (one per split seed). Each build is :func:`compare` on its
+    own pools (the hierarchical paired bootstrap, seeded with ``seed``): its estimate (the mean
+    over its split seeds) and its within-build interval. The interval over builds is
+    :func:`t_interval` of the per-build estimates, n_builds − 1 degrees of freedom, its
+    standard error never below the builds' own (each build's bootstrap half-width / z). Each
+    build mean carries its own split-seed and text noise, so the spread of the build means
+    estimates the whole variance of one build mean: with builds of one design (the same split
+    seeds and pool sizes) the t-interval over their means is the exact interval of a balanced
+    nested normal model, and it needs no separate estimate of the between-build variance.
+    Needs at least two builds."""
+    if len(builds) < 2:
+        raise ValueError(f"compare_builds needs at least two builds, got {len(builds)}")
+    within = [compare(pools, fpr=fpr, n_boot=n_boot, level=level, seed=seed) for pools in builds]
+    z = float(norm.ppf(0.5 + level / 2.0))
+    out = {}
+    for name in ("auc", "tpr"):
+        per = tuple(w[name] for w in within)
+        ti = t_interval(
+            [p.estimate for p in per], level=level, within_se=[p.half_width / z for p in per]
+        )
+        out[name] = BuildDelta(
+            metric=name,
+            estimate=ti.estimate,
+            low=ti.low,
+            high=ti.high,
+            level=level,
+            n_builds=ti.n,
+            df=ti.df,
+            t_quantile=ti.t_quantile,
+            sd_between=ti.sd,
+            se=ti.se,
+            floored=ti.floored,
+            p_value=ti.p_value,
+            builds_needed=builds_needed(ti.estimate, ti.se * np.sqrt(ti.n), level=level),
+            per_build=per,
+        )
+    return out

@@ -19,7 +19,7 @@ import csv
 import json
 import warnings
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ __all__ = [
     "main_cells",
     "paired_cell_settings",
     "paired_cells",
+    "paired_cells_by_build",
     "selection_distribution",
     "space_comparison",
     "stale_settings",
@@ -272,6 +273,45 @@ def paired_cells(
                 continue
             pools = [(r.pool["label"], r.pool[a], r.pool[b]) for r in rs]
             res[key] = compare(pools, fpr=fpr, n_boot=nb, level=lv, seed=seed)
+        out[k] = res
+    return out
+
+
+def paired_cells_by_build(
+    results: list[SettingResult],
+    build: Callable[[SettingResult], Hashable],
+    *,
+    n_boot: int | None = None,
+    level: float | None = None,
+    seed: int = 0,
+) -> dict[tuple[str, str, str], dict[str, dict[str, Any]]]:
+    """:func:`paired_cells` with the lab build as the top level (builds → split seeds → texts):
+    ``{(detector, benchmark, target): {comparison: {"auc": BuildDelta, "tpr": ...}}}`` from
+    :func:`calibdcd.stats.compare_builds`, each build's pools being the cell's settings for which
+    ``build(setting)`` is that build (builds in their first appearance's order, pools by seed),
+    for the cells with at least two builds. Same bootstrap defaults as :func:`paired_cells`.
+
+    No run directory holds two builds of one cell (a cell is one benchmark x target, and each
+    names one lab), so a run's report never calls this; ``benchmarks/lab_pooled.py`` does, over
+    the settings of several runs, one lab build each."""
+    from calibdcd.stats import MIN_PAIRED_BOOT, compare_builds
+
+    out: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
+    for k, rs in paired_cell_settings(results).items():
+        groups: dict[Hashable, list[SettingResult]] = defaultdict(list)
+        for r in rs:
+            groups[build(r)].append(r)
+        if len(groups) < 2:
+            continue
+        ev = rs[0].before.auc
+        nb = n_boot if n_boot is not None else max(ev.n_boot or 0, MIN_PAIRED_BOOT)
+        lv = level if level is not None else (ev.level or 0.95)
+        res: dict[str, dict[str, Any]] = {}
+        for key, _, a, b in COMPARISONS:
+            if not all(a in r.pool and b in r.pool for r in rs):
+                continue
+            builds = [[(r.pool["label"], r.pool[a], r.pool[b]) for r in g] for g in groups.values()]
+            res[key] = compare_builds(builds, fpr=rs[0].fpr, n_boot=nb, level=lv, seed=seed)
         out[k] = res
     return out
 
