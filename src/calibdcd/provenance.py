@@ -8,7 +8,17 @@ Two uses, one place:
   can change their bytes, so such a change builds a new artefact instead of reusing one made
   under other conditions (measurements: docs/reproducibility.md).
 * :func:`run_environment` is what a run directory records (``environment.json``): the same plus
-  Python, platform, CPU, thread counts and the git commit (never an absolute path).
+  Python, platform, CPU, thread counts, the host name and the git commit (never an absolute
+  path).
+
+A run directory can be resumed, at another commit or on another machine. Its history is kept:
+
+* :func:`record_start` adds each start to ``environment.json``'s ``starts`` list (commit, dirty
+  flag, host, start time; the top-level keys stay those of the latest start);
+* :func:`setting_provenance` is what each setting's ``result.json`` records as ``provenance``:
+  the commit, dirty flag and host of the start that computed it (never part of a hash);
+* :func:`commit_history` and :func:`resumed_phrase` read both back for the report ("resumed
+  across 2 commits: 6e9143f (9 settings), d5cd4ee (9 settings)").
 """
 
 from __future__ import annotations
@@ -16,8 +26,10 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
+import socket
 import subprocess
 import sys
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +37,16 @@ from calibdcd.device import default_device_type
 
 __all__ = [
     "build_environment",
+    "commit_history",
     "git_commit",
     "hardware_info",
+    "hostname",
     "library_versions",
+    "record_start",
+    "resumed_phrase",
     "run_environment",
+    "setting_provenance",
+    "start_record",
 ]
 
 #: the packages whose versions a run records
@@ -176,8 +194,145 @@ def run_environment(*, torch: bool = True) -> dict[str, Any]:
             if k in os.environ
         },
         "git": git_commit(),
+        "host": hostname(),
         "argv": [portable_arg(a) for a in sys.argv],
     }
+
+
+def hostname() -> str | None:
+    """The machine's host name (what the run directory's ``.lock`` names too), None unknown."""
+    try:
+        return socket.gethostname() or None
+    except OSError:
+        return None
+
+
+def start_record(env: Mapping[str, Any]) -> dict[str, Any]:
+    """One start of a run, from the ``environment.json`` it wrote: commit, dirty flag, host and
+    start time (None where that environment did not record it: ``host`` before it was)."""
+    git = env.get("git") or {}
+    return {
+        "commit": git.get("commit"),
+        "dirty": git.get("dirty"),
+        "host": env.get("host"),
+        "started": env.get("started"),
+    }
+
+
+def record_start(env: dict[str, Any], previous: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``env`` (this start's environment) with ``starts``: every earlier start of the run
+    directory (from ``previous``, the ``environment.json`` found there; one written before
+    calibdcd kept the list counts as its one start), then this one. The other keys are this
+    start's, as before, so a reader of the latest commit or start time reads the same keys."""
+    starts: list[dict[str, Any]] = []
+    if previous:
+        old = previous.get("starts")
+        if isinstance(old, list):
+            starts = [dict(s) for s in old if isinstance(s, Mapping)]
+        elif previous.get("git") or previous.get("started"):
+            starts = [start_record(previous)]
+    return {**env, "starts": [*starts, start_record(env)]}
+
+
+def setting_provenance(env: Mapping[str, Any]) -> dict[str, Any]:
+    """What a setting's ``result.json`` records as ``provenance``: the commit, dirty flag, host
+    and start time of the run start that computed it (:func:`start_record`). Not part of any
+    hash: a result computed at another commit is reused as long as its hashes match."""
+    return start_record(env)
+
+
+def _commit_key(rec: Mapping[str, Any] | None) -> tuple[str | None, bool]:
+    rec = rec or {}
+    return rec.get("commit"), bool(rec.get("dirty"))
+
+
+def _commit_name(key: tuple[str | None, bool]) -> str:
+    commit, dirty = key
+    name = commit[:7] if commit else "unknown commit"
+    return name + (" (uncommitted changes)" if dirty else "")
+
+
+def commit_history(
+    env: Mapping[str, Any] | None, provenances: Iterable[Mapping[str, Any] | None]
+) -> dict[str, Any]:
+    """Which code computed a run directory's settings.
+
+    ``provenances``: each setting's ``result.json`` ``provenance`` (None for a result written
+    before calibdcd recorded it). Returns ``{"commits": [{"commit", "dirty", "settings",
+    "started"}...], "unrecorded": n, "source": "results" | "starts" | None}``: from the
+    results' own records when any has one (``settings`` counted, first start time of that
+    commit from ``env["starts"]``); else from ``environment.json``'s list of starts
+    (``settings`` None: the run did not say which start computed which setting). A commit of
+    a start that computed none of the results is listed only while some results are
+    unrecorded (it may have computed them)."""
+    starts = [s for s in ((env or {}).get("starts") or []) if isinstance(s, Mapping)]
+    provs = list(provenances)
+    recorded = [p for p in provs if p]
+    unrecorded = len(provs) - len(recorded)
+    entries: dict[tuple[str | None, bool], dict[str, Any]] = {}
+    for s in starts:
+        key = _commit_key(s)
+        if key not in entries:
+            entries[key] = {
+                "commit": key[0],
+                "dirty": key[1],
+                "settings": None,
+                "started": s.get("started"),
+            }
+    for p in recorded:
+        key = _commit_key(p)
+        e = entries.setdefault(
+            key, {"commit": key[0], "dirty": key[1], "settings": None, "started": p.get("started")}
+        )
+        e["settings"] = (e["settings"] or 0) + 1
+    if recorded:
+        if not unrecorded:  # a start that computed none of these settings is not their code
+            entries = {k: e for k, e in entries.items() if e["settings"]}
+        source = "results"
+    else:
+        source = "starts" if entries else None
+    return {"commits": list(entries.values()), "unrecorded": unrecorded, "source": source}
+
+
+def resumed_phrase(
+    env: Mapping[str, Any] | None, provenances: Iterable[Mapping[str, Any] | None]
+) -> str | None:
+    """One clause for a report's provenance line when the settings were not all computed at
+    the latest start's commit: "resumed across 2 commits: 6e9143f (9 settings), d5cd4ee (9
+    settings)" (from the results' records, else the starts' list), or "every setting computed
+    at 6e9143f" when one other commit computed them all; None when the latest commit computed
+    everything (or nothing says otherwise)."""
+    hist = commit_history(env, provenances)
+    commits = hist["commits"]
+    if not commits:
+        return None
+
+    def name(e: Mapping[str, Any]) -> str:
+        out = _commit_name((e["commit"], e["dirty"]))
+        if hist["source"] == "results":
+            n = e["settings"]
+            if n is None:  # a start whose settings (if any) predate the record
+                return out + " (no setting with a recorded commit)"
+            return out + f" ({n} setting{'s' if n != 1 else ''})"
+        return out + (f" (started {e['started']})" if e.get("started") else "")
+
+    if len(commits) > 1:
+        text = f"resumed across {len(commits)} commits: " + ", ".join(name(e) for e in commits)
+        if hist["source"] == "results" and hist["unrecorded"]:
+            n = hist["unrecorded"]
+            text += (
+                f"; {n} setting{'s' if n != 1 else ''} without a recorded commit "
+                "(written before calibdcd recorded it)"
+            )
+        if hist["source"] == "starts":
+            text += " (which start computed which setting is not recorded)"
+        return text
+    latest = _commit_key((env or {}).get("git"))
+    only = commits[0]
+    if hist["source"] == "results" and not hist["unrecorded"]:
+        if (only["commit"], only["dirty"]) != latest:
+            return "every setting computed at " + name(only)
+    return None
 
 
 def portable_arg(arg: str) -> str:

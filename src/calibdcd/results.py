@@ -12,7 +12,12 @@ summary.
 
 * 0 — results written before the field existed. The content is the same as version 1, so they
   are read as they are (their ``schema_version`` reads as 0); no re-run is needed.
-* 1 — the field ``schema_version``.
+* 1 — the field ``schema_version``. Later, within version 1: the optional ``provenance`` (the
+  commit, dirty flag, host and start time of the run start that computed the setting,
+  :class:`Provenance`); a result without it (every one written before) is valid as it is, and
+  an older calibdcd keeps it as an unknown key. It is written only when known and is in no
+  hash (``setting_hash``/``inputs_hash`` are computed before it, ``digests.json`` from the
+  file as written).
 
 A file whose version is newer than this code's is refused with a message naming the file (a
 result of a newer calibdcd). Unknown keys are kept (``extra="allow"``) and written back, so a
@@ -39,6 +44,7 @@ __all__ = [
     "MethodOutcome",
     "PairedComparison",
     "PairedEstimate",
+    "Provenance",
     "ResultError",
     "SettingResult",
     "Sizes",
@@ -184,6 +190,17 @@ class Analyses(_Record):
     space: MethodOutcome | None = None
 
 
+class Provenance(_Record):
+    """Which code on which machine computed a setting (:func:`calibdcd.provenance.
+    setting_provenance`): the git commit and dirty flag, the host and the run start's time
+    (None where unknown). A resumed run's settings can carry different ones."""
+
+    commit: str | None = None
+    dirty: bool | None = None
+    host: str | None = None
+    started: str | None = None
+
+
 class SettingResult(_Record):
     """One setting's result (``settings/<id>/result.json``)."""
 
@@ -218,13 +235,19 @@ class SettingResult(_Record):
     warnings: list[str] = Field(default_factory=list)
     generation: Any = None
     skipped: bool = False
+    #: the commit, dirty flag and host that computed this setting; None (and not written) for a
+    #: result written before calibdcd recorded it, or computed outside a run
+    provenance: Provenance | None = None
     #: the evaluation pool's labels and per-method scores (from ``scores.csv``), attached by the
     #: report when it reads a run; never written
     pool: Any = Field(default=None, exclude=True)
 
     def to_json(self) -> dict[str, Any]:
-        """The mapping ``result.json`` holds (floats as they are: NaN stays NaN)."""
-        return self.model_dump(exclude={"pool"})
+        """The mapping ``result.json`` holds (floats as they are: NaN stays NaN). An unknown
+        ``provenance`` is left out, so a result written before it existed reads back and is
+        written back with the keys it had."""
+        drop = {"pool"} if self.provenance is not None else {"pool", "provenance"}
+        return self.model_dump(exclude=drop)
 
 
 class TypedSettingResult(SettingResult):

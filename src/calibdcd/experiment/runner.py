@@ -5,7 +5,9 @@ Run directory layout::
     RUN_DIR/
       config.yaml          the resolved config (defaults filled in; paths relative to RUN_DIR)
       environment.json     package versions, python, platform/CPU, torch threads, device and
-                           dtype per target, git commit (+ dirty flag); calibdcd.provenance
+                           dtype per target, git commit (+ dirty flag) and host of the latest
+                           start, and ``starts``: every start (commit, dirty, host, time) of a
+                           resumed run; calibdcd.provenance
       grid.json            the settings in run order
       models.json          every model the config names: where, ref, hub repo id and commit
       settings/<id>/       result.json (written last, atomically), scores.csv, split.json,
@@ -70,6 +72,7 @@ from calibdcd.models import (
 )
 from calibdcd.options import OptionsError
 from calibdcd.paths import cache_root
+from calibdcd.provenance import record_start, setting_provenance, start_record
 from calibdcd.redact import redact_tree
 from calibdcd.results import SettingResult
 
@@ -174,6 +177,7 @@ def merge_runs(
         if (run_dirs[0] / "environment.json").is_file()
         else {}
     )
+    env["starts"] = _all_starts(run_dirs)  # every shard's starts (commit, host, time)
     env["merged_from"] = [
         {
             "dir": d.name,
@@ -186,6 +190,36 @@ def merge_runs(
         shutil.copytree(found[sid], out / "settings" / sid)
     _write_summaries(out, [read_result(out / "settings" / sid / "result.json") for sid in ids])
     return out
+
+
+def _previous_environment(run_dir: Path) -> dict[str, Any] | None:
+    """The ``environment.json`` an earlier start left in ``run_dir`` (None: none, or unreadable:
+    its history is then lost, not the run)."""
+    from calibdcd.atomic import read_json
+
+    path = run_dir / "environment.json"
+    if not path.is_file():
+        return None
+    try:
+        env = read_json(path)
+    except (OSError, ValueError):
+        return None
+    return env if isinstance(env, dict) else None
+
+
+def _all_starts(run_dirs: list[Path]) -> list[dict[str, Any]]:
+    """The starts of every shard's ``environment.json`` (:func:`calibdcd.provenance.
+    record_start`; a shard written before the list counts as its one start), in time order."""
+    starts: list[dict[str, Any]] = []
+    for d in run_dirs:
+        env = _previous_environment(d)
+        if env is None:
+            continue
+        own = env.get("starts")
+        for s in own if isinstance(own, list) else [start_record(env)]:
+            if s not in starts:
+                starts.append(s)
+    return sorted(starts, key=lambda s: str(s.get("started") or ""))
 
 
 def portable_config(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
@@ -387,7 +421,10 @@ def _run_locked(
             redact_tree(portable_config(cfg, run_dir)), sort_keys=False, allow_unicode=True
         ),
     )
-    write_json(run_dir / "environment.json", redact_tree(environment(cfg)))
+    # this start added to the directory's earlier ones (a resumed run keeps its history); each
+    # setting computed now records this start's commit and host in its result.json
+    env = redact_tree(record_start(environment(cfg), _previous_environment(run_dir)))
+    write_json(run_dir / "environment.json", env)
     write_json(
         run_dir / "grid.json", [{"id": p.id, "setting_hash": p.setting_hash} for p in plan.grid]
     )
@@ -405,6 +442,7 @@ def _run_locked(
         )
     _quiet_hub_bars()
     ctx = RunContext(cfg, progress=progress, log_samples=log_samples, plan=plan)
+    ctx.provenance = setting_provenance(env)
     results: list[SettingResult] = []
     computed = 0
     bar = tqdm(planned, desc="settings", unit="setting", disable=not progress, dynamic_ncols=True)

@@ -198,6 +198,9 @@ class RunContext:
         self._planned: dict[tuple[str, str, int], PlannedDetector] = {}
         #: keep every completion a setting's features used (``settings/<id>/samples.jsonl``)
         self.log_samples = log_samples
+        #: the run start's commit, dirty flag and host (:func:`calibdcd.provenance.
+        #: setting_provenance`), recorded in each result computed here; None outside a run
+        self.provenance: dict[str, Any] | None = None
         self.cache_root = cache_root(cfg.cache_dir)  # labs and everything built live here
         self.arrays = ArrayCache(self.cache_root)
         self.progress = progress
@@ -882,6 +885,8 @@ def run_setting(
         ),
         "generation": prep.generation,
         "skipped": False,
+        # the start that computed it (commit, dirty flag, host): in no hash
+        "provenance": ctx.provenance,
     }
     # the decoding record can quote target options (a secret in extra_body, a URL's password):
     # a run directory never holds a secret (calibdcd.redact)

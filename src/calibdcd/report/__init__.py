@@ -29,6 +29,8 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
     from calibdcd.report import aggregate as agg
     from calibdcd.report.figures import make_figures
     from calibdcd.report.html import render_html
+    from calibdcd.report.j_vs_auc import j_vs_auc
+    from calibdcd.report.readme import provenance_line, setting_provenances
     from calibdcd.report.tables import build_tables
 
     run = Path(run_dir)
@@ -48,6 +50,7 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
             "fp_recovery": agg.fp_recovery_summary(results),
             "selection": agg.selection_distribution(results),
             "base_vs_post": agg.base_vs_post(results),
+            "j_vs_auc": j_vs_auc(results),
             "paired": [
                 {
                     "detector": d,
@@ -85,6 +88,9 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
         warnings=[f"{r.id}: {w}" for r in results for w in r.warnings],
         grid_size=None if grid is None else len(grid),
         missing=[i for i in grid or [] if i not in {r.id for r in results}],
+        provenance=provenance_line(
+            run, env, len(results), setting_provenances(results), prefix="Provenance: "
+        ),
     )
     atomic_write_text(out / "index.html", redact(page))
     return out / "index.html"

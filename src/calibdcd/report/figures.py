@@ -1,11 +1,13 @@
 """Report figures (matplotlib, Agg backend, PNG): per-setting ROC curves and score histograms
-before/after CalibDCD, view and (r, λ) selection frequencies, ablation deltas, adaptive vs fixed,
-false-positive recovery and base vs post-trained."""
+before/after CalibDCD, view and (r, λ) selection frequencies, the applied correction's J against
+the AUC change, ablation deltas, adaptive vs fixed, false-positive recovery and base vs
+post-trained."""
 
 from __future__ import annotations
 
 import csv
 import textwrap
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -43,8 +45,8 @@ def _read_scores(path: Path) -> dict[str, np.ndarray]:
     }
 
 
-def _save(fig: Any, path: Path) -> Path:
-    fig.tight_layout()
+def _save(fig: Any, path: Path, rect: tuple[float, float, float, float] | None = None) -> Path:
+    fig.tight_layout(rect=rect)
     fig.savefig(path, format="png")
     import matplotlib.pyplot as plt
 
@@ -228,6 +230,82 @@ def base_figure(results: list[SettingResult], path: Path) -> Path | None:
     return _save(fig, path)
 
 
+def _rho_text(c: dict[str, Any]) -> str:
+    if c["rho"] is None:
+        return f"ρ: {c['note']} (n={c['n']})"
+    iv = "" if c["low"] is None else f" [{c['low']:+.2f}, {c['high']:+.2f}]"
+    return f"ρ = {c['rho']:+.2f}{iv} (n={c['n']})"
+
+
+def j_vs_auc_figure(results: list[SettingResult], path: Path) -> Path | None:
+    """One panel per detector x target: each setting's applied J (x) against its evaluation
+    ΔAUC in points (y), filled when a correction was applied, hollow when not; the panel's
+    title gives Spearman's ρ over its settings with the bootstrap interval
+    (:mod:`calibdcd.report.j_vs_auc`)."""
+    from calibdcd.report.j_vs_auc import ALL_TARGETS, j_vs_auc
+
+    data = j_vs_auc(results)
+    cells = [c for c in data["cells"] if c["target"] != ALL_TARGETS]
+    if not cells:
+        return None
+    dets = list(dict.fromkeys(c["detector"] for c in cells))
+    tgts = list(dict.fromkeys(c["target"] for c in cells))
+    by_cell: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for p in data["points"]:
+        by_cell.setdefault((p["detector"], p["target"]), []).append(p)
+    plt = _plt()
+    fig, axes = plt.subplots(
+        len(dets), len(tgts), figsize=(3.1 * len(tgts), 2.7 * len(dets)), squeeze=False
+    )
+    for i, det in enumerate(dets):
+        for k, tgt in enumerate(tgts):
+            ax = axes[i][k]
+            cell = next((c for c in cells if (c["detector"], c["target"]) == (det, tgt)), None)
+            if cell is None:
+                ax.set_axis_off()
+                continue
+            pts = by_cell.get((det, tgt), [])
+            for corrected, style in (
+                (True, {"color": _AFTER, "marker": "o", "label": "corrected"}),
+                (False, {"facecolors": "none", "edgecolors": _BEFORE, "marker": "o",
+                         "label": "no correction"}),
+            ):  # fmt: skip
+                sel = [p for p in pts if p["corrected"] is corrected]
+                if sel:
+                    ax.scatter(
+                        [p["j"] for p in sel], [100 * p["d_auc"] for p in sel], s=26, **style
+                    )
+            # settings on the same point (uncorrected ones all sit at (0, 0)): their count
+            same = Counter((p["j"], 100 * p["d_auc"]) for p in pts)
+            for (x, y), n in same.items():
+                if n > 1:
+                    ax.annotate(f"×{n}", (x, y), xytext=(4, 4), textcoords="offset points",
+                                fontsize=7)  # fmt: skip
+            ax.axhline(0, color="k", lw=0.6)
+            ax.axvline(0, color="k", lw=0.6, ls=":")
+            ax.set_title(f"{det} · {tgt}\n{_rho_text(cell['all'])}", fontsize=8)
+            if i == len(dets) - 1:
+                ax.set_xlabel("J of the applied correction")
+            if k == 0:
+                ax.set_ylabel("ΔAUC (points)")
+            ax.tick_params(labelsize=7)
+    handles, labels = [], []
+    for ax in axes.flat:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    if handles:
+        fig.legend(handles, labels, loc="lower center", ncol=len(handles), fontsize=8,
+                   frameon=False)  # fmt: skip
+    fig.suptitle(
+        "J of the applied correction vs the evaluation ΔAUC (CalibDCD − detector), one point "
+        "per setting; ρ: Spearman over settings",
+        fontsize=9,
+    )
+    return _save(fig, path, rect=(0, 0.06 if handles else 0, 1, 1))
+
+
 def make_figures(
     run_dir: Path, results: Sequence[dict[str, Any]], out_dir: Path
 ) -> dict[str, list[Path]]:
@@ -237,6 +315,7 @@ def make_figures(
     summary: list[Path] = []
     for name, fn in (
         ("selection.png", selection_figure),
+        ("j_vs_auc.png", j_vs_auc_figure),
         ("ablation.png", ablation_figure),
         ("adaptive_vs_fixed.png", adaptive_figure),
         ("fp_recovery.png", fp_figure),

@@ -51,6 +51,7 @@ def render_html(
     warnings: Sequence[str] = (),
     grid_size: int | None = None,
     missing: Sequence[str] = (),
+    provenance: str | None = None,
 ) -> str:
     by_key = {t.key: t for t in tables}
     parts = [
@@ -60,6 +61,8 @@ def render_html(
         f"<p>{_completed(n_results, grid_size)}. Scores: higher = member. Metrics on the "
         "evaluation pool; CalibDCD is fitted on the calibration non-members only.</p>",
     ]
+    if provenance:  # config, commit(s), machine, start (a resumed run names every commit)
+        parts.append(f"<p class='note'>{html.escape(provenance)}</p>")
     if missing:
         parts.append(
             f"<p class='note'>{len(missing)} setting(s) of the grid have no result yet (an "
@@ -96,6 +99,7 @@ def render_html(
     section(
         "Selection distributions", ["selection_views", "selection_rank_strength"], ["selection.png"]
     )
+    section("J against the AUC change", ["j_vs_auc"], ["j_vs_auc.png"])
     section("Base vs post-trained", ["base_vs_post"], ["base_vs_post.png"])
     section("Every setting", ["settings"])
     per = figures.get("settings", [])

@@ -31,10 +31,12 @@ __all__ = [
     "VERDICT_CLOSE",
     "VERDICT_OPEN",
     "BlockError",
+    "provenance_line",
     "readme_block",
     "replace_block",
     "replace_verdict",
     "results_block",
+    "setting_provenances",
     "verdict_block",
     "write_readme",
 ]
@@ -124,9 +126,25 @@ def replace_verdict(text: str, content: str, *, source: str = "<text>") -> str:
     return _put(text, span, content)
 
 
-def _provenance(run_dir: Path, env: dict[str, Any] | None, n_settings: int) -> str:
+def provenance_line(
+    run_dir: Path,
+    env: dict[str, Any] | None,
+    n_settings: int,
+    provenances: Sequence[dict[str, Any] | None] = (),
+    prefix: str = "Written by `calibdcd report RUN_DIR --readme` from the run's files: ",
+) -> str:
+    """The one provenance line; ``provenances``: each setting's ``result.json`` record of the
+    commit that computed it (None: not recorded), for "resumed across N commits: ..."
+    (:func:`calibdcd.provenance.resumed_phrase`). The HTML report shows it too."""
+    from calibdcd.provenance import resumed_phrase
+
+    resumed = resumed_phrase(env, provenances)
     if env is None:
-        return f"From run `{run_dir.name}` ({n_settings} settings; no environment.json recorded)."
+        return (
+            f"From run `{run_dir.name}` ({n_settings} settings; no environment.json recorded"
+            + (f"; {resumed}" if resumed else "")
+            + ")."
+        )
     git = env.get("git") or {}
     commit = (git.get("commit") or "unknown")[:12]
     if git.get("dirty"):
@@ -148,6 +166,7 @@ def _provenance(run_dir: Path, env: dict[str, Any] | None, n_settings: int) -> s
         f"config `{env.get('config', run_dir.name)}`",
         f"seeds {env.get('seeds', '?')}",
         f"commit {commit}",
+        *([resumed] if resumed else []),
         f"{machine}, {env.get('platform', '?')}",
         f"Python {env.get('python', '?')}, torch {versions.get('torch', '?')}"
         + (f" ({threads} threads)" if threads else "")
@@ -156,11 +175,12 @@ def _provenance(run_dir: Path, env: dict[str, Any] | None, n_settings: int) -> s
         f"run started {env.get('started', '?')}",
         f"{n_settings} settings",
     ]
-    return (
-        "Written by `calibdcd report RUN_DIR --readme` from the run's files: "
-        + "; ".join(parts)
-        + "."
-    )
+    return prefix + "; ".join(parts) + "."
+
+
+def setting_provenances(results: Sequence[Any]) -> list[dict[str, Any] | None]:
+    """Each result's record of the commit and host that computed it (None: not recorded)."""
+    return [None if r.provenance is None else r.provenance.model_dump() for r in results]
 
 
 def readme_block(run_dir: str | Path, tables: Sequence[str] | None = None) -> str:
@@ -185,7 +205,7 @@ def readme_block(run_dir: str | Path, tables: Sequence[str] | None = None) -> st
         raise ValueError(f"{run}: the report has no main tables (no completed settings?)")
     env_path = run / "environment.json"
     env = read_json(env_path) if env_path.is_file() else None
-    md = [_provenance(run, env, len(results)), ""]
+    md = [provenance_line(run, env, len(results), setting_provenances(results)), ""]
     md += [t.markdown() for t in chosen]
     return "\n".join(md)
 
