@@ -178,20 +178,11 @@ def combined_delong_p(pools: Sequence[Pool]) -> tuple[float, float]:
 # --------------------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class PairedDelta:
-    """metric(A) − metric(B) over seeds: estimate, percentile interval, its half-width, p."""
+class _IntervalVerdict:
+    """``half_width`` and ``verdict`` of a result with an interval ``[low, high]``."""
 
-    metric: str
-    estimate: float  #: mean over seeds of the per-seed Δ
     low: float
     high: float
-    level: float
-    n_boot: int
-    n_seeds: int
-    per_seed: tuple[float, ...]
-    p_value: float | None = None  #: ΔAUC: combined DeLong (see module doc); None for ΔTPR
-    z: float | None = None
 
     @property
     def half_width(self) -> float:
@@ -206,6 +197,22 @@ class PairedDelta:
         if self.high < 0.0:
             return -1
         return 0
+
+
+@dataclasses.dataclass(frozen=True)
+class PairedDelta(_IntervalVerdict):
+    """metric(A) − metric(B) over seeds: estimate, percentile interval, its half-width, p."""
+
+    metric: str
+    estimate: float  #: mean over seeds of the per-seed Δ
+    low: float
+    high: float
+    level: float
+    n_boot: int
+    n_seeds: int
+    per_seed: tuple[float, ...]
+    p_value: float | None = None  #: ΔAUC: combined DeLong (see module doc); None for ΔTPR
+    z: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -391,7 +398,7 @@ def builds_needed(
 
 
 @dataclasses.dataclass(frozen=True)
-class BuildDelta:
+class BuildDelta(_IntervalVerdict):
     """metric(A) − metric(B) with the lab build as the top level: builds → split seeds → texts.
 
     Each build's estimate and interval are its own hierarchical paired bootstrap (its split
@@ -412,19 +419,6 @@ class BuildDelta:
     p_value: float  #: t-test of the build means against 0, n_builds − 1 df
     builds_needed: int | None  #: :func:`builds_needed` at the observed mean, SD = se · √n
     per_build: tuple[PairedDelta, ...]  #: each build's own hierarchical bootstrap
-
-    @property
-    def half_width(self) -> float:
-        return (self.high - self.low) / 2.0
-
-    @property
-    def verdict(self) -> int:
-        """+1 when the interval lies above 0, −1 below, 0 when it contains 0."""
-        if self.low > 0.0:
-            return 1
-        if self.high < 0.0:
-            return -1
-        return 0
 
     def as_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
