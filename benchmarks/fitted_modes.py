@@ -35,7 +35,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 def _detector(args: argparse.Namespace, cache: Path):
     from calibdcd.experiment.config import DetectorEntry
-    from calibdcd.experiment.detectors import build_detector
+    from calibdcd.experiment.detector_entries import build_detector
     from calibdcd.experiment.labs import resolve_lab_refs
 
     if args.detector == "dpdllm":
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> None:
     from calibdcd.calibration import CalibrationConfig
     from calibdcd.experiment.config import TargetEntry
     from calibdcd.experiment.labs import resolve_lab
-    from calibdcd.experiment.targets import build_target
+    from calibdcd.experiment.target_entries import build_target
     from calibdcd.fitted import FitTexts, fit_detector, target_record
     from calibdcd.fitted.audit import threshold_at
     from calibdcd.metrics import auc, tpr_at_fpr

@@ -93,13 +93,13 @@ def completion_stats(local, prompts, truths, completions) -> dict[str, np.ndarra
     """Per completion: word count, ROUGE-1 recall of the true continuation, mean token NLL of
     prompt + completion under the in-process model."""
     from calibdcd.detectors.overlap import _words, overlap_features
-    from calibdcd.lab.evaluate import _nll
+    from calibdcd.lab.evaluate import mean_token_nll
 
     tok = local.tokenizer
     p = 16
     rec = [overlap_features(c, t, p)[p] for c, t in zip(completions, truths, strict=True)]
     texts = [f"{q} {c.strip()}" for q, c in zip(prompts, completions, strict=True)]
-    nll = _nll(
+    nll = mean_token_nll(
         local.model, tok, texts, local.device, 32, sep=tok.eos_token_id, pad=tok.pad_token_id
     )
     return {

@@ -43,8 +43,9 @@ def test_a_run_with_cache_dir_keeps_its_lab_and_reference_there(tmp_path, monkey
     DPDLLM's reference LM; ``$CALIBDCD_CACHE`` (here an empty directory) is never touched."""
     from calibdcd.experiment import load_config
     from calibdcd.experiment.labs import resolve_lab
+    from calibdcd.experiment.plan import resolve
+    from calibdcd.experiment.resources import RunContext
     from calibdcd.experiment.runner import dry_run
-    from calibdcd.experiment.setting import RunContext
 
     env_cache = tmp_path / "env-cache"
     env_cache.mkdir()
@@ -67,10 +68,11 @@ def test_a_run_with_cache_dir_keeps_its_lab_and_reference_there(tmp_path, monkey
     assert resolve_lab("micro", build=False, root=run_root) == run_root / "lab" / lab_micro.name
     assert resolve_lab("micro", build=False) is None  # $CALIBDCD_CACHE has no lab
 
-    ctx = RunContext(cfg, progress=False)
-    bench = ctx.benchmark(cfg.benchmarks[0])
+    plan = resolve(cfg)
+    ctx = RunContext(plan, progress=False)
+    bench = ctx.benchmark(plan.benchmarks[0])
     assert len(bench.texts) > 0
-    det = ctx.detector(cfg.detectors[0], bench.name)
+    det = ctx.detector(plan.settings[0].detector)
     ref = det.config.reference
     assert Path(ref.model_path) == run_root / "lab" / lab_micro.name / "base"
     assert Path(ref.cache_dir) == run_root

@@ -100,8 +100,8 @@ def test_shipped_configs_round_trip_through_the_schema(name, tmp_path, request):
     if name.startswith(("paper", "real")):
         request.getfixturevalue("shared_data_dir")  # its benchmarks are the shared copies
 
+    from calibdcd.experiment.plan import setting_hash
     from calibdcd.experiment.runner import portable_config
-    from calibdcd.experiment.setting import setting_hash
 
     cfg = load_config(REPO / "configs" / f"{name}.yaml")
     d = portable_config(cfg, tmp_path)
@@ -157,7 +157,7 @@ def test_setting_hashes_of_lab_micro_are_unchanged(tmp_path):
     before the pydantic schema (runs/lab-micro/grid.json), so an old run stays complete."""
     import yaml
 
-    from calibdcd.experiment.setting import setting_hash
+    from calibdcd.experiment.plan import setting_hash
 
     cfg = load_config(REPO / "configs" / "lab-micro.yaml")
     hashes = {s.id: setting_hash(s, cfg) for s in _grid(cfg)}
@@ -174,8 +174,8 @@ def test_setting_hashes_of_lab_micro_are_unchanged(tmp_path):
 
 
 def test_hashing_a_lab_config_builds_no_lab(tmp_path, monkeypatch):
-    from calibdcd.experiment import RunContext
-    from calibdcd.experiment.setting import inputs_hash, setting_hash
+    from calibdcd.experiment import RunContext, resolve
+    from calibdcd.experiment.resources import inputs_hash
 
     monkeypatch.setenv("CALIBDCD_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("CALIBDCD_LAB_ROOT", raising=False)
@@ -185,10 +185,10 @@ def test_hashing_a_lab_config_builds_no_lab(tmp_path, monkeypatch):
     cfg = load_config(p)
     ref = cfg.labs["micro"]
     assert ref.key.startswith("micro-s0-") and not ref.built and "/" not in ref.key
-    ctx = RunContext(cfg, progress=False)
-    for s in _grid(cfg)[:4]:
-        setting_hash(s, cfg)
-        assert inputs_hash(s, cfg, ctx) == f"lab-not-built:{ref.key}"
+    plan = resolve(cfg)
+    ctx = RunContext(plan, progress=False)
+    for p in plan.grid[:4]:
+        assert inputs_hash(p, ctx) == f"lab-not-built:{ref.key}"
     assert not (tmp_path / "cache" / "lab").exists() and not (tmp_path / "c" / "lab").exists()
 
 
@@ -233,8 +233,8 @@ def test_a_lab_reference_names_its_build_seed(tmp_path, monkeypatch):
 def test_hashing_with_the_lab_built_trains_no_clean_reference(tmp_path, monkeypatch):
     """The lab is built, DPDLLM's clean reference LM is not: checking a stored result's inputs
     names the missing reference instead of training it (minutes of CPU on the micro lab)."""
-    from calibdcd.experiment import RunContext
-    from calibdcd.experiment.setting import inputs_hash
+    from calibdcd.experiment import RunContext, resolve
+    from calibdcd.experiment.resources import inputs_hash
     from experiment_support import lab_micro
 
     labs = tmp_path / "labs"
@@ -244,8 +244,9 @@ def test_hashing_with_the_lab_built_trains_no_clean_reference(tmp_path, monkeypa
     p = tmp_path / "lab.yaml"
     p.write_text((REPO / "configs" / "lab-micro.yaml").read_text() + "\ncache_dir: c\n")
     cfg = load_config(p)
-    ctx = RunContext(cfg, progress=False)
-    hashes = {s.detector.label: inputs_hash(s, cfg, ctx) for s in _grid(cfg) if s.seed == 0}
+    plan = resolve(cfg)
+    ctx = RunContext(plan, progress=False)
+    hashes = {p.setting.detector.label: inputs_hash(p, ctx) for p in plan.grid if p.seed == 0}
     assert hashes["DPDLLM"].startswith("reference-not-built:lab-clean-reference:micro=")
     assert len(hashes["Overlap"]) == 16 and ":" not in hashes["Overlap"]  # a real hash
     assert not (tmp_path / "c" / "dpdllm-lab-reference").exists()
@@ -500,7 +501,7 @@ def test_a_stored_run_resolves_to_its_own_setting_hashes(tmp_path, name, n_setti
     that reads the shared benchmark copies skips without them."""
     import tarfile
 
-    from calibdcd.experiment.setting import setting_hash
+    from calibdcd.experiment.plan import setting_hash
 
     tar = REPO / "benchmarks" / "results" / "runs" / f"{name}.tar.xz"
     with tarfile.open(tar) as fh:
@@ -517,3 +518,56 @@ def test_a_stored_run_resolves_to_its_own_setting_hashes(tmp_path, name, n_setti
     cfg = load_config(run / "config.yaml")
     assert {s.id: setting_hash(s, cfg) for s in _grid(cfg)} == stored
     assert len(stored) == n_settings
+
+
+def test_one_schema_is_the_file_as_validated_and_what_the_code_reads(tmp_path):
+    """:class:`ExperimentConfig` is the YAML as validated: the split's sizes read as properties,
+    relative paths made absolute, ``split.subsample`` in every benchmark, the name the file's
+    stem; ``source`` and ``labs`` are set when loaded and are no keys of a file; ``as_dict``
+    validates back into the same config."""
+    from calibdcd.experiment.config import ExperimentConfig
+    from calibdcd.options import suggestion
+
+    known = sorted(k for k in ExperimentConfig.model_fields if k not in ("source", "labs"))
+    (tmp_path / "d.jsonl").write_text("")
+    p = tmp_path / "exp-1.yaml"
+    p.write_text(
+        "split: {subsample: all, n_calibration: 7, group_by: group, subsample_seed: 3}\n"
+        "benchmarks: [{name: x, path: d.jsonl, subsample: 9}]\n"
+        "targets: [{name: m, backend: hf, model: ./m, tokenizer: ./tok}]\n"
+        "detectors: [overlap]\n"
+        "cache_dir: c\n"
+    )
+    cfg = load_config(p)
+    assert cfg.name == "exp-1" and cfg.source == str(p) and cfg.labs == {}
+    assert (cfg.n_calibration, cfg.group_by, cfg.subsample_seed) == (7, "group", 3)
+    assert (cfg.n_supervised_per_class, cfg.calibration_fraction, cfg.balance) == (50, 0.5, "equal")
+    assert cfg.benchmarks[0].subsample is None and cfg.benchmarks[0].path == str(
+        tmp_path / "d.jsonl"
+    )
+    assert cfg.targets[0].model == str(tmp_path / "m")
+    assert cfg.targets[0].tokenizer == str(tmp_path / "tok")
+    assert cfg.cache_dir == str(tmp_path / "c") and cfg.seeds == (0,)
+    again = ExperimentConfig.model_validate(cfg.as_dict())  # split.subsample: in each benchmark
+    assert again.as_dict() == cfg.as_dict() and again.benchmarks == cfg.benchmarks
+    assert cfg.model_copy(update={"detector_seed": "fixed"}).detector_seed == "fixed"
+    with pytest.raises(ValueError, match="frozen"):
+        cfg.name = "other"  # type: ignore[misc]
+    # set when loaded, never read from a file; a split's subsample is checked as a benchmark's
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "source: x.yaml\n"
+        "split: {subsample: 1}\n"
+        "benchmarks: [{name: x, path: d.jsonl}]\n"
+        "targets: [{name: m, backend: hf, model: ./m}]\n"
+        "detectors: [overlap]\n"
+        "labs: {}\n"
+    )
+    cfg, problems = read_config(bad)
+    assert cfg is None
+    assert [(q.path, q.line, q.problem) for q in problems] == [
+        ("source", 1, f"unknown key{suggestion('source', known)}"),
+        ("split.subsample", 2, "must be 'paper', 'all' or an integer >= 2, got 1"),
+        ("labs", 6, f"unknown key{suggestion('labs', known)}"),
+    ]
+    assert "source" not in known and "labs" not in known and "split" in known

@@ -32,7 +32,7 @@ import pytest
 from calibdcd.detectors.base import Detector, PersistableClassifier
 from calibdcd.detectors.registry import registered_detectors
 from calibdcd.experiment.config import DetectorEntry
-from calibdcd.experiment.detectors import build_detector, detector_fingerprint
+from calibdcd.experiment.detector_entries import build_detector, detector_fingerprint
 from calibdcd.targets.base import GenerationParams
 
 NAMES = sorted(registered_detectors())
@@ -110,7 +110,7 @@ def test_parameters_resolve_apart_from_construction(name, tmp_path):
         create_detector_config,
         registered_detectors,
     )
-    from calibdcd.experiment.detectors import detector_config
+    from calibdcd.experiment.detector_entries import detector_config
 
     # registered as parameters + build (not a factory that must build to show its config)
     assert registered_detectors()[name].params is not None, f"{name}: no params function"

@@ -118,20 +118,21 @@ cache_dir: {tmp / "cache"}
 def test_runner_passes_reference_texts_by_arrangement(lab_micro, tiny, tmp_path):
     from calibdcd.data import split_benchmark
     from calibdcd.experiment import load_config
-    from calibdcd.experiment.setting import RunContext, Setting, run_setting, split_config
+    from calibdcd.experiment.plan import resolve
+    from calibdcd.experiment.resources import RunContext
+    from calibdcd.experiment.setting import run_setting
 
     cfg = load_config(_config(tmp_path, Path(lab_micro), tiny))
-    ctx = RunContext(cfg, progress=False)
-    bench_entry, target_entry = cfg.benchmarks[0], cfg.targets[0]
+    plan = resolve(cfg, tmp_path / "run")
+    ctx = RunContext(plan, progress=False)
     results, detectors = {}, {}
-    for entry in cfg.detectors:
-        setting = Setting(bench_entry, target_entry, entry, 0)
-        results[entry.label] = run_setting(setting, cfg, tmp_path / "run", ctx)
-        detectors[entry.label] = ctx.detector(entry, ctx.benchmark(bench_entry).name)
+    for planned in plan.settings:  # one benchmark, one target, seed 0: one per detector
+        label = planned.setting.detector.label
+        results[label] = run_setting(planned, ctx)
+        detectors[label] = ctx.detector(planned.detector)
 
-    bench = ctx.benchmark(bench_entry)
-    setting = Setting(bench_entry, target_entry, cfg.detectors[0], 0)
-    split = split_benchmark(bench, split_config(setting.benchmark, cfg), seed=0)
+    bench = ctx.benchmark(plan.benchmarks[0])
+    split = split_benchmark(bench, plan.benchmarks[0].split, seed=0)
     sup = list(split.supervised)
     rest = [int(i) for i in split.subsample if i not in set(sup)]
     pool = [bench.texts[i] for i in split.subsample]
@@ -162,8 +163,7 @@ def test_runner_passes_reference_texts_by_arrangement(lab_micro, tiny, tmp_path)
         assert stored["generation"] == res["generation"]
     assert results["shared"]["before"] != results["split"]["before"]
     # the record survives the feature cache: a fresh context reads it back without generating
-    ctx2 = RunContext(cfg, progress=False)
-    again = run_setting(
-        Setting(bench_entry, target_entry, cfg.detectors[0], 0), cfg, tmp_path / "run2", ctx2
-    )
+    plan2 = resolve(cfg, tmp_path / "run2")
+    ctx2 = RunContext(plan2, progress=False)
+    again = run_setting(plan2.settings[0], ctx2)
     assert ctx2.target_loads == 0 and again["generation"] == results["shared"]["generation"]

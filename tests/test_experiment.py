@@ -25,6 +25,7 @@ from calibdcd.experiment import (
     load_config,
     parse_config,
     prepare_setting,
+    resolve,
     run_experiment,
     threshold_at_fpr,
 )
@@ -167,7 +168,7 @@ def test_dry_run_checks_the_group_aware_split():
 
 
 def test_a_fixed_subsample_is_a_setting_of_the_split():
-    from calibdcd.experiment.setting import setting_hash
+    from calibdcd.experiment.plan import setting_hash
 
     plain = parse_config(_base(seeds=[0, 1]))
     fixed = parse_config(_base(seeds=[0, 1], split={"subsample_seed": 0}))
@@ -303,9 +304,10 @@ def test_analyses_match_direct_calibrate_calls(run):
     stored CalibDCD selection, ablations and fixed configuration against direct calls."""
     cfg_path, run_dir = run
     cfg = load_config(cfg_path)
-    ctx = RunContext(cfg, progress=False)
+    plan = resolve(cfg)
+    ctx = RunContext(plan, progress=False)
     for s in grid(cfg):
-        prep = prepare_setting(s, cfg, ctx)
+        prep = prepare_setting(plan.setting(s.id), ctx)
         res = json.loads((run_dir / "settings" / s.id / "result.json").read_text())
         p = prep.problem
         # the paper: the extractor's output, scored by the whole fitted detector (its z-score
@@ -368,9 +370,10 @@ def test_controls_match_direct_recomputation(run):
 
     cfg_path, run_dir = run
     cfg = load_config(cfg_path)
-    ctx = RunContext(cfg, progress=False)
+    plan = resolve(cfg)
+    ctx = RunContext(plan, progress=False)
     for s in grid(cfg):
-        prep = prepare_setting(s, cfg, ctx)
+        prep = prepare_setting(plan.setting(s.id), ctx)
         p = prep.problem
         res = json.loads((run_dir / "settings" / s.id / "result.json").read_text())
         main = p.run(cfg.calibration)
@@ -418,8 +421,8 @@ def test_seeds_vary_the_split_the_classifier_and_the_detector_state():
     configured detector; ``detector_seed: fixed`` keeps the detector."""
     from calibdcd.detectors.dpdllm.detector import DPDLLMConfig
     from calibdcd.detectors.veilprobe.config import VeilProbeConfig
-    from calibdcd.experiment.detectors import seed_offsets
-    from calibdcd.experiment.setting import split_config
+    from calibdcd.experiment.detector_entries import seed_offsets
+    from calibdcd.experiment.plan import split_config
 
     def seeds_of(cfg, path=""):
         import dataclasses
@@ -445,14 +448,16 @@ def test_seeds_vary_the_split_the_classifier_and_the_detector_state():
         {**_base(), "seeds": [0, 1, 2], "detectors": [{"name": "overlap", "options": {"seed": 5}}]}
     )
     assert cfg.detector_seed == "offset"
-    ctx = RunContext(cfg, progress=False)
+    plan = resolve(cfg)
+    ctx = RunContext(plan, progress=False)
     settings = grid(cfg)
     assert [s.seed for s in settings] == [0, 1, 2]
-    dets = [ctx.detector(s.detector, "wikimia", s.seed) for s in settings]
+    dets = [ctx.detector(plan.setting(s.id).detector) for s in settings]
     assert [d.config.seed for d in dets] == [5, 6, 7]
-    fixed = RunContext(parse_config({**_base(), "seeds": [0, 1], "detector_seed": "fixed"}))
-    e = fixed.cfg.detectors[0]
-    assert fixed.detector(e, "wikimia", 1) is fixed.detector(e, "wikimia", 0)
+    fixed_plan = resolve(parse_config({**_base(), "seeds": [0, 1], "detector_seed": "fixed"}))
+    fixed = RunContext(fixed_plan, progress=False)
+    one, zero = (fixed.detector(p.detector) for p in reversed(fixed_plan.settings))
+    assert one is zero
     from calibdcd.data import make_split
 
     labels = np.array([1] * 150 + [0] * 150)
@@ -535,7 +540,6 @@ def test_resume_after_kill_recomputes_only_missing_settings(tmp_path):
 
 
 def test_demo_config_is_configs_demo_and_on_three_seeds_configs_lab_micro():
-    import dataclasses
 
     from calibdcd.experiment.demo import demo_config
 
@@ -543,14 +547,16 @@ def test_demo_config_is_configs_demo_and_on_three_seeds_configs_lab_micro():
     # one seed
     demo = demo_config(cache_dir="/c", output="/o")
     yaml_cfg = load_config(REPO / "configs" / "demo.yaml")
-    assert demo == dataclasses.replace(yaml_cfg, source=None, cache_dir="/c", output="/o")
+    assert demo == yaml_cfg.model_copy(update={"source": None, "cache_dir": "/c", "output": "/o"})
     assert demo.seeds == (0,) and {t.lab for t in demo.targets} == {"demo"}
     assert [t.name for t in demo.targets] == ["chat-qwen", "base"]
     assert [d.name for d in demo.detectors] == ["veilprobe", "dpdllm", "overlap"]
     # the same grid on the micro lab with seeds 0-2 is the reproducibility config
     micro = demo_config("micro", seeds=(0, 1, 2), cache_dir="/c", output="/o")
     yaml_micro = load_config(REPO / "configs" / "lab-micro.yaml")
-    assert micro == dataclasses.replace(yaml_micro, source=None, cache_dir="/c", output="/o")
+    assert micro == yaml_micro.model_copy(
+        update={"source": None, "cache_dir": "/c", "output": "/o"}
+    )
     # other chat models than the demo lab's: the micro lab, which has them
     every = demo_config(chat_models=("chat-qwen", "chat-llama", "chat-reasoning"))
     assert [t.name for t in every.targets] == ["chat-qwen", "chat-llama", "chat-reasoning", "base"]
@@ -580,7 +586,7 @@ def test_loading_a_model_the_built_lab_lacks_names_what_it_has(tmp_path, monkeyp
     """A lab whose directory has base and chat-qwen only (the demo lab's models, here micro's
     own files): asking it for chat-llama fails before any load, naming the lab's models."""
     from calibdcd.experiment.config import TargetEntry
-    from calibdcd.experiment.targets import build_target
+    from calibdcd.experiment.target_entries import build_target
 
     micro = lab_micro()
     lab = tmp_path / "labs" / "lab-demo"
@@ -638,18 +644,13 @@ def test_demo_on_the_lab_micro_strict_protocol(tmp_path, monkeypatch):
     rows = [r for r in text.splitlines() if r.startswith("| lab | Overlap | base |")]
     assert [r.split(" | ")[3] for r in rows] == ["chat-qwen", "chat-llama", "chat-reasoning"]
 
-    import dataclasses
-
-    cfg = dataclasses.replace(
-        demo_config(
-            "micro",
-            chat_models=every,
-            seeds=(0,),
-            detectors=("overlap",),
-            cache_dir=tmp_path / "cache",
-        ),
-        protocol="strict",
-    )
+    cfg = demo_config(
+        "micro",
+        chat_models=every,
+        seeds=(0,),
+        detectors=("overlap",),
+        cache_dir=tmp_path / "cache",
+    ).model_copy(update={"protocol": "strict"})
     log: list[str] = []
     run_experiment(cfg, tmp_path / "strict", progress=False, log=log.append)
     assert sum(x.startswith("done ") for x in log) == 4
@@ -665,7 +666,12 @@ def test_stored_results_are_reused_only_for_the_same_inputs(tmp_path):
     """A result is keyed on the config *and* on what the config leaves open: a benchmark file
     edited in place gets a new inputs hash (so the setting is recomputed), the config hash
     stays."""
-    from calibdcd.experiment.setting import inputs_hash, setting_hash
+    from calibdcd.experiment.plan import setting_hash
+    from calibdcd.experiment.resources import inputs_hash
+
+    def inputs(cfg):
+        plan = resolve(cfg)
+        return inputs_hash(plan.grid[0], RunContext(plan, progress=False))
 
     lab = lab_micro()
     data = tmp_path / "gt.jsonl"
@@ -675,16 +681,16 @@ def test_stored_results_are_reused_only_for_the_same_inputs(tmp_path):
     cfg_path.write_text(text)
     cfg = load_config(cfg_path)
     s = grid(cfg)[0]
-    before = (setting_hash(s, cfg), inputs_hash(s, cfg, RunContext(cfg, progress=False)))
-    assert before[1] == inputs_hash(s, cfg, RunContext(cfg, progress=False))  # stable
+    before = (setting_hash(s, cfg), inputs(cfg))
+    assert before[1] == inputs(cfg)  # stable
     rows = [json.loads(x) for x in data.read_text().splitlines() if x]
     rows[0]["text"] = rows[0]["text"] + " Edited."
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    after = (setting_hash(s, cfg), inputs_hash(s, cfg, RunContext(cfg, progress=False)))
+    after = (setting_hash(s, cfg), inputs(cfg))
     assert after[0] == before[0] and after[1] != before[1]
     # a renamed text id (same text, same label) is part of the identity too: the stored result
     # (whose scores.csv names the old id) is not reused
     rows[1]["id"] = str(rows[1]["id"]) + "-renamed"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    renamed = inputs_hash(s, cfg, RunContext(cfg, progress=False))
+    renamed = inputs(cfg)
     assert renamed not in (before[1], after[1])

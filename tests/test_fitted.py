@@ -382,7 +382,7 @@ def test_inductive_bundle_scores_with_its_saved_learnt_parts(name, tmp_path):
     detector whose own cache is empty: the scores equal the in-process ones and nothing is
     trained again (the bundle's mapping model / reference LM is used)."""
     from calibdcd.experiment.config import TargetEntry
-    from calibdcd.experiment.targets import build_target
+    from calibdcd.experiment.target_entries import build_target
     from calibdcd.fitted import FitTexts, fit_detector
 
     lab = lab_micro()
@@ -431,7 +431,7 @@ def test_register_detector_makes_a_detector_buildable_by_name(request):
         registered_detectors,
     )
     from calibdcd.experiment.config import DetectorEntry
-    from calibdcd.experiment.detectors import DETECTORS, build_detector, detector_available
+    from calibdcd.experiment.detector_entries import DETECTORS, build_detector, detector_available
 
     built = []
 
@@ -467,7 +467,7 @@ def test_register_detector_makes_a_detector_buildable_by_name(request):
     with pytest.raises(ValueError, match="not both"):
         register_detector("overlap-test", factory, params=lambda *a: None, replace=True)
     # a build that needs a package not installed: the config check leaves it to the dry run
-    from calibdcd.experiment.detectors import detector_entry_problems
+    from calibdcd.experiment.detector_entries import detector_entry_problems
 
     def missing(config):
         raise ModuleNotFoundError("No module named 'some_extra'")

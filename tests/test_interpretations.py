@@ -83,9 +83,9 @@ def test_the_table_names_settings():
 
 @pytest.mark.parametrize("setting", _named_settings())
 def test_every_named_setting_exists(setting):
-    from calibdcd.experiment.config import ConfigFile
+    from calibdcd.experiment.config import ExperimentConfig
 
     m = _SETTING.match(setting)
     assert m is not None
-    root = _detector_config(m["det"]) if m["det"] else ConfigFile
+    root = _detector_config(m["det"]) if m["det"] else ExperimentConfig
     assert _resolves(root, m["path"]), f"{setting}: no such key in {root.__name__}"

@@ -37,13 +37,13 @@ def test_import_contracts_hold():
 
 
 def test_a_back_edge_breaks_the_contracts(tmp_path):
-    """The check is live: the report importing the experiment's store again (the cycle this
+    """The check is live: the report importing the experiment's caches again (the cycle this
     layering removed) is reported, naming the import."""
     root = tmp_path / "repo"
     shutil.copytree(REPO / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
     html = root / "src" / "calibdcd" / "report" / "html.py"
-    html.write_text(html.read_text() + "\nfrom calibdcd.experiment import store  # noqa\n")
+    html.write_text(html.read_text() + "\nfrom calibdcd.experiment import caches  # noqa\n")
     proc = _lint_imports(root)
     assert proc.returncode != 0
-    assert "calibdcd.report.html -> calibdcd.experiment.store" in proc.stdout, proc.stdout[-3000:]
+    assert "calibdcd.report.html -> calibdcd.experiment.caches" in proc.stdout, proc.stdout[-3000:]

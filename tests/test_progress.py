@@ -11,11 +11,11 @@ from calibdcd.targets.base import GenerationParams
 
 @pytest.mark.parametrize("run_progress", [True, False])
 def test_a_run_passes_its_progress_to_detectors_and_targets(tmp_path, run_progress):
-    from calibdcd.experiment import RunContext
+    from calibdcd.experiment import RunContext, resolve
     from calibdcd.experiment.config import load_config
     from experiment_support import micro_config_text
 
-    text = micro_config_text(tmp_path / "cache", targets=("chat-qwen",))
+    text = micro_config_text(tmp_path / "cache", targets=("chat-qwen",), seeds=(0, 1))
     head, tail = text.split("detectors:\n", 1)
     tail = tail.split("\n", 1)[1]  # drop the default overlap line
     text = (
@@ -30,13 +30,14 @@ def test_a_run_passes_its_progress_to_detectors_and_targets(tmp_path, run_progre
     )
     (tmp_path / "c.yaml").write_text(text)
     cfg = load_config(tmp_path / "c.yaml")
-    ctx = RunContext(cfg, progress=run_progress)
-    by = {d.label: d for d in cfg.detectors}
-    assert ctx.detector(by["VP"], "lab").config.progress is run_progress
-    assert ctx.detector(by["VP"], "lab", seed=1).config.progress is run_progress
-    assert ctx.detector(by["VP-quiet"], "lab").config.progress is False  # the config decides
-    ctx.detector(by["Overlap"], "lab")  # no progress option: built without one
-    target = ctx.target(cfg.targets[0])
+    plan = resolve(cfg)
+    ctx = RunContext(plan, progress=run_progress)
+    by = {(p.setting.detector.label, p.seed): p.detector for p in plan.settings}
+    assert ctx.detector(by["VP", 0]).config.progress is run_progress
+    assert ctx.detector(by["VP", 1]).config.progress is run_progress
+    assert ctx.detector(by["VP-quiet", 0]).config.progress is False  # the config decides
+    ctx.detector(by["Overlap", 0])  # no progress option: built without one
+    target = ctx.target(plan.targets[0])
     assert target.target.progress is run_progress
     ctx.release_target()
 

@@ -128,7 +128,7 @@ def test_a_packaged_model_is_checked_by_the_dry_run(wikimia24, tmp_path):
 
 def test_a_packaged_model_serves_as_dpdllm_reference(tmp_path):
     from calibdcd.detectors.dpdllm.reference import _base_dir
-    from calibdcd.models import MissingModelError
+    from calibdcd.model_refs import MissingModelError
 
     with pytest.raises(MissingModelError, match="unknown packaged model 'packaged:nope'"):
         _base_dir("packaged:nope")

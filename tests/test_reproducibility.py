@@ -240,8 +240,8 @@ def test_lab_key_carries_what_changes_trained_bytes():
 def test_identities_ignore_locations(tmp_path):
     """A copied checkpoint has the target identity and detector fingerprint of the original."""
     from calibdcd.experiment.config import TargetEntry
-    from calibdcd.experiment.detectors import detector_fingerprint
-    from calibdcd.experiment.targets import target_identity
+    from calibdcd.experiment.detector_entries import detector_fingerprint
+    from calibdcd.experiment.target_entries import target_identity
     from calibdcd.targets.tiny import cached_tiny_lm
 
     src = cached_tiny_lm()

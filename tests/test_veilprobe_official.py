@@ -420,7 +420,7 @@ def test_official_protonet_hyperparameters_and_euclidean_inference():
 
 def test_a_config_selects_each_preset_and_overrides_single_options(tmp_path):
     from calibdcd.experiment.config import DetectorEntry
-    from calibdcd.experiment.detectors import build_detector
+    from calibdcd.experiment.detector_entries import build_detector
 
     for preset in PRESETS:
         entry = DetectorEntry("veilprobe", preset=preset)

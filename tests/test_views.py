@@ -209,7 +209,7 @@ def test_one_resolver_says_where_a_targets_views_come_from(tmp_path):
     """target_views: a served model's family from its name; `tokenizer: server` only for a
     served target; an unreachable server asked for its template is one line naming it."""
     from calibdcd.experiment.config import TargetEntry
-    from calibdcd.experiment.targets import target_views
+    from calibdcd.experiment.target_entries import target_views
     from calibdcd.targets.server_template import ServerTemplateError
 
     def served(model, **kw):

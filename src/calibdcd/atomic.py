@@ -9,12 +9,13 @@ and renamed into place by :func:`atomic_directory`."""
 from __future__ import annotations
 
 import contextlib
+import csv
 import io
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ __all__ = [
     "file_lock",
     "json_default",
     "read_json",
+    "write_csv",
     "write_json",
 ]
 
@@ -86,6 +88,19 @@ def json_default(x: Any) -> Any:
 def write_json(path: str | Path, obj: Any) -> None:
     """``obj`` as indented JSON (numpy scalars and arrays, paths and sets converted), atomically."""
     atomic_write_text(path, json.dumps(obj, indent=2, default=json_default, allow_nan=True) + "\n")
+
+
+def write_csv(path: str | Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    """``header`` and ``rows`` as CSV (floats written exactly, ``None`` empty), atomically."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(header)
+    for r in rows:
+        # floats round-trip exactly (repr), so thresholds recomputed from the file agree
+        w.writerow(
+            ["" if v is None else (repr(float(v)) if isinstance(v, float) else v) for v in r]
+        )
+    atomic_write_text(path, buf.getvalue())
 
 
 @contextlib.contextmanager

@@ -515,12 +515,56 @@ def calibrate(
     delta_q = {name: _call_score(score, zv, f"view {name!r}") - q0 for name, zv in views.items()}
     fpp = {name: false_positive_pressure(dq) for name, dq in delta_q.items()}
     selected = _select_views(list(views), fpp, n_sel, cfg.view_selection, cfg.seed)
+    # Stage 1b and 1c: the selected views' shifts, then a basis per candidate rank.
+    shifts, directions = _view_shifts(z0, views, delta_q, selected, sel, cfg)
+    bases, gammas = _candidate_bases(directions, len(selected), cfg)
+    # Stage 2: J(r, λ) for every candidate and the first maximum.
+    center: np.ndarray | None = None
+    if cfg.centering == "nonmembers":
+        center = np.zeros(d)
+        center[cols] = z0[:, cols].mean(axis=0)
+    objective, best, tol = _objective(z0, q0, score, bases, sel, center, cfg)
+    apply_it = bases[best[0]].shape[1] > 0 and best[1] > 0.0
+    if cfg.guard and objective[best] <= tol:  # the abstention variant (beyond the paper)
+        apply_it = False
+    basis = np.zeros((d, bases[best[0]].shape[1] if apply_it else 0))
+    if apply_it:
+        basis[cols] = bases[best[0]]
+    return Calibration(
+        fpp=fpp,
+        selected_views=tuple(selected),
+        shifts=tuple(shifts),
+        consensus=gammas,
+        basis_dims={r: int(b.shape[1]) for r, b in bases.items()},
+        objective=objective,
+        rank=best[0] if apply_it else None,
+        strength=best[1] if apply_it else 0.0,
+        basis=basis,
+        block=cols,
+        dim=d,
+        config=cfg,
+        baseline_score=float(q0.mean()),
+        center=center,
+    )
 
-    # Stage 1b: score-guided shift matrices and their right singular vectors (once, at max rank).
+
+def _view_shifts(
+    z0: np.ndarray,
+    views: Mapping[str, np.ndarray],
+    delta_q: Mapping[str, np.ndarray],
+    selected: Sequence[str],
+    sel: slice | np.ndarray,
+    cfg: CalibrationConfig,
+) -> tuple[list[ViewShift], list[np.ndarray]]:
+    """Stage 1b: each selected view's score-guided shift matrix H_e on the block (its rows
+    weighted by :func:`score_weights`) and its right singular vectors, once at the largest rank.
+
+    Returns (the views' :class:`ViewShift` records, the directions each view contributes): with
+    ``cfg.consensus`` the rows of Vᵀ (numerically non-zero part, at most max(ranks)), else H_e
+    itself, to be stacked into one matrix (the ablation)."""
     r_max = max(cfg.ranks)
     shifts: list[ViewShift] = []
-    right_vectors: list[np.ndarray] = []  # per view: rows of Vᵀ (numerically non-zero part)
-    stacked_rows: list[np.ndarray] = []
+    directions: list[np.ndarray] = []
     for name in selected:
         w, cap = score_weights(
             delta_q[name], clip_percentile=cfg.clip_percentile, weighting=cfg.weighting
@@ -530,33 +574,48 @@ def calibrate(
         h *= np.sqrt(w[rows])[:, None]
         if cfg.consensus:
             vt, s = _right_singular(h)
-            right_vectors.append(vt[:r_max])
+            directions.append(vt[:r_max])
         else:
             s = _right_singular(h)[1]
-            stacked_rows.append(h)
+            directions.append(h)
         shifts.append(ViewShift(name=name, n_positive=int(rows.size), cap=cap, singular_values=s))
+    return shifts, directions
 
-    # Stage 1c: a consensus basis per candidate rank (block coordinates).
+
+def _candidate_bases(
+    directions: Sequence[np.ndarray], n_selected: int, cfg: CalibrationConfig
+) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
+    """Stage 1c: (basis, γ) per candidate rank, in block coordinates: the cross-view consensus
+    of the views' top-r right singular vectors (:func:`consensus_basis`), or without consensus
+    the top-r right singular vectors of the stacked H_e (γ: their squared singular values)."""
     bases: dict[int, np.ndarray] = {}
     gammas: dict[int, np.ndarray] = {}
     if cfg.consensus:
         for r in dict.fromkeys(cfg.ranks):
             bases[r], gammas[r] = consensus_basis(
-                [vt[:r].T for vt in right_vectors], cfg.tau, n_views=len(selected)
+                [vt[:r].T for vt in directions], cfg.tau, n_views=n_selected
             )
     else:
-        pooled = np.concatenate(stacked_rows, axis=0)
+        pooled = np.concatenate(list(directions), axis=0)
         vt_pooled, s_pooled = _right_singular(pooled)
         for r in dict.fromkeys(cfg.ranks):
             bases[r] = vt_pooled[:r].T
             gammas[r] = s_pooled[:r] ** 2
+    return bases, gammas
 
-    # Stage 2: J(r, λ) for every candidate; first maximum in (ranks outer, strengths inner) order.
-    baseline = float(q0.mean())
-    center: np.ndarray | None = None
-    if cfg.centering == "nonmembers":
-        center = np.zeros(d)
-        center[cols] = z0[:, cols].mean(axis=0)
+
+def _objective(
+    z0: np.ndarray,
+    q0: np.ndarray,
+    score: ScoreFn,
+    bases: Mapping[int, np.ndarray],
+    sel: slice | np.ndarray,
+    center: np.ndarray | None,
+    cfg: CalibrationConfig,
+) -> tuple[dict[tuple[int, float], float], tuple[int, float], float]:
+    """Stage 2: J(r, λ) = mean score decrease of the calibration non-members under the
+    correction, for every candidate; (J per candidate, the first maximum in (ranks outer,
+    strengths inner) order, the tolerance within which J values are ties)."""
     z0c = z0 if center is None else z0 - center  # the block columns are what B sees
     objective: dict[tuple[int, float], float] = {}
     best: tuple[int, float] | None = None
@@ -579,30 +638,8 @@ def calibrate(
             objective[(r, lam)] = j
             if best is None or j > objective[best] + tol:
                 best = (r, lam)
-
     assert best is not None
-    apply_it = bases[best[0]].shape[1] > 0 and best[1] > 0.0
-    if cfg.guard and objective[best] <= tol:  # the abstention variant (beyond the paper)
-        apply_it = False
-    basis = np.zeros((d, bases[best[0]].shape[1] if apply_it else 0))
-    if apply_it:
-        basis[cols] = bases[best[0]]
-    return Calibration(
-        fpp=fpp,
-        selected_views=tuple(selected),
-        shifts=tuple(shifts),
-        consensus=gammas,
-        basis_dims={r: int(b.shape[1]) for r, b in bases.items()},
-        objective=objective,
-        rank=best[0] if apply_it else None,
-        strength=best[1] if apply_it else 0.0,
-        basis=basis,
-        block=cols,
-        dim=d,
-        config=cfg,
-        baseline_score=baseline,
-        center=center,
-    )
+    return objective, best, tol
 
 
 # --------------------------------------------------------------------------------------------

@@ -58,7 +58,7 @@ def _target_parts(
     """(cached target, its identity record, its view bank: None unless ``with_views``) for a fit
     config's target section (score keeps the bundle's views and asks for none); ``progress``:
     the target's generation bar (requests, rate, ETA)."""
-    from calibdcd.experiment.targets import build_target, target_views
+    from calibdcd.experiment.target_entries import build_target, target_views
 
     entry = _target_entry(cfg.target)
     record = _target_record(cfg.target, cache_dir)
@@ -78,7 +78,7 @@ def _target_parts(
 
 def _target_record(t: Any, cache_dir: Path) -> dict[str, Any]:
     """A fit config's (or a bundle's) target section's identity record, without building it."""
-    from calibdcd.experiment.targets import model_path
+    from calibdcd.experiment.target_entries import model_path
     from calibdcd.targets.identity import target_record
 
     local = Path(model_path(_target_entry(t), root=cache_dir))  # a lab's under the cache root
@@ -102,7 +102,7 @@ def _target_entry(section: Any) -> Any:
 def _preflight(section: Any) -> None:
     """A served target's server answers and serves the model, before any work (one line if
     not: exit 2)."""
-    from calibdcd.experiment.targets import preflight_target
+    from calibdcd.experiment.target_entries import preflight_target
 
     try:
         said = preflight_target(_target_entry(section))
@@ -183,9 +183,9 @@ def _check_fit_output(cfg: Any, config: Path, out: Path) -> None:
 
 def _planned_detector(cfg: Any, cache: Path, progress: bool | None = None) -> Any:
     """The fit's detector resolved as a run's plan resolves one
-    (:func:`calibdcd.experiment.detectors.plan_detector`, seed 0: a fit has one setting)."""
+    (:func:`calibdcd.experiment.detector_entries.plan_detector`, seed 0: a fit has one setting)."""
     from calibdcd.experiment.config import DetectorEntry
-    from calibdcd.experiment.detectors import plan_detector
+    from calibdcd.experiment.detector_entries import plan_detector
 
     dt = cfg.detector
     opts = dict(dt.options)
@@ -248,8 +248,8 @@ def fit_dry_run(cfg: Any, source: Path, out: Path, cache: Path) -> tuple[list[st
     the target's backend and lab, every model and dataset it needs. (lines, problems)."""
     from calibdcd.experiment.labs import resolve_lab
     from calibdcd.experiment.model_uses import models_in_fit_config, resolve_uses
-    from calibdcd.experiment.runner import _dry_view_bank
-    from calibdcd.experiment.targets import preflight_target
+    from calibdcd.experiment.runner import dry_view_bank as _dry_view_bank
+    from calibdcd.experiment.target_entries import preflight_target
     from calibdcd.targets.base import available_backends
 
     lines = [f"fit config {source}: cache {cache}; bundle: {out}"]
@@ -370,58 +370,90 @@ def fit_command(
         ),
     ] = False,
 ) -> None:
-    from calibdcd.experiment.fit_config import fit_config_from, load_fit_config
-    from calibdcd.fitted import fit_detector
-    from calibdcd.fitted.config import parse_target_spec
-
-    flags = {"--target": target, "--members": members, "--nonmembers": nonmembers}
     try:
-        if config is not None:
-            given = [k for k, v in flags.items() if v is not None]
-            if given:
-                raise ValueError(f"give a config or {', '.join(flags)}, not both ({given[0]})")
-            cfg = load_fit_config(config, reach=dry_run)
-        else:
-            missing = [k for k, v in flags.items() if v is None]
-            if missing:
-                raise ValueError(
-                    f"without a config, fit needs {', '.join(missing)} (e.g. calibdcd fit "
-                    "--target openai:base_url=http://127.0.0.1:8000/v1,model=m --members m.jsonl "
-                    "--nonmembers n.jsonl -o bundle)"
-                )
-            assert target is not None and members is not None and nonmembers is not None
-            data: dict[str, Any] = {
-                "target": parse_target_spec(target),
-                "detector": {"name": detector, **({"preset": preset} if preset else {})},
-                "data": {"members": str(members), "nonmembers": str(nonmembers)},
-                "fpr": fpr,
-            }
-            cfg = fit_config_from(data, source="command line", base_dir=Path.cwd(), reach=dry_run)
-            config = Path("command line")
+        cfg, config = _fit_config(
+            config, target=target, members=members, nonmembers=nonmembers, detector=detector,
+            preset=preset, fpr=fpr, reach=dry_run,
+        )  # fmt: skip
     except (OSError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     cache_dir = cache_dir.expanduser().resolve() if cache_dir is not None else cfg.cache_root()
     _check_fit_output(cfg, config, out)  # in the dry run as in the real one
     if dry_run:
-        lines, problems = fit_dry_run(cfg, config, out, cache_dir)
-        for line in lines:
-            typer.echo(line)
-        if config.is_file():  # each problem with its line in the fit config
-            from calibdcd.experiment.config import locate
-
-            problems = [locate(p, config) for p in problems]
-        for p in problems:
-            typer.echo(f"error: {p}", err=True)
-        if problems:
-            typer.echo(f"dry run: {len(problems)} problem(s)", err=True)
-            raise typer.Exit(1)
-        typer.echo("dry run: OK")
+        _echo_fit_dry_run(cfg, config, out, cache_dir)
         return
-    _preflight(cfg.target)
-    texts = _fit_texts(cfg, cache_dir)
+    fitted = _fit(cfg, cache_dir, progress)
+    fitted.save(out)
+    _echo_fitted(fitted, cfg, out)
+
+
+def _fit_config(
+    config: Path | None,
+    *,
+    target: str | None,
+    members: Path | None,
+    nonmembers: Path | None,
+    detector: str,
+    preset: str | None,
+    fpr: float,
+    reach: bool,
+) -> tuple[Any, Path]:
+    """(the fit config, where it came from: its file or ``command line``) from ``fit``'s
+    config argument or its flags, never both; ``reach``: the dry run's reachability checks."""
+    from calibdcd.experiment.fit_config import fit_config_from, load_fit_config
+    from calibdcd.fitted.config import parse_target_spec
+
+    flags = {"--target": target, "--members": members, "--nonmembers": nonmembers}
+    if config is not None:
+        given = [k for k, v in flags.items() if v is not None]
+        if given:
+            raise ValueError(f"give a config or {', '.join(flags)}, not both ({given[0]})")
+        return load_fit_config(config, reach=reach), config
+    missing = [k for k, v in flags.items() if v is None]
+    if missing:
+        raise ValueError(
+            f"without a config, fit needs {', '.join(missing)} (e.g. calibdcd fit "
+            "--target openai:base_url=http://127.0.0.1:8000/v1,model=m --members m.jsonl "
+            "--nonmembers n.jsonl -o bundle)"
+        )
+    assert target is not None and members is not None and nonmembers is not None
+    data: dict[str, Any] = {
+        "target": parse_target_spec(target),
+        "detector": {"name": detector, **({"preset": preset} if preset else {})},
+        "data": {"members": str(members), "nonmembers": str(nonmembers)},
+        "fpr": fpr,
+    }
+    cfg = fit_config_from(data, source="command line", base_dir=Path.cwd(), reach=reach)
+    return cfg, Path("command line")
+
+
+def _echo_fit_dry_run(cfg: Any, config: Path, out: Path, cache_dir: Path) -> None:
+    """``fit --dry-run``: :func:`fit_dry_run`'s lines, then its problems (each with its line in
+    the fit config) on stderr and exit 1, or ``dry run: OK``."""
+    lines, problems = fit_dry_run(cfg, config, out, cache_dir)
+    for line in lines:
+        typer.echo(line)
+    if config.is_file():  # each problem with its line in the fit config
+        from calibdcd.experiment.config import locate
+
+        problems = [locate(p, config) for p in problems]
+    for p in problems:
+        typer.echo(f"error: {p}", err=True)
+    if problems:
+        typer.echo(f"dry run: {len(problems)} problem(s)", err=True)
+        raise typer.Exit(1)
+    typer.echo("dry run: OK")
+
+
+def _fit(cfg: Any, cache_dir: Path, progress: bool) -> Any:
+    """The fitted detector of a fit config: its texts, target (with its views) and detector
+    built under the cache root ``cache_dir``, then :func:`calibdcd.fitted.fit_detector`."""
+    from calibdcd.fitted import fit_detector
     from calibdcd.targets.server_template import ServerTemplateError
 
+    _preflight(cfg.target)
+    texts = _fit_texts(cfg, cache_dir)
     try:
         target, record, views = _target_parts(cfg, cache_dir, progress=progress)
     except ServerTemplateError as exc:  # the served chat template cannot be had: one line
@@ -429,17 +461,21 @@ def fit_command(
         raise typer.Exit(2) from None
     dt = cfg.detector
     # lab references resolve (and build) under this fit's cache root, in the build
-    detector = _planned_detector(cfg, cache_dir, progress).build(str(cache_dir), progress=progress)
+    detector = _planned_detector(cfg, cache_dir, progress).build(progress=progress)
     spec = {"name": dt.name, "preset": dt.preset, "options": dict(dt.options),
             "benchmark": dt.benchmark}  # fmt: skip
     n_known = len(texts.supervised) + len(texts.calibration) + len(texts.heldout)
     with _status(f"fitting {dt.name} on {n_known:,} known texts", progress) as status:
-        fitted = fit_detector(
+        return fit_detector(
             detector, target, texts, views=views, calibration=cfg.calibration_config(),
             space=cfg.space, fpr=cfg.fpr, mode=cfg.mode, seed=cfg.seed, detector_spec=spec,
             target_record=record, status=status,
         )  # fmt: skip
-    fitted.save(out)
+
+
+def _echo_fitted(fitted: Any, cfg: Any, out: Path) -> None:
+    """``fit``'s closing lines: the known texts' separation, then the sizes, the correction and
+    the threshold."""
     s = fitted.sizes
     if fitted.separation is not None:
         from calibdcd.fitted.audit import Separation
@@ -448,7 +484,7 @@ def fit_command(
         low = "" if sep.beats_chance is not False else "; NOT above chance (see the warning)"
         typer.echo(f"known texts: {sep.line()}{low}")
     typer.echo(
-        f"fitted {dt.name} ({cfg.mode}) on {s['supervised']} supervised texts "
+        f"fitted {cfg.detector.name} ({cfg.mode}) on {s['supervised']} supervised texts "
         f"({s['supervised_members']} members), {s['calibration']} calibration and "
         f"{s['heldout']} held-out non-members; CalibDCD "
         f"{'corrected' if fitted.scorer.corrected else 'no correction'}; threshold at FPR "
@@ -494,95 +530,30 @@ def score_command(
 ) -> None:
     """Score texts with a fitted bundle: per-text score, p-value, decision; set-level test;
     an HTML report beside the scores."""
-    import numpy as np
-
     if not 0.0 < alpha < 1.0:
         typer.echo(f"error: --alpha must lie in (0, 1), got {alpha:g}", err=True)
         raise typer.Exit(2)
 
-    from calibdcd.atomic import atomic_write_text
-    from calibdcd.data import load_texts
-    from calibdcd.experiment.labs import resolve_lab_refs
-    from calibdcd.fitted import FittedDetector, TargetMismatchError
-    from calibdcd.fitted.config import DetectorSection, FitConfig, TargetSection
-    from calibdcd.fitted.detector import BundleIntegrityError, read_bundle_header
-    from calibdcd.fitted.report import report_path
-    from calibdcd.paths import check_output
+    from calibdcd.fitted.report import report_path, write_report
+    from calibdcd.paths import cache_root, check_output
 
     check_output(out, "file", inputs=[texts], protected=[bundle])
     page = report_path(out) if report is None else report
     check_output(page, "file", inputs=[texts, out], protected=[bundle], option="--report")
-    try:
-        header = read_bundle_header(bundle)
-    except (OSError, BundleIntegrityError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
-    t = dict(header["target"])
-    from calibdcd.redact import MASK
-
-    if base_url is None and MASK in json.dumps(t["options"].get("base_url")):
-        typer.echo(
-            f"error: {bundle}: the fit's base_url held credentials, which a bundle does not "
-            "keep; pass the server with --base-url",
-            err=True,
-        )
-        raise typer.Exit(2)
-    if base_url is not None:
-        if t["backend"] != "openai":
-            typer.echo(
-                f"error: --base-url is for served targets; this one is {t['backend']}", err=True
-            )
-            raise typer.Exit(2)
-        t["options"] = {**t["options"], "base_url": base_url}
-    tsec = TargetSection(
-        name="target", backend=t["backend"], model=model or t["model"],
-        lab=None if model else t["lab"], family=t["family"], options=t["options"],
-    )  # fmt: skip
-    # a config shell to build the target exactly as ``fit`` did
-    shell = FitConfig(
-        target=tsec, detector=DetectorSection(name=header["detector"]["name"]),
-        data={"heldout": "-", "supervised": "-"},
-    )  # fmt: skip
-    from calibdcd.paths import cache_root
-
+    header, tsec = _bundle_target(bundle, model=model, base_url=base_url)
     cache = cache_root(cache_dir)  # the one rule: --cache-dir, $CALIBDCD_CACHE, user cache
     _preflight(tsec)
     if dry_run:  # every check of a real score, nothing built, generated or written
         record = _target_record(tsec, cache)
     else:
-        target, record, _ = _target_parts(shell, cache, with_views=False, progress=progress)
-    try:
-        fitted = FittedDetector.load(bundle, target=record, allow_unverified=allow_unverified)
-    except (TargetMismatchError, BundleIntegrityError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
-    try:
-        suspect = load_texts(texts)
-    except (OSError, ValueError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
-    items, ids = list(suspect.texts), list(suspect.ids)
+        target, record, _ = _bundle_target_parts(header, tsec, cache, progress)
+    fitted = _load_bundle(bundle, record, allow_unverified)
+    items, ids = _suspect_texts(texts)
     if dry_run:
-        typer.echo(
-            f"bundle {bundle}: {fitted.detector_spec['name']} ({fitted.mode}), fpr {fitted.fpr}, "
-            f"threshold {fitted.threshold:.6g}; digests and target identity checked"
-        )
-        typer.echo(f"  target: {tsec.backend} {tsec.model}; cache {cache}")
-        from calibdcd.data.textkey import keys
-
-        typer.echo(f"  texts: {len(items)} from {texts} ({len(keys(items))} distinct)")
-        spec = fitted.detector_spec
-        det = _detector_for_estimate(spec["name"], spec.get("preset"), spec.get("options"),
-                                     spec.get("benchmark"), cache)  # fmt: skip
-        note = (
-            "; transductive: the fit's texts are scored again too, from the fit's cache"
-            if fitted.mode == "transductive"
-            else ""
-        )
-        typer.echo(_generations_line(det, len(items), note))
-        typer.echo(f"  scores: {out}; report: {page}")
-        typer.echo("dry run: OK")
+        _echo_score_dry_run(fitted, bundle, tsec, cache, texts, items, out, page)
         return
+    from calibdcd.experiment.labs import resolve_lab_refs
+
     build = fitted.mode == "transductive"
     detector = fitted.build_detector(
         cache,
@@ -594,6 +565,128 @@ def score_command(
         res = fitted.score(items, target, detector, set_alpha=alpha, status=status)
     for w in res.warnings:
         typer.secho(f"WARNING: {w}", err=True, fg=typer.colors.RED, bold=True)
+    summary = _write_scores(out, fitted, res, ids)
+    write_report(
+        page, header=header, null=fitted.null, result=res, summary=summary, texts=items,
+        ids=ids, alpha=alpha, sources={"bundle": str(bundle), "texts": str(texts),
+                                       "scores": str(out)},
+    )  # fmt: skip
+    typer.echo(
+        f"{len(items)} texts scored; {summary['n_members_declared']} declared members at FPR "
+        f"{res.fpr}; {_set_verdict(res.set_test or {})}; written to {out}; the report: {page}"
+    )
+
+
+def _bundle_target(bundle: Path, *, model: str | None, base_url: str | None) -> tuple[Any, Any]:
+    """(the bundle's header, its target section) with ``score``'s ``--model`` and
+    ``--base-url`` applied; exit 2 for an unreadable bundle, a ``--base-url`` for a backend that
+    takes none, or a fit's base URL whose credentials the bundle did not keep and no
+    ``--base-url``."""
+    from calibdcd.fitted.config import TargetSection
+    from calibdcd.fitted.detector import BundleIntegrityError, read_bundle_header
+    from calibdcd.redact import MASK
+    from calibdcd.targets.base import backend_options
+
+    try:
+        header = read_bundle_header(bundle)
+    except (OSError, BundleIntegrityError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    t = dict(header["target"])
+    if base_url is None and MASK in json.dumps(t["options"].get("base_url")):
+        typer.echo(
+            f"error: {bundle}: the fit's base_url held credentials, which a bundle does not "
+            "keep; pass the server with --base-url",
+            err=True,
+        )
+        raise typer.Exit(2)
+    if base_url is not None:
+        if "base_url" not in backend_options(t["backend"]):
+            typer.echo(
+                f"error: --base-url is for served targets; this one is {t['backend']}", err=True
+            )
+            raise typer.Exit(2)
+        t["options"] = {**t["options"], "base_url": base_url}
+    tsec = TargetSection(
+        name="target", backend=t["backend"], model=model or t["model"],
+        lab=None if model else t["lab"], family=t["family"], options=t["options"],
+    )  # fmt: skip
+    return header, tsec
+
+
+def _bundle_target_parts(
+    header: dict[str, Any], tsec: Any, cache: Path, progress: bool
+) -> tuple[Any, dict[str, Any], Any]:
+    """The bundle's target built exactly as ``fit`` built it (through a fit config shell), its
+    identity record; no views (the bundle keeps its own)."""
+    from calibdcd.fitted.config import DetectorSection, FitConfig
+
+    shell = FitConfig(
+        target=tsec, detector=DetectorSection(name=header["detector"]["name"]),
+        data={"heldout": "-", "supervised": "-"},
+    )  # fmt: skip
+    return _target_parts(shell, cache, with_views=False, progress=progress)
+
+
+def _load_bundle(bundle: Path, record: dict[str, Any], allow_unverified: bool) -> Any:
+    """The fitted detector of ``bundle``, its digests and target identity (``record``)
+    checked; exit 2 when they do not hold."""
+    from calibdcd.fitted import FittedDetector, TargetMismatchError
+    from calibdcd.fitted.detector import BundleIntegrityError
+
+    try:
+        return FittedDetector.load(bundle, target=record, allow_unverified=allow_unverified)
+    except (TargetMismatchError, BundleIntegrityError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+def _suspect_texts(texts: Path) -> tuple[list[str], list[str | None]]:
+    """(texts, ids) of ``score``'s texts file; exit 2 when it cannot be read."""
+    from calibdcd.data import load_texts
+
+    try:
+        suspect = load_texts(texts)
+    except (OSError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    return list(suspect.texts), list(suspect.ids)
+
+
+def _echo_score_dry_run(
+    fitted: Any, bundle: Path, tsec: Any, cache: Path, texts: Path, items: list[str], out: Path,
+    page: Path,
+) -> None:  # fmt: skip
+    """``score --dry-run``: the bundle, its target, the texts, the target's work ahead and
+    where the scores and the report would go."""
+    from calibdcd.data.textkey import keys
+
+    typer.echo(
+        f"bundle {bundle}: {fitted.detector_spec['name']} ({fitted.mode}), fpr {fitted.fpr}, "
+        f"threshold {fitted.threshold:.6g}; digests and target identity checked"
+    )
+    typer.echo(f"  target: {tsec.backend} {tsec.model}; cache {cache}")
+    typer.echo(f"  texts: {len(items)} from {texts} ({len(keys(items))} distinct)")
+    spec = fitted.detector_spec
+    det = _detector_for_estimate(spec["name"], spec.get("preset"), spec.get("options"),
+                                 spec.get("benchmark"), cache)  # fmt: skip
+    note = (
+        "; transductive: the fit's texts are scored again too, from the fit's cache"
+        if fitted.mode == "transductive"
+        else ""
+    )
+    typer.echo(_generations_line(det, len(items), note))
+    typer.echo(f"  scores: {out}; report: {page}")
+    typer.echo("dry run: OK")
+
+
+def _write_scores(out: Path, fitted: Any, res: Any, ids: list[str | None]) -> dict[str, Any]:
+    """Write ``scores.jsonl`` (atomically): the summary line, then one line per text (score,
+    p-value, decision, whether it was a fit text); return the summary."""
+    import numpy as np
+
+    from calibdcd.atomic import atomic_write_text
+
     summary = {
         "kind": "summary",
         "bundle_format": fitted.format_version,
@@ -602,7 +695,7 @@ def score_command(
         "fpr": res.fpr,
         "threshold": res.threshold,
         "n_null": int(fitted.null.size),
-        "n_texts": len(items),
+        "n_texts": len(ids),
         "n_members_declared": int(np.sum(res.decisions)),
         "set_test": res.set_test,
         "distribution_check": res.distribution,
@@ -621,25 +714,18 @@ def score_command(
         }
         lines.append(json.dumps(rec))
     atomic_write_text(out, "\n".join(lines) + "\n")
-    from calibdcd.fitted.report import write_report
+    return summary
 
-    write_report(
-        page, header=header, null=fitted.null, result=res, summary=summary, texts=items,
-        ids=ids, alpha=alpha, sources={"bundle": str(bundle), "texts": str(texts),
-                                       "scores": str(out)},
-    )  # fmt: skip
-    st = res.set_test or {}
+
+def _set_verdict(st: dict[str, Any]) -> str:
+    """The set-level test's verdict in words, with its p-value and AUC."""
     if st.get("reject"):
         verdict = "the set is MORE member-like than the known non-members"
     else:
         verdict = "the set is not distinguishable from the known non-members"
-    verdict += (
+    return verdict + (
         f" (one-sided Mann-Whitney p = {st.get('p_value', float('nan')):.3g}, "
         f"AUC {st.get('auc', float('nan')):.3f})"
-    )
-    typer.echo(
-        f"{len(items)} texts scored; {summary['n_members_declared']} declared members at FPR "
-        f"{res.fpr}; {verdict}; written to {out}; the report: {page}"
     )
 
 

@@ -1,4 +1,5 @@
-"""Config dataclasses as cache-key material that stays the same when a field is added.
+"""Cache-key material: config dataclasses that key the same when a field is added, and the one
+digest of key material (:func:`digest`).
 
 A setting added to a config after artefacts were cached under keys computed from
 ``dataclasses.asdict`` would change every key, even for configs that keep the old behaviour.
@@ -11,9 +12,13 @@ behaviour gets a new key.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from typing import Any
 
-__all__ = ["added_field", "key_dict"]
+import numpy as np
+
+__all__ = ["added_field", "digest", "key_dict"]
 
 _LEGACY = "calibdcd.key.legacy"
 
@@ -40,3 +45,16 @@ def key_dict(obj: Any) -> Any:
     if isinstance(obj, dict):
         return {k: key_dict(v) for k, v in obj.items()}
     return obj
+
+
+def digest(*parts: Any) -> str:
+    """sha256 of a JSON rendering of ``parts`` (sequences of strings hash their items in order)."""
+    h = hashlib.sha256()
+    for p in parts:
+        if isinstance(p, np.ndarray):
+            h.update(repr((p.dtype.str, p.shape)).encode())
+            h.update(np.ascontiguousarray(p).tobytes())
+        else:
+            h.update(json.dumps(p, sort_keys=True, default=str).encode())
+        h.update(b"\x00")
+    return h.hexdigest()

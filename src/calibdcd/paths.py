@@ -128,7 +128,7 @@ def strip_locations(
     every absolute path string replaced by ``path(it)`` (default: its last component), every
     mapping key in ``drop_keys`` dropped; tuples become lists. The one helper behind setting
     hashes (:func:`calibdcd.experiment.setting.setting_hash`) and detector fingerprints
-    (:func:`calibdcd.experiment.detectors.detector_fingerprint`), so a hash is the same in
+    (:func:`calibdcd.experiment.detector_entries.detector_fingerprint`), so a hash is the same in
     every checkout and cache location."""
     if isinstance(value, Mapping):
         return {

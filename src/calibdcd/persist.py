@@ -4,7 +4,7 @@ A :class:`Persistable` object has ``state()`` (name -> ndarray, JSON-able meta) 
 ``from_state(arrays, meta)``. :func:`pack_state` writes the arrays and a ``__header__`` (format
 version, class, meta); :func:`unpack_state` reads it with ``allow_pickle=False`` and rebuilds the
 class it is given (which must be the recorded one). Used by the experiment's model cache
-(:class:`calibdcd.experiment.store.ArrayCache`) and the fitted-detector bundles.
+(:class:`calibdcd.experiment.caches.ArrayCache`) and the fitted-detector bundles.
 """
 
 from __future__ import annotations

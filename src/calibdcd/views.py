@@ -282,7 +282,7 @@ def load_tokenizer(path: str | Any) -> Any:
     tokenizers are read from the file's metadata: no weights are loaded)."""
     from transformers import AutoTokenizer  # local import: views must not need torch
 
-    from calibdcd.models import resolve_model
+    from calibdcd.model_refs import resolve_model
 
     p = resolve_model(str(path), need="tokenizer").path  # a hub id: its cached snapshot
     if p.is_dir() and not (p / "config.json").exists() and not (p / "tokenizer.json").exists():

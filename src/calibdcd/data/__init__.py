@@ -16,9 +16,9 @@ from calibdcd.data.benchmarks import (
     benchmark_spec,
     load_benchmark,
 )
+from calibdcd.data.files import load_table, load_texts
 from calibdcd.data.hub import HubUnavailableError
 from calibdcd.data.protocol import Split, SplitConfig, make_split, split_benchmark, subsample
-from calibdcd.data.tables import load_table, load_texts
 from calibdcd.data.textkey import text_key
 from calibdcd.data.types import Benchmark, LoadReport, Sample, TextList
 from calibdcd.data.validation import DataError, DuplicateTextWarning, parse_label

@@ -41,15 +41,15 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from calibdcd.data.hub import load_hub_rows
-from calibdcd.data.readers import Record, file_format, read_records, rows_as_records
-from calibdcd.data.tables import (
+from calibdcd.data.assemble import (
     DEFAULT_LABEL_FIELDS,
     DEFAULT_TEXT_FIELDS,
     OnEmpty,
     build_benchmark,
-    load_table,
 )
+from calibdcd.data.files import load_table
+from calibdcd.data.hub import load_hub_rows
+from calibdcd.data.readers import Record, file_format, read_records, rows_as_records
 from calibdcd.data.types import Benchmark
 from calibdcd.data.validation import DataError, Location, Problem
 
@@ -265,7 +265,7 @@ def _hub_snapshot(spec: BenchmarkSpec, revision: str | None) -> Path | None:
     """The benchmark's dataset repository in the local hub cache (None when not fetched)."""
     if not spec.hf_repo:
         return None
-    from calibdcd.models import MissingModelError, resolve_model
+    from calibdcd.model_refs import MissingModelError, resolve_model
 
     ref = spec.hf_repo + (f"@{revision}" if revision else "")
     try:
@@ -392,7 +392,7 @@ def load_benchmark(
     BookTection length (small/medium/large, default medium), ArxivMIA file
     (arxiv_mia/dev/test/train_real). ``on_empty`` defaults to the benchmark's policy ("drop" for
     arXivTection, whose source has one whitespace-only passage; "error" otherwise).
-    ``dedupe=True`` drops repeated texts (see :mod:`calibdcd.data.tables`).
+    ``dedupe=True`` drops repeated texts (see :mod:`calibdcd.data.assemble`).
     """
     spec = benchmark_spec(str(name_or_path)) if isinstance(name_or_path, str) else None
     if spec is None:
@@ -518,7 +518,7 @@ def load_hub_benchmark(
     --repo-type dataset``), so it loads offline; its source names the snapshot's commit, which
     with the run's content digest is the dataset's fingerprint (``benchmarks.json``)."""
     from calibdcd.data.hub import HubUnavailableError, hub_offline
-    from calibdcd.models import MissingModelError, resolve_model
+    from calibdcd.model_refs import MissingModelError, resolve_model
 
     ref = repo + (f"@{revision}" if revision else "")
     try:

@@ -21,6 +21,7 @@ __all__ = [
     "create_detector",
     "create_detector_config",
     "detector_factory",
+    "detector_registration",
     "register_detector",
     "registered_detectors",
 ]
@@ -41,7 +42,7 @@ class DetectorRegistration:
     description: str = ""
     module: str | None = None
     #: (dotted field of the detector's config, "model" | "tokenizer") naming models
-    #: (:func:`calibdcd.models.models_in_config` lists them, defaults included)
+    #: (:func:`calibdcd.model_refs.models_in_config` lists them, defaults included)
     model_fields: tuple[tuple[str, str], ...] = ()
     #: its options take ``progress`` (bool): the experiment passes its own setting down
     progress: bool = False
@@ -50,6 +51,8 @@ class DetectorRegistration:
     #: its parameters apart from construction (as scikit-learn's ``get_params`` is apart from
     #: ``__init__`` and ``fit``); None: registered with a factory only
     params: ParamsFactory | None = None
+    #: the detector from its parameters (given with ``params``); None: factory only
+    construct: Callable[[Any], Detector] | None = None
 
     def build(self, entry: Any, benchmark: str | None, cache_dir: str) -> Detector:
         """The detector of a config entry (anything with ``preset`` and ``options``)."""
@@ -103,7 +106,7 @@ def register_detector(
     elif build is not None or params is not None:
         raise ValueError(f"detector {name!r}: give a factory or params + build, not both")
     _FACTORIES[name] = DetectorRegistration(
-        name, factory, description, module, model_fields, progress, uses_torch, params
+        name, factory, description, module, model_fields, progress, uses_torch, params, build
     )
 
 
@@ -134,6 +137,11 @@ def _registration(name: str) -> DetectorRegistration:
 
 def detector_factory(name: str) -> DetectorFactory:
     return _registration(name).factory
+
+
+def detector_registration(name: str) -> DetectorRegistration:
+    """The registration of detector ``name`` (ValueError naming the known ones)."""
+    return _registration(name)
 
 
 def create_detector(

@@ -16,11 +16,11 @@ from calibdcd.experiment.analyses import (
     threshold_at_fpr,
 )
 from calibdcd.experiment.config import ConfigError, ExperimentConfig, load_config, parse_config
+from calibdcd.experiment.plan import RunPlan, Setting, materialize, resolve
+from calibdcd.experiment.resources import RunContext
 from calibdcd.experiment.runner import dry_run, grid, run_experiment
 from calibdcd.experiment.setting import (
     PreparedSetting,
-    RunContext,
-    Setting,
     prepare_setting,
     run_analyses,
     run_setting,
@@ -33,6 +33,7 @@ __all__ = [
     "Outcome",
     "PreparedSetting",
     "RunContext",
+    "RunPlan",
     "Setting",
     "ablation_configs",
     "dry_run",
@@ -40,8 +41,10 @@ __all__ = [
     "fp_recovery",
     "grid",
     "load_config",
+    "materialize",
     "parse_config",
     "prepare_setting",
+    "resolve",
     "run_analyses",
     "run_experiment",
     "run_setting",

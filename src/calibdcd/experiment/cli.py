@@ -56,7 +56,7 @@ def run_command(
     from calibdcd.experiment.config import ConfigError, locate, read_config
     from calibdcd.experiment.runner import dry_run as check
     from calibdcd.experiment.runner import parse_shard, run_experiment
-    from calibdcd.models import MissingModelsError
+    from calibdcd.model_refs import MissingModelsError
     from calibdcd.redact import redact
 
     def echo(line: str, err: bool = False) -> None:

@@ -1,4 +1,4 @@
-"""The experiment config: YAML validated by pydantic models, every problem reported at once.
+"""The experiment config: YAML validated by one pydantic model, every problem reported at once.
 
 A config describes the grid benchmarks x targets x detectors x seeds and every setting shared by
 its cells (the data protocol, CalibDCD's grids, the evaluation, the analyses, the caches)::
@@ -21,13 +21,22 @@ its cells (the data protocol, CalibDCD's grids, the evaluation, the analyses, th
     analyses: {ablations: true, fixed_rank: 3, fixed_strength: 0.9}
     cache_dir: .calibdcd-cache
 
-The file's schema is :class:`ConfigFile` (pydantic models; the entries are pydantic dataclasses);
-:class:`ExperimentConfig` is the validated, resolved config the runner uses, and
-:meth:`ExperimentConfig.as_dict` writes it back in the file's schema through the same models.
+One schema, validated once: :class:`ExperimentConfig` (a frozen pydantic model; its entries are
+pydantic dataclasses) is both what the YAML validates into and what the code reads, and
+:meth:`ExperimentConfig.as_dict` writes it back through the same model (``config.yaml``). Loading
+a file is its validation with a context (the file and its directory) plus two fields set after:
+validators make relative paths absolute against the config's directory, put ``split.subsample``
+into every benchmark entry (with or without a file) and default ``name`` to the file's stem;
+then ``source`` (the file) and ``labs`` (every lab the config names, resolved without building;
+a lab that cannot be resolved is a problem at its entry's key) are set with ``model_copy``.
+Neither is a key of the file. The data protocol's sizes live under ``split:`` and are also read
+as properties (``cfg.n_supervised_per_class``, ...).
 Every problem of a file is collected (unknown keys with the closest known one, wrong types and
 ranges, cross references, unknown or mistyped target and detector ``options``) and raised as one
 :class:`ConfigError` whose lines name the key path and the line in the YAML file, e.g.
-``exp.yaml:7: targets[1].backend: ...`` (docs/config.md).
+``exp.yaml:7: targets[1].backend: ...`` (docs/config.md); :func:`read_yaml`,
+:func:`expand_variables`, :func:`problems_at` and :func:`target_checks` do the same for the fit
+command's config (:mod:`calibdcd.experiment.fit_config`).
 
 ``${VAR}`` and ``${VAR:-default}`` in strings are expanded from the environment
 (``CALIBDCD_SHARED`` defaults to a directory named ``shared`` beside the repository or one of its
@@ -47,7 +56,7 @@ import functools
 import os
 import re
 import typing
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -61,6 +70,9 @@ from pydantic import (
     StrictBool,
     StrictInt,
     ValidationError,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    field_validator,
     model_validator,
 )
 from pydantic.dataclasses import dataclass as pydantic_dataclass
@@ -75,20 +87,27 @@ __all__ = [
     "AnalysisSpec",
     "BenchmarkEntry",
     "ConfigError",
-    "ConfigFile",
     "ConfigProblem",
     "DetectorEntry",
     "EvaluationSpec",
     "ExperimentConfig",
     "LabRef",
+    "SplitSpec",
     "TargetEntry",
+    "expand_variables",
+    "key_path",
     "lab_spec",
     "labs_of",
+    "line_of",
     "load_config",
     "option_strings",
     "parse_config",
+    "problems_at",
     "read_config",
+    "read_yaml",
     "register_entry_check",
+    "register_listed_secrets",
+    "target_checks",
 ]
 
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
@@ -203,6 +222,15 @@ def _none_to_empty(v: Any) -> Any:
     return {} if v is None else v
 
 
+def _subsample(v: Any) -> Any:
+    """A protocol subsample size as written: "paper", "all", an integer >= 2, or None (all)."""
+    if not (
+        v in (None, "paper", "all") or (isinstance(v, int) and not isinstance(v, bool) and v >= 2)
+    ):
+        raise ValueError(f"must be 'paper', 'all' or an integer >= 2, got {v!r}")
+    return v
+
+
 Text = Annotated[str, AfterValidator(_text)]
 Label = Annotated[str, AfterValidator(_text), AfterValidator(_label)]
 Number = Annotated[float, BeforeValidator(_number)]
@@ -250,14 +278,12 @@ class BenchmarkEntry:
 
     @model_validator(mode="after")
     def _defaults(self) -> BenchmarkEntry:
-        sub = self.subsample
+        try:
+            sub = _subsample(self.subsample)
+        except ValueError as exc:
+            raise ValueError(f"subsample: {exc}") from None
         if sub == "all":
             object.__setattr__(self, "subsample", None)
-        elif not (
-            sub in (None, "paper")
-            or (isinstance(sub, int) and not isinstance(sub, bool) and sub >= 2)
-        ):
-            raise ValueError(f"subsample: must be 'paper', 'all' or an integer >= 2, got {sub!r}")
         if not self.label:
             default = self.name if self.split is None else f"{self.name}-{self.split}"
             object.__setattr__(self, "label", re.sub(r"[^A-Za-z0-9_.+-]", "-", default))
@@ -285,7 +311,7 @@ class TargetEntry:
     #: ``server`` (the server renders its own template: vLLM's ``/tokenize``). Default: the
     #: family's, else the checkpoint's own (an in-process or hub model), else a family told by
     #: the model's name, else (a served model) the server's
-    #: (:func:`calibdcd.experiment.targets.target_views`)
+    #: (:func:`calibdcd.experiment.target_entries.target_views`)
     tokenizer: Text | None = added_field(None, legacy=None)
 
 
@@ -366,25 +392,25 @@ class LabRef:
 
 
 # --------------------------------------------------------------------------------------------
-# The file's schema
+# The config (one schema: the file as validated, and what the code reads)
 # --------------------------------------------------------------------------------------------
 
 
 def _seeds(v: Any) -> Any:
     if isinstance(v, int) and not isinstance(v, bool):
         return [v]
-    if not isinstance(v, list) or not v:
+    if not isinstance(v, (list, tuple)) or not v:
         raise ValueError(f"must be an integer or a non-empty list of integers, got {v!r}")
     return v
 
 
-def _unique_seeds(v: list[int]) -> list[int]:
+def _unique_seeds(v: tuple[int, ...]) -> tuple[int, ...]:
     if len(set(v)) != len(v):
-        raise ValueError(f"repeats a seed: {v}")
+        raise ValueError(f"repeats a seed: {list(v)}")
     return v
 
 
-def _non_empty(v: list[Any]) -> list[Any]:
+def _non_empty(v: tuple[Any, ...]) -> tuple[Any, ...]:
     if not v:
         raise ValueError("must be a non-empty list, got []")
     return v
@@ -441,85 +467,82 @@ def _calibration(v: Any) -> Any:
     return CalibrationConfig(**{k: tuple(x) if isinstance(x, list) else x for k, x in v.items()})
 
 
-class SplitSection(BaseModel):
+class SplitSpec(BaseModel):
     """``split:``: the data protocol's sizes (``subsample`` sets every benchmark's)."""
 
-    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
 
     n_supervised_per_class: Annotated[StrictInt, AfterValidator(_at_least(1))] = 50
     calibration_fraction: Annotated[Number, AfterValidator(_in_range(1e-6, 0.999999))] = 0.5
     balance: Literal["equal", "stratified"] = "equal"
     n_calibration: Annotated[StrictInt, AfterValidator(_at_least(1))] | None = None
+    #: group-aware split: the sample meta field holding a text's group (``group``: book/paper of
+    #: the known benchmarks; the lab's ``source``); None = split by text (the paper)
     group_by: Text | None = None
-    subsample: Any = None
+    #: when given, every benchmark's ``subsample`` (applied when the config is validated)
+    subsample: Annotated[Any, AfterValidator(_subsample)] = None
+    #: one subsample for every seed (its seed), or None: each seed its own (the paper)
     subsample_seed: StrictInt | None = None
 
 
-class ConfigFile(BaseModel):
-    """The YAML file as written (field order = the order ``config.yaml`` is written in)."""
+@dataclasses.dataclass(frozen=True)
+class _Loading:
+    """The validation context of a config being loaded: the file it comes from and the
+    directory its relative paths are read against."""
 
-    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
+    source: str | None
+    base: Path | None
 
-    name: Label | None = None
+
+def _loading(info: ValidationInfo) -> _Loading | None:
+    return info.context if isinstance(info.context, _Loading) else None
+
+
+def _local_paths(t: TargetEntry, base: Path | None) -> TargetEntry:
+    """A target's local paths (a tokenizer directory; an hf model given as a path or a GGUF
+    file) made absolute; a lab's checkpoint names and hub ids stay as written."""
+    changes: dict[str, Any] = {}
+    if t.tokenizer is not None and t.tokenizer.startswith((".", "/", "~")):
+        changes["tokenizer"] = _resolve_path(t.tokenizer, base)
+    m = t.model
+    if (
+        t.lab is None
+        and t.backend == "hf"
+        and (m.startswith((".", "/", "~")) or Path(m).suffix == ".gguf")
+    ):
+        changes["model"] = _resolve_path(m, base) or m
+    return dataclasses.replace(t, **changes) if changes else t
+
+
+#: fields a config gets when it is loaded, never written in a file
+_SET_WHEN_LOADED = ("source", "labs")
+
+
+class ExperimentConfig(BaseModel):
+    """The experiment config: the YAML file as validated (field order = the order
+    ``config.yaml`` is written in) and what the code reads. Loaded (:func:`load_config`,
+    :func:`parse_config`), its relative paths are absolute, ``name`` defaults to the file's
+    stem, ``split.subsample`` is in every benchmark, and ``source`` and ``labs`` are set."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
+
+    #: unset: the config file's stem (``experiment`` for a config built in code)
+    name: Label = Field(default=None, validate_default=True)
     seeds: Annotated[
-        list[Annotated[StrictInt, AfterValidator(_at_least(0))]],
+        tuple[Annotated[StrictInt, AfterValidator(_at_least(0))], ...],
         BeforeValidator(_seeds),
         AfterValidator(_unique_seeds),
-    ] = Field(default_factory=lambda: [0])
+    ] = (0,)
     protocol: Literal["paper", "strict"] = "paper"
-    split: Annotated[SplitSection, BeforeValidator(_none_to_empty)] = Field(
-        default_factory=SplitSection
-    )
-    benchmarks: Annotated[list[BenchmarkEntry], AfterValidator(_non_empty)]
-    targets: Annotated[list[TargetEntry], AfterValidator(_non_empty)]
-    detectors: Annotated[list[DetectorEntry], AfterValidator(_non_empty)]
+    split: Annotated[SplitSpec, BeforeValidator(_none_to_empty)] = SplitSpec()
+    benchmarks: Annotated[tuple[BenchmarkEntry, ...], AfterValidator(_non_empty)]
+    targets: Annotated[tuple[TargetEntry, ...], AfterValidator(_non_empty)]
+    detectors: Annotated[tuple[DetectorEntry, ...], AfterValidator(_non_empty)]
     calibration: Annotated[CalibrationConfig, BeforeValidator(_calibration)] = Field(
         default_factory=CalibrationConfig
     )
-    evaluation: Annotated[EvaluationSpec, BeforeValidator(_none_to_empty)] = Field(
-        default_factory=EvaluationSpec
-    )
-    analyses: Annotated[AnalysisSpec, BeforeValidator(_none_to_empty)] = Field(
-        default_factory=AnalysisSpec
-    )
-    view_system: Literal["official", "none"] = "official"
-    calibration_space: Literal["auto", "raw", "normalized"] = "raw"
-    detector_seed: Literal["offset", "fixed"] = "offset"
-    cache_dir: Text | None = None
-    output: Text | None = None
-    #: environment variables whose values are secret whatever their names (read first)
-    secrets: Annotated[list[str], BeforeValidator(_secret_names)] | None = None
-
-
-# --------------------------------------------------------------------------------------------
-# The resolved config
-# --------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class ExperimentConfig:
-    name: str
-    benchmarks: tuple[BenchmarkEntry, ...]
-    targets: tuple[TargetEntry, ...]
-    detectors: tuple[DetectorEntry, ...]
-    seeds: tuple[int, ...] = (0,)
-    protocol: Literal["paper", "strict"] = "paper"
-    n_supervised_per_class: int = 50
-    calibration_fraction: float = 0.5
-    n_calibration: int | None = None
-    balance: Literal["equal", "stratified"] = "equal"
-    #: group-aware split: the sample meta field holding a text's group (``group``: book/paper of
-    #: the known benchmarks; the lab's ``source``); None = split by text (the paper)
-    group_by: str | None = None
-    #: one subsample for every seed (its seed), or None: each seed its own (the paper)
-    subsample_seed: int | None = None
-    #: "offset" (default): a setting's seed is added to every ``seed`` of its detector's config
-    #: (generation sampling, perturbations, trained parts), so seeds vary the detector's random
-    #: state as well as the split and the classifier; "fixed": only split and classifier vary
-    detector_seed: Literal["offset", "fixed"] = "offset"
-    calibration: CalibrationConfig = dataclasses.field(default_factory=CalibrationConfig)
-    evaluation: EvaluationSpec = dataclasses.field(default_factory=EvaluationSpec)
-    analyses: AnalysisSpec = dataclasses.field(default_factory=AnalysisSpec)
+    evaluation: Annotated[EvaluationSpec, BeforeValidator(_none_to_empty)] = EvaluationSpec()
+    analyses: Annotated[AnalysisSpec, BeforeValidator(_none_to_empty)] = AnalysisSpec()
     #: "official" (default) or "none": the system turn of the model-specific boundary views
     view_system: Literal["official", "none"] = "official"
     #: "raw" (the paper): CalibDCD corrects the extractor's output and the detector's whole
@@ -528,54 +551,100 @@ class ExperimentConfig:
     #: "auto": normalized when the classifier exposes such a space, else raw (the default of
     #: runs made before the paper's method became the default)
     calibration_space: Literal["auto", "raw", "normalized"] = "raw"
+    #: "offset" (default): a setting's seed is added to every ``seed`` of its detector's config
+    #: (generation sampling, perturbations, trained parts), so seeds vary the detector's random
+    #: state as well as the split and the classifier; "fixed": only split and classifier vary
+    detector_seed: Literal["offset", "fixed"] = "offset"
     #: the run's cache root (labs included); None = ``$CALIBDCD_CACHE``, else the user cache
     #: (:func:`calibdcd.paths.cache_root`)
-    cache_dir: str | None = None
-    output: str | None = None
-    source: str | None = None  #: the YAML file it came from
+    cache_dir: Text | None = None
+    output: Text | None = None
+    #: environment variables whose values are secret whatever their names (read first)
+    secrets: Annotated[tuple[str, ...], BeforeValidator(_secret_names)] | None = Field(
+        default=None, exclude=True
+    )
+    #: the YAML file it came from (set when loaded)
+    source: str | None = Field(default=None, exclude=True)
     #: every lab the config names (benchmarks, targets, ``lab-clean-reference:``/``lab:``
-    #: references in detector options), resolved once at load time (never built here)
-    labs: Mapping[str, LabRef] = dataclasses.field(default_factory=dict, compare=False)
+    #: references in detector options), resolved once when loaded (never built here)
+    labs: Mapping[str, LabRef] = Field(default_factory=dict, exclude=True)
+
+    @field_validator("name", mode="wrap")
+    @classmethod
+    def _default_name(cls, v: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo):
+        if v is not None:
+            return handler(v)
+        load = _loading(info)
+        return Path(load.source).stem if load and load.source else "experiment"
+
+    @field_validator("benchmarks")
+    @classmethod
+    def _resolve_benchmarks(
+        cls, v: tuple[BenchmarkEntry, ...], info: ValidationInfo
+    ) -> tuple[BenchmarkEntry, ...]:
+        """``split.subsample`` in every benchmark; a loaded file's paths absolute (a lab's
+        stay relative to the lab)."""
+        load, split = _loading(info), info.data.get("split")
+        common = (
+            {"subsample": split.subsample}
+            if split and "subsample" in split.model_fields_set
+            else {}
+        )
+        out = []
+        for b in v:
+            changes = dict(common)
+            if load is not None and b.lab is None:
+                changes["path"] = _resolve_path(b.path, load.base)
+            out.append(dataclasses.replace(b, **changes) if changes else b)
+        return tuple(out)
+
+    @field_validator("targets")
+    @classmethod
+    def _resolve_targets(
+        cls, v: tuple[TargetEntry, ...], info: ValidationInfo
+    ) -> tuple[TargetEntry, ...]:
+        load = _loading(info)
+        return v if load is None else tuple(_local_paths(t, load.base) for t in v)
+
+    @field_validator("cache_dir", "output")
+    @classmethod
+    def _resolve_dir(cls, v: str | None, info: ValidationInfo) -> str | None:
+        load = _loading(info)
+        return v if load is None else _resolve_path(v, load.base)
+
+    # the data protocol's sizes, read where the code reads the config
+    @property
+    def n_supervised_per_class(self) -> int:
+        return self.split.n_supervised_per_class
+
+    @property
+    def calibration_fraction(self) -> float:
+        return self.split.calibration_fraction
+
+    @property
+    def n_calibration(self) -> int | None:
+        return self.split.n_calibration
+
+    @property
+    def balance(self) -> Literal["equal", "stratified"]:
+        return self.split.balance
+
+    @property
+    def group_by(self) -> str | None:
+        return self.split.group_by
+
+    @property
+    def subsample_seed(self) -> int | None:
+        return self.split.subsample_seed
 
     @property
     def grid_size(self) -> int:
         return len(self.benchmarks) * len(self.targets) * len(self.detectors) * len(self.seeds)
 
-    def to_file(self) -> ConfigFile:
-        """This config in the file's schema."""
-        split: dict[str, Any] = {
-            "n_supervised_per_class": self.n_supervised_per_class,
-            "calibration_fraction": self.calibration_fraction,
-            "balance": self.balance,
-            "n_calibration": self.n_calibration,
-            "group_by": self.group_by,
-        }
-        if self.subsample_seed is not None:
-            split["subsample_seed"] = self.subsample_seed
-        return ConfigFile.model_construct(
-            name=self.name,
-            seeds=list(self.seeds),
-            protocol=self.protocol,
-            split=SplitSection.model_construct(**split),
-            benchmarks=list(self.benchmarks),
-            targets=list(self.targets),
-            detectors=list(self.detectors),
-            calibration=self.calibration,
-            evaluation=self.evaluation,
-            analyses=self.analyses,
-            view_system=self.view_system,
-            calibration_space=self.calibration_space,
-            detector_seed=self.detector_seed,
-            cache_dir=self.cache_dir,
-            output=self.output,
-            secrets=None,
-        )
-
     def as_dict(self) -> dict[str, Any]:
-        """The resolved config in the YAML schema (``load_config`` reads it back unchanged):
-        :class:`ConfigFile` dumped, without unset optional values and empty options."""
-        d = self.to_file().model_dump(mode="json", exclude_none=True, exclude={"secrets"})
-        d["split"].pop("subsample", None)
+        """The config in the YAML schema (``load_config`` reads it back unchanged), without
+        unset optional values and empty options; ``split.subsample`` is in each benchmark."""
+        d = self.model_dump(mode="json", exclude_none=True, exclude={"split": {"subsample"}})
         for section in ("benchmarks", "targets", "detectors"):
             d[section] = [{k: v for k, v in e.items() if v not in ({}, "")} for e in d[section]]
         for b, entry in zip(d["benchmarks"], self.benchmarks, strict=True):
@@ -594,7 +663,7 @@ class ExperimentConfig:
 # --------------------------------------------------------------------------------------------
 
 
-def _expand_tree(v: Any, loc: Loc, problems: list[tuple[Loc, str]]) -> Any:
+def expand_variables(v: Any, loc: Loc, problems: list[tuple[Loc, str]]) -> Any:
     """``${VAR}`` expanded in every string of the tree (keys excepted); an unset variable is a
     problem at its key path (the value is left as written)."""
     if isinstance(v, str):
@@ -618,9 +687,9 @@ def _expand_tree(v: Any, loc: Loc, problems: list[tuple[Loc, str]]) -> Any:
             problems.append((loc, f"environment variable {var} is not set"))
         return out
     if isinstance(v, Mapping):
-        return {k: _expand_tree(x, (*loc, str(k)), problems) for k, x in v.items()}
+        return {k: expand_variables(x, (*loc, str(k)), problems) for k, x in v.items()}
     if isinstance(v, list):
-        return [_expand_tree(x, (*loc, i), problems) for i, x in enumerate(v)]
+        return [expand_variables(x, (*loc, i), problems) for i, x in enumerate(v)]
     return v
 
 
@@ -654,7 +723,8 @@ def yaml_lines(text: str) -> dict[Loc, int]:
     return lines
 
 
-def _line(loc: Loc, lines: Mapping[Loc, int] | None) -> int | None:
+def line_of(loc: Loc, lines: Mapping[Loc, int] | None) -> int | None:
+    """The line of a key path in the YAML file (None without lines)."""
     if not lines:
         return None
     for n in range(len(loc), -1, -1):  # the key itself, else its nearest written parent
@@ -685,7 +755,7 @@ def locate(problem: str, source: str | Path) -> str:
     loc += tuple(x for x in m["rest"].split(".") if x)
     if loc[:1] not in lines:
         return problem
-    return f"{source}:{_line(loc, lines)}: {problem}"
+    return f"{source}:{line_of(loc, lines)}: {problem}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -719,15 +789,18 @@ def _unwrap(tp: Any) -> Any:
 
 
 def _known_keys(loc: Loc) -> list[str]:
-    """The keys allowed in the mapping at ``loc`` (of the :class:`ConfigFile` schema)."""
-    tp: Any = ConfigFile
+    """The keys a file may write in the mapping at ``loc`` (of the :class:`ExperimentConfig`
+    schema)."""
+    tp: Any = ExperimentConfig
     for part in loc:
         if isinstance(part, int):
             continue
         tp = _unwrap(_fields_of(tp).get(part))
         if tp is None:
             return []
-    return sorted(_fields_of(tp))
+    return sorted(
+        k for k in _fields_of(tp) if tp is not ExperimentConfig or k not in _SET_WHEN_LOADED
+    )
 
 
 def _message(err: Any) -> tuple[Loc, str]:
@@ -751,7 +824,7 @@ def _message(err: Any) -> tuple[Loc, str]:
         return loc, f"must be a number, got {value!r}"
     if kind == "string_type":
         return loc, f"must be a non-empty string, got {value!r}"
-    if kind == "list_type":
+    if kind in ("list_type", "tuple_type"):
         return loc, f"must be a non-empty list, got {value!r}"
     if kind in ("dict_type", "model_type", "dataclass_type", "model_attributes_type"):
         return loc, f"must be a mapping, got {type(value).__name__}"
@@ -889,7 +962,7 @@ def _benchmark_file_checks(data: Mapping[str, Any], base: Path | None) -> list[t
 
 
 #: checks of one validated entry, by section ("targets", "detectors"): ``check(entry, cfg)``
-#: returns (key path below the entry, problem) pairs. The experiment's `experiment.detectors`
+#: returns (key path below the entry, problem) pairs. The experiment's `experiment.detector_entries`
 #: registers the detectors' check (it knows each detector's typed config).
 _ENTRY_CHECKS: dict[str, list[Callable[[Any, Mapping[str, Any]], list[tuple[Loc, str]]]]] = {}
 
@@ -903,7 +976,7 @@ def register_entry_check(
         checks.append(check)
 
 
-def _target_checks(entry: TargetEntry, data: Mapping[str, Any]) -> list[tuple[Loc, str]]:
+def target_checks(entry: TargetEntry, data: Mapping[str, Any]) -> list[tuple[Loc, str]]:
     """A target's backend and family are known ones, its options are the backend's, and their
     values are ones its constructor takes (a base URL is a URL), all without building it."""
     from calibdcd.targets.base import available_backends, option_problems, value_problem_of
@@ -941,7 +1014,7 @@ def _target_checks(entry: TargetEntry, data: Mapping[str, Any]) -> list[tuple[Lo
     return out
 
 
-register_entry_check("targets", _target_checks)
+register_entry_check("targets", target_checks)
 
 _ENTRY_TYPES = {"benchmarks": BenchmarkEntry, "targets": TargetEntry, "detectors": DetectorEntry}
 
@@ -1011,9 +1084,9 @@ def entry_labs(*entries: BenchmarkEntry | TargetEntry | DetectorEntry) -> list[s
     return list(dict.fromkeys(found))
 
 
-def lab_presets(cfg_file: ConfigFile) -> list[str]:
+def lab_presets(cfg: ExperimentConfig) -> list[str]:
     """Every lab preset the config names, in order of appearance."""
-    return entry_labs(*cfg_file.benchmarks, *cfg_file.targets, *cfg_file.detectors)
+    return entry_labs(*cfg.benchmarks, *cfg.targets, *cfg.detectors)
 
 
 def labs_of(cfg: ExperimentConfig, *entries: Any) -> list[LabRef]:
@@ -1073,26 +1146,46 @@ def _lab_ref(spec: str, root: str | None, cache: str | None) -> LabRef | str:
 # --------------------------------------------------------------------------------------------
 
 
+def problems_at(
+    found: Iterable[tuple[Loc, str] | tuple[Loc, str, bool]], lines: Mapping[Loc, int] | None
+) -> list[ConfigProblem]:
+    """``(key path, problem[, blocking])`` pairs as :class:`ConfigProblem` values with their lines
+    in the YAML file, repeats dropped, in file order (run and fit configs alike)."""
+    return sorted(
+        (
+            ConfigProblem(key_path(loc), m, line_of(loc, lines), *rest)
+            for loc, m, *rest in dict.fromkeys(found)
+        ),
+        key=lambda p: p.line or 0,
+    )
+
+
 def _build(
     data: Any, source: str | None, base: Path | None, lines: Mapping[Loc, int] | None, options: bool
 ) -> tuple[ExperimentConfig | None, list[ConfigProblem]]:
     found: list[tuple[Loc, str, bool]] = []
     if not isinstance(data, Mapping):
-        p = ConfigProblem("", f"expected a mapping, got {type(data).__name__}", _line((), lines))
+        p = ConfigProblem("", f"expected a mapping, got {type(data).__name__}", line_of((), lines))
         return None, [p]
     register_listed_secrets(data)
     env_problems: list[tuple[Loc, str]] = []
-    data = _expand_tree(dict(data), (), env_problems)
+    data = expand_variables(dict(data), (), env_problems)
     found += [(loc, m, True) for loc, m in env_problems]
-    parsed: ConfigFile | None = None
+    cfg: ExperimentConfig | None = None
     calibration = calibration_problems(data.get("calibration"))
     found += [(loc, m, True) for loc, m in calibration]
+    skip = {*_SET_WHEN_LOADED, *(["calibration"] if calibration else [])}
     try:  # with a bad calibration section, the rest of the file is still checked
-        parsed = ConfigFile.model_validate(
-            {k: v for k, v in data.items() if k != "calibration"} if calibration else data
+        cfg = ExperimentConfig.model_validate(
+            {k: v for k, v in data.items() if k not in skip}, context=_Loading(source, base)
         )
     except ValidationError as exc:
         found += [(*_message(e), True) for e in exc.errors()]
+    found += [
+        ((k,), f"unknown key{suggestion(k, _known_keys(()))}", True)
+        for k in _SET_WHEN_LOADED
+        if k in data
+    ]
     found += [(loc, m, True) for loc, m in _cross_checks(data)]
     if lines is not None:  # a file a run or dry run is about to use (not a mapping in code)
         found += [(loc, m, True) for loc, m in _benchmark_file_checks(data, base)]
@@ -1101,16 +1194,15 @@ def _build(
         # option problem does not (the dry run reports the rest of the file beside it)
         found += [(loc, m, loc[2:3] != ("options",)) for loc, m in _option_checks(data)]
     labs: dict[str, LabRef] = {}
-    if parsed is not None:
-        root = _resolve_path(parsed.cache_dir, base) if parsed.cache_dir else None
-        for preset in lab_presets(parsed):
-            ref = resolve_lab_ref(preset, cache_dir=root)
+    if cfg is not None:
+        for preset in lab_presets(cfg):
+            ref = resolve_lab_ref(preset, cache_dir=cfg.cache_dir)
             if isinstance(ref, str):
                 where = next(
                     (
                         (s, i, "lab")
                         for s in ("benchmarks", "targets")
-                        for i, e in enumerate(getattr(parsed, s))
+                        for i, e in enumerate(getattr(cfg, s))
                         if e.lab == preset
                     ),
                     ("detectors",),
@@ -1118,69 +1210,10 @@ def _build(
                 found.append((where, ref, True))
             else:
                 labs[preset] = ref
-    problems = sorted(
-        (
-            ConfigProblem(key_path(loc), m, _line(loc, lines), blocking)
-            for loc, m, blocking in dict.fromkeys(found)
-        ),
-        key=lambda p: p.line or 0,
-    )
-    if parsed is None or any(p.blocking for p in problems):
+    problems = problems_at(found, lines)
+    if cfg is None or any(p.blocking for p in problems):
         return None, problems
-    return _resolve(parsed, source, base, labs), problems
-
-
-def _resolve(
-    f: ConfigFile, source: str | None, base: Path | None, labs: dict[str, LabRef]
-) -> ExperimentConfig:
-    """The validated file with its defaults, paths and labs resolved."""
-    benchmarks = []
-    for b in f.benchmarks:
-        changes: dict[str, Any] = {}
-        if b.lab is None:
-            changes["path"] = _resolve_path(b.path, base)
-        if "subsample" in f.split.model_fields_set:
-            sub = f.split.subsample
-            changes["subsample"] = None if sub == "all" else sub
-        benchmarks.append(dataclasses.replace(b, **changes) if changes else b)
-    targets = []
-    for t in f.targets:
-        if t.tokenizer is not None and t.tokenizer.startswith((".", "/", "~")):
-            t = dataclasses.replace(t, tokenizer=_resolve_path(t.tokenizer, base))
-        m = t.model
-        if (
-            t.lab is None
-            and t.backend == "hf"
-            and (m.startswith((".", "/", "~")) or Path(m).suffix == ".gguf")
-        ):
-            targets.append(dataclasses.replace(t, model=_resolve_path(m, base) or m))
-        else:
-            targets.append(t)
-    s = f.split
-    return ExperimentConfig(
-        name=f.name or (Path(source).stem if source else "experiment"),
-        benchmarks=tuple(benchmarks),
-        targets=tuple(targets),
-        detectors=tuple(f.detectors),
-        seeds=tuple(f.seeds),
-        protocol=f.protocol,
-        n_supervised_per_class=s.n_supervised_per_class,
-        calibration_fraction=s.calibration_fraction,
-        n_calibration=s.n_calibration,
-        balance=s.balance,
-        group_by=s.group_by,
-        subsample_seed=s.subsample_seed,
-        calibration=f.calibration,
-        evaluation=f.evaluation,
-        analyses=f.analyses,
-        view_system=f.view_system,
-        calibration_space=f.calibration_space,
-        detector_seed=f.detector_seed,
-        cache_dir=_resolve_path(f.cache_dir, base),
-        output=_resolve_path(f.output, base),
-        source=source,
-        labs=labs,
-    )
+    return cfg.model_copy(update={"source": source, "labs": labs}), problems
 
 
 def _base_dir(source: str | None, base_dir: str | Path | None) -> Path | None:
@@ -1207,7 +1240,9 @@ def parse_config(
     return cfg
 
 
-def _read_yaml(p: Path) -> tuple[Any, dict[Loc, int]]:
+def read_yaml(p: Path) -> tuple[Any, dict[Loc, int]]:
+    """A YAML file's data and the line of each key path (:func:`yaml_lines`); one
+    :class:`ConfigError` when it is missing, empty or not YAML."""
     if not p.is_file():
         raise ConfigError("", "no such config file", str(p))
     text = p.read_text(encoding="utf-8")
@@ -1233,7 +1268,7 @@ def read_config(
     when the file cannot be read as YAML. ``cache_dir`` (``--cache-dir``) replaces the file's
     ``cache_dir`` (an absolute path)."""
     p = Path(path)
-    data, lines = _read_yaml(p)
+    data, lines = read_yaml(p)
     if cache_dir is not None and isinstance(data, dict):
         data = {**data, "cache_dir": str(Path(cache_dir).expanduser().resolve())}
     return _build(data, str(p), _base_dir(str(p), None), lines, True)

@@ -6,11 +6,14 @@ this layer, so the reader lives here too (the fitted layer below does not import
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from calibdcd.fitted.config import FitConfig
+
+if TYPE_CHECKING:
+    from calibdcd.experiment.config import TargetEntry
 
 __all__ = ["fit_config_from", "load_fit_config"]
 
@@ -21,10 +24,10 @@ def load_fit_config(path: str | Path, *, reach: bool = False) -> FitConfig:
     redaction), and every problem - schema, value, unset variable, the target's backend options,
     the detector's preset and options - reported at once in one
     :class:`~calibdcd.experiment.config.ConfigError`, each with its line and key path."""
-    from calibdcd.experiment.config import ConfigError, _read_yaml
+    from calibdcd.experiment.config import ConfigError, read_yaml
 
     p = Path(path)
-    data, lines = _read_yaml(p)
+    data, lines = read_yaml(p)
     if not isinstance(data, dict):
         raise ConfigError("", f"a fit config is a mapping, got {type(data).__name__}", str(p))
     return fit_config_from(
@@ -47,18 +50,16 @@ def fit_config_from(
     without problems is reached by the dry run itself)."""
     from calibdcd.experiment.config import (
         ConfigError,
-        ConfigProblem,
         DetectorEntry,
-        _expand_tree,
-        _line,
-        key_path,
+        expand_variables,
+        problems_at,
         register_listed_secrets,
     )
-    from calibdcd.experiment.detectors import DETECTORS, detector_entry_problems
+    from calibdcd.experiment.detector_entries import DETECTORS, detector_entry_problems
 
     found: list[tuple[tuple[Any, ...], str]] = []
     register_listed_secrets(data)
-    data = _expand_tree(data, (), found)
+    data = expand_variables(data, (), found)
     data.setdefault("base_dir", str(base_dir))
     cfg = None
     try:
@@ -82,46 +83,50 @@ def fit_config_from(
     if found and reach and target_ok and isinstance(t, dict):
         found += [(("target", *k), m) for k, m in _reach_problems(t)]
     if found:
-        problems = sorted(
-            (ConfigProblem(key_path(loc), m, _line(loc, lines)) for loc, m in dict.fromkeys(found)),
-            key=lambda x: x.line or 0,
-        )
-        raise ConfigError("", "", source, problems=problems)
+        raise ConfigError("", "", source, problems=problems_at(found, lines))
     assert cfg is not None
     return cfg
+
+
+def _target_entry(t: dict[str, Any]) -> TargetEntry | None:
+    """A fit config's ``target`` section as the run configs' :class:`TargetEntry` (its defaults
+    the fit config's: ``name: target``, ``backend: hf``), or None when the section is malformed
+    (its schema problems are pydantic's)."""
+    from calibdcd.experiment.config import TargetEntry
+
+    options = t.get("options") if isinstance(t.get("options"), dict) else {}
+    fields: dict[str, Any] = {"name": "target", "backend": "hf", "options": options}
+    fields.update({k: t[k] for k in ("name", "backend", "model", "family") if k in t})
+    try:
+        return TargetEntry(**fields)
+    except (ValidationError, TypeError):
+        return None
 
 
 def _target_problems(t: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
     """The run configs' checks of a target (``experiment.config``'s entry check: a known backend
     and family, the backend's options, values its constructor takes - a base URL that is a URL),
     applied to a fit config's ``target`` section; its schema problems are pydantic's."""
-    from calibdcd.experiment.config import TargetEntry, _target_checks
+    from calibdcd.experiment.config import target_checks
     from calibdcd.targets.base import option_problems
 
-    options = t.get("options") if isinstance(t.get("options"), dict) else {}
-    fields: dict[str, Any] = {"name": "target", "backend": "hf", "options": options}
-    fields.update({k: t[k] for k in ("name", "backend", "model", "family") if k in t})
-    try:
-        entry = TargetEntry(**fields)
-    except (ValidationError, TypeError):  # a malformed section: the schema says what
+    entry = _target_entry(t)
+    if entry is None:  # a malformed section: the schema says what, the options are checked
         backend = t.get("backend", "hf")
+        options = t.get("options") if isinstance(t.get("options"), dict) else {}
         if not isinstance(backend, str):
             return []
         return [(("options", *k), m) for k, m in option_problems(backend, options)]
-    return _target_checks(entry, {})
+    return target_checks(entry, {})
 
 
 def _reach_problems(t: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
     """Whether a well-formed served target's server answers (its preflight), as a problem at
     its ``options.base_url``; nothing for a malformed section (its schema problems say what)."""
-    from calibdcd.experiment.config import TargetEntry
-    from calibdcd.experiment.targets import preflight_target
+    from calibdcd.experiment.target_entries import preflight_target
 
-    fields: dict[str, Any] = {"name": "target", "backend": "hf"}
-    fields.update({k: t[k] for k in ("name", "backend", "model", "family", "options") if k in t})
-    try:
-        entry = TargetEntry(**fields)
-    except (ValidationError, TypeError):
+    entry = _target_entry(t)
+    if entry is None:
         return []
     try:
         preflight_target(entry)

@@ -57,8 +57,9 @@ def resolve_lab(
 def resolve_lab_refs(
     value: Any, *, build: bool = True, root: str | Path | None = None, progress: bool = False
 ) -> Any:
-    """Resolve lab references anywhere in nested detector options (left as they are when
-    ``build`` is False); labs and references live under the cache root ``root``
+    """Resolve lab references anywhere in nested detector options (with ``build`` False, only
+    those whose lab or reference is built here; the others are left as written); labs and
+    references live under the cache root ``root``
     (:func:`calibdcd.paths.cache_root`):
 
     * ``"lab:<preset>/<path>"``: that path inside the lab's directory;
@@ -69,8 +70,8 @@ def resolve_lab_refs(
       detects membership without looking at the target's output.
     """
     if isinstance(value, str) and value.startswith("lab-clean-reference:"):
-        if not build:
-            return value
+        if not build:  # its path when it is trained here, else as written
+            return value if unbuilt_clean_references(value, root=root) else _trained(value, root)
         from calibdcd.lab.clean_reference import ensure_clean_reference
 
         lab = resolve_lab(value.split(":", 1)[1], build=True, root=root)
@@ -88,6 +89,15 @@ def resolve_lab_refs(
     if isinstance(value, list):
         return [resolve_lab_refs(v, build=build, root=root, progress=progress) for v in value]
     return value
+
+
+def _trained(value: str, root: str | Path | None) -> str:
+    """The directory of the trained clean reference ``lab-clean-reference:<preset>``."""
+    from calibdcd.lab.clean_reference import clean_reference_dir
+
+    lab = resolve_lab(value.split(":", 1)[1], build=False, root=root)
+    assert lab is not None  # (trained: its lab is built)
+    return str(clean_reference_dir(lab, cache_dir=cache_root(root)))
 
 
 def unbuilt_clean_references(value: Any, *, root: str | Path | None = None) -> list[str]:

@@ -1,12 +1,12 @@
 """The models an experiment config uses: :func:`models_in_config` lists every one
-(:class:`~calibdcd.models.ModelUse`, with where it is used), including detector defaults the
+(:class:`~calibdcd.model_refs.ModelUse`, with where it is used), including detector defaults the
 config does not spell out; lab models (``lab:`` targets, ``lab:...`` and
 ``lab-clean-reference:...`` options) and remotely served targets (``backend: openai``) are not
 hub models and are left out. :func:`check_models` resolves them all (no download) and raises one
-:class:`~calibdcd.models.MissingModelsError` naming every missing one.
+:class:`~calibdcd.model_refs.MissingModelsError` naming every missing one.
 
-It lives in the experiment layer because it reads an experiment config and builds detectors;
-:mod:`calibdcd.models` below it only resolves and fetches references.
+It lives in the experiment layer because it reads an experiment config's plan;
+:mod:`calibdcd.model_refs` below it only resolves and fetches references.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from calibdcd.experiment.config import ExperimentConfig
-from calibdcd.experiment.detectors import DETECTORS
-from calibdcd.models import (
+from calibdcd.experiment.detector_entries import DETECTORS
+from calibdcd.model_refs import (
     LAB_PREFIXES,
     MissingModelError,
     MissingModelsError,
@@ -25,13 +25,13 @@ from calibdcd.models import (
     ResolvedModel,
     resolve_model,
 )
-from calibdcd.paths import cache_root
 
 __all__ = [
     "check_models",
     "hub_dataset_of",
     "models_in_config",
     "models_in_fit_config",
+    "models_in_plan",
     "resolve_uses",
 ]
 
@@ -70,10 +70,19 @@ def _skip(ref: str) -> bool:
 
 
 def models_in_config(cfg: ExperimentConfig) -> list[ModelUse]:
-    """Every model ``cfg`` uses, with where: ``hf`` targets (not lab ones), the hub datasets of
-    benchmarks named without a path, and the model fields of every detector's effective config
-    (its preset and defaults with the config's options), built without loading any model or
-    building any lab. Lab references and remote (``backend: openai``) targets are left out."""
+    """Every model ``cfg`` uses, with where (:func:`models_in_plan` of its plan)."""
+    from calibdcd.experiment.plan import resolve
+
+    return models_in_plan(resolve(cfg))
+
+
+def models_in_plan(plan: Any) -> list[ModelUse]:
+    """Every model a run's plan (:class:`~calibdcd.experiment.plan.RunPlan`) uses, with where:
+    ``hf`` targets (not lab ones), the hub datasets of benchmarks named without a path, and the
+    model fields of every detector's parameters as the plan resolved them (its preset and
+    defaults with the config's options), nothing loaded or built. Lab references and remote
+    (``backend: openai``) targets are left out."""
+    cfg = plan.config
     uses: list[ModelUse] = []
     for i, t in enumerate(cfg.targets):
         uses += _target_uses(t, f"targets[{i}] ({t.name})")
@@ -81,29 +90,29 @@ def models_in_config(cfg: ExperimentConfig) -> list[ModelUse]:
         repo = hub_dataset_of(b)
         if repo is not None:
             uses.append(ModelUse(f"benchmarks[{i}] ({b.label})", repo, "dataset"))
-    from calibdcd.experiment.benchmarks import entry_benchmark_name
-
-    # the names the benchmarks load under: what the run configures its detectors for
-    bench_names = sorted({entry_benchmark_name(b) for b in cfg.benchmarks}) or [""]
     for i, d in enumerate(cfg.detectors):
-        uses += _detector_uses(d, f"detectors[{i}] ({d.label})", bench_names, cfg.cache_dir)
+        planned = sorted(
+            (p for key, p in plan.detectors.items() if key[0] == d.label),
+            key=lambda p: (p.benchmark, p.seed),
+        )
+        uses += _detector_uses(d, planned, f"detectors[{i}] ({d.label})")
     return uses
 
 
 def models_in_fit_config(cfg: Any) -> list[ModelUse]:
     """The same for a fit config (:class:`calibdcd.fitted.config.FitConfig`): its target and
-    its detector (``target.model``, ``detector.options.<field>``)."""
+    its detector (``target.model``, ``detector.options.<field>``) as a one-setting plan
+    resolves it (:func:`~calibdcd.experiment.detector_entries.plan_detector`, seed 0)."""
     from calibdcd.experiment.config import DetectorEntry, TargetEntry
+    from calibdcd.experiment.detector_entries import plan_detector
 
     t, d = cfg.target, cfg.detector
     target = TargetEntry(
         name=t.name, backend=t.backend, model=t.model, lab=t.lab, tokenizer=t.tokenizer
     )
     entry = DetectorEntry(name=d.name, preset=d.preset, options=dict(d.options))
-    cache = str(cfg.cache_root())
-    return _target_uses(target, "target") + _detector_uses(
-        entry, "detector", [d.benchmark or ""], cache
-    )
+    planned = plan_detector(entry, d.benchmark or "", 0, str(cfg.cache_root()))
+    return _target_uses(target, "target") + _detector_uses(entry, [planned], "detector")
 
 
 def _target_uses(t: Any, where: str) -> list[ModelUse]:
@@ -117,31 +126,32 @@ def _target_uses(t: Any, where: str) -> list[ModelUse]:
     return uses
 
 
-def _detector_uses(
-    d: Any, label: str, bench_names: Sequence[str], cache_dir: str | None
-) -> list[ModelUse]:
-    spec = DETECTORS.get(d.name)
+def _detector_uses(entry: Any, planned: Sequence[Any], label: str) -> list[ModelUse]:
+    """The model fields of a config entry's planned detectors (one per benchmark and seed):
+    each model once per field, a lab reference the entry spells (resolved by the plan when its
+    lab is built) left out."""
+    spec = DETECTORS.get(entry.name)
     if spec is None or not spec.model_fields:
         return []
     uses: list[ModelUse] = []
     seen: set[tuple[str, str]] = set()
-    for bn in bench_names:
-        try:
-            det = spec.build(d, bn, str(cache_root(cache_dir)))  # lab refs unresolved
-        except Exception as exc:
-            raise ValueError(f"{label}: {exc}") from None
+    for p in planned:
+        if p.config is None:
+            raise ValueError(f"{label}: {p.problem}")
         for field, need in spec.model_fields:
-            found, value = _get_path(det.config, field)
+            found, value = _get_path(p.config, field)
             if not found or value is None:
                 continue
-            spelled, _ = _get_path(dict(d.options), field)
+            spelled, written = _get_path(dict(entry.options), field)
             values = [value] if isinstance(value, str) else list(value)
+            as_written = [written] if isinstance(written, str) else list(written or [])
             for k, ref in enumerate(values):
                 ref = str(ref)
                 where = f"{label}.options.{field}"
                 if not isinstance(value, str):
                     where += f"[{k}]"
-                if _skip(ref) or (where, ref) in seen:
+                mine = str(as_written[k]) if k < len(as_written) else ref
+                if _skip(ref) or _skip(mine) or (where, ref) in seen:
                     continue
                 seen.add((where, ref))
                 uses.append(ModelUse(where, ref, need, default=not spelled))

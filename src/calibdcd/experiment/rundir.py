@@ -158,10 +158,11 @@ def set_aside_stale(run_dir: str | Path, grid_ids: Iterable[str]) -> list[str]:
 
 
 def _content_digest(path: Path) -> str:
-    """The digest (:func:`calibdcd.experiment.store.digest`) of a run-directory file's content:
+    """The digest (:func:`calibdcd.keys.digest`) of a run-directory file's content:
     a JSON file by its parsed content (the same values written with other whitespace are the
     same content), any other file by its text."""
-    from calibdcd.experiment.store import digest, read_json
+    from calibdcd.atomic import read_json
+    from calibdcd.keys import digest
 
     if path.suffix == ".json":
         return digest(read_json(path))
@@ -171,7 +172,7 @@ def _content_digest(path: Path) -> str:
 def record_setting_digests(setting_dir: str | Path) -> None:
     """Write ``settings/<id>/digests.json``: the digest of each of the setting's files that the
     report reads (``result.json``, ``scores.csv``), once ``result.json`` is written."""
-    from calibdcd.experiment.store import write_json
+    from calibdcd.atomic import write_json
 
     d = Path(setting_dir)
     write_json(
@@ -216,7 +217,7 @@ def write_inputs(run_dir: str | Path, inputs: dict[str, dict[str, str]]) -> None
     """``RUN_DIR/inputs.json``: ``{"targets": {name: digest of its model}, "detectors":
     {"<label> on <benchmark> seed <s>": fingerprint}}`` for what this run (or shard) used (the
     data's digests are in ``benchmarks.json``, the models the config names in ``models.json``)."""
-    from calibdcd.experiment.store import write_json
+    from calibdcd.atomic import write_json
 
     write_json(Path(run_dir) / INPUTS_NAME, {"format": 1, **inputs})
 

@@ -41,11 +41,12 @@ from typing import Any
 
 import yaml
 
+from calibdcd.atomic import atomic_write_text, write_csv, write_json
 from calibdcd.experiment.config import ExperimentConfig, lab_spec
-from calibdcd.experiment.detectors import DETECTORS, build_detector, detector_available
-from calibdcd.experiment.labs import resolve_lab
-from calibdcd.experiment.model_uses import check_models, hub_dataset_of
+from calibdcd.experiment.detector_entries import DETECTORS, detector_available
+from calibdcd.experiment.model_uses import hub_dataset_of, models_in_plan, resolve_uses
 from calibdcd.experiment.plan import RunPlan, grid, materialize, resolve, shard_of
+from calibdcd.experiment.resources import RunContext
 from calibdcd.experiment.rundir import (
     INPUTS_NAME,
     check_shards,
@@ -54,15 +55,10 @@ from calibdcd.experiment.rundir import (
     verify_setting,
     write_inputs,
 )
-from calibdcd.experiment.setting import (
-    RunContext,
-    run_setting,
-    split_config,
-)
-from calibdcd.experiment.store import atomic_write_text, write_csv, write_json
-from calibdcd.experiment.targets import preflight_target
+from calibdcd.experiment.setting import run_setting
+from calibdcd.experiment.target_entries import preflight_target
 from calibdcd.integrity import checkpoint_problems
-from calibdcd.models import (
+from calibdcd.model_refs import (
     MissingModelError,
     MissingModelsError,
     ModelUse,
@@ -71,7 +67,6 @@ from calibdcd.models import (
     resolve_model,
 )
 from calibdcd.options import OptionsError
-from calibdcd.paths import cache_root
 from calibdcd.provenance import record_start, setting_provenance, start_record
 from calibdcd.redact import redact_tree
 from calibdcd.results import SettingResult
@@ -348,10 +343,6 @@ def _add_note(exc: BaseException, note: str) -> None:
         exc.__notes__ = [*getattr(exc, "__notes__", []), note]  # type: ignore[attr-defined]
 
 
-def _default_out(cfg: ExperimentConfig) -> Path:
-    return Path(cfg.output) if cfg.output else Path("runs") / cfg.name
-
-
 def _quiet_hub_bars() -> None:
     """transformers draws a bar for every model load/save (dozens per run); the run's own
     settings bar says where it is."""
@@ -379,17 +370,8 @@ def run_experiment(
     used (a complete setting without one is run again, from the caches).
     Raises :class:`RunDirLocked` when another live process writes the same run directory."""
     plan = resolve(cfg, out_dir, shard=shard)  # builds nothing
-    models = require_models(cfg)  # before the run directory, any generation or lab build
-    for t in cfg.targets:  # a served target's server answers, and serves this model
-        line = preflight_target(t)
-        if line is not None and log is not None:
-            log(f"target {t.name}: {line}")
-        if t.backend != "hf":  # and CalibDCD has its views: found now, not after the work
-            # of every target before it (an in-process target's come with its checkpoint)
-            try:
-                _dry_view_bank(t, cfg.view_system, plan.cache_root)
-            except (ValueError, OSError) as exc:
-                raise ValueError(f"target {t.name}: cannot build CalibDCD's views: {exc}") from None
+    models = require_models(plan)  # before the run directory, any generation or lab build
+    _preflight(plan, log)
     with lock_run_dir(plan.run_dir):
         # the labs and reference LMs the settings need, built here and nowhere else
         plan = materialize(plan, progress=progress, log=log)
@@ -397,6 +379,23 @@ def run_experiment(
             plan, models, progress=progress, log=log, stop_after=stop_after,
             log_samples=log_samples,
         )  # fmt: skip
+
+
+def _preflight(plan: RunPlan, log: Callable[[str], None] | None) -> None:
+    """Each served target's server answers and serves its model, and CalibDCD has its views:
+    found now, not after the work of every target before it (an in-process target's views come
+    with its checkpoint)."""
+    for t in plan.targets:
+        line = preflight_target(t.entry)
+        if line is not None and log is not None:
+            log(f"target {t.entry.name}: {line}")
+        if t.entry.backend != "hf":
+            try:
+                dry_view_bank(t, plan.procedure.view_system, plan.cache_root)
+            except (ValueError, OSError) as exc:
+                raise ValueError(
+                    f"target {t.entry.name}: cannot build CalibDCD's views: {exc}"
+                ) from None
 
 
 def _run_locked(
@@ -441,23 +440,20 @@ def _run_locked(
             f"(not in results or the report): {', '.join(stale)}"
         )
     _quiet_hub_bars()
-    ctx = RunContext(cfg, progress=progress, log_samples=log_samples, plan=plan)
+    ctx = RunContext(plan, progress=progress, log_samples=log_samples)
     ctx.provenance = setting_provenance(env)
     results: list[SettingResult] = []
     computed = 0
     bar = tqdm(planned, desc="settings", unit="setting", disable=not progress, dynamic_ncols=True)
     try:
         for p in bar:
-            s = p.setting
-            bar.set_postfix_str(s.id, refresh=True)
+            bar.set_postfix_str(p.id, refresh=True)
             try:
-                res = run_setting(
-                    s, cfg, run_dir, ctx, setting_hash=p.setting_hash,
-                    status=lambda m, s=s: bar.set_postfix_str(f"{s.id}: {m}"),
-                )  # fmt: skip
+                res = run_setting(p, ctx, status=lambda m, i=p.id: bar.set_postfix_str(f"{i}: {m}"))
             except Exception as exc:
-                _add_note(exc, f"in setting {s.id}")  # `calibdcd run` names it in its error
+                _add_note(exc, f"in setting {p.id}")  # `calibdcd run` names it in its error
                 raise
+            s = p.setting
             results.append(res)
             if res.skipped:
                 say(f"skip {s.id} (complete)")
@@ -476,18 +472,20 @@ def _run_locked(
     finally:
         bar.close()
         ctx.release_target()
-        _write_benchmarks(run_dir, ctx)
-        _write_inputs(run_dir, ctx)
+        _write_benchmarks(run_dir, plan, ctx)
+        _write_inputs(run_dir, plan, ctx)
     return run_dir
 
 
-def _write_benchmarks(run_dir: Path, ctx: RunContext) -> None:
+def _write_benchmarks(run_dir: Path, plan: RunPlan, ctx: RunContext) -> None:
     """``benchmarks.json``: each benchmark the run read, where from (a file's name, or the hub
     repository and commit) and a digest of its texts, labels and ids, so two runs can tell
     whether they saw the same data."""
     rows = []
-    for entry in ctx.cfg.benchmarks:
-        bench = ctx._benchmarks.get(entry.label)  # only those this run (or shard) loaded
+    loaded = ctx.loaded_benchmarks()  # only those this run (or shard) loaded
+    for planned in plan.benchmarks:
+        entry = planned.entry
+        bench = loaded.get(entry.label)
         if bench is None:
             continue
         src = str(bench.source)
@@ -499,38 +497,32 @@ def _write_benchmarks(run_dir: Path, ctx: RunContext) -> None:
                 "source": portable,
                 "n_texts": len(bench),
                 "n_members": int(sum(bench.labels)),
-                "content_digest": ctx.benchmark_digest(entry),
+                "content_digest": ctx.benchmark_digest(planned),
             }
         )
     if rows:
         write_json(run_dir / "benchmarks.json", rows)
 
 
-def _write_inputs(run_dir: Path, ctx: RunContext) -> None:
+def _write_inputs(run_dir: Path, plan: RunPlan, ctx: RunContext) -> None:
     """``inputs.json`` (:func:`calibdcd.experiment.rundir.write_inputs`): the digest of each
     target's model (a local checkpoint's content, a hub id's commit; no device or path) and
     each detector's fingerprint, for those this run (or shard) used, so that a merge of shards
     can tell whether they used the same ones (the data's digests are in ``benchmarks.json``)."""
-    from calibdcd.experiment.store import digest
+    from calibdcd.keys import digest
     from calibdcd.targets.identity import model_fields
 
-    entries = {t.name: t for t in ctx.cfg.targets}
+    used = ctx.target_keys()
     targets: dict[str, str] = {}
-    # the targets the settings used (a model found on disk before one asked for before its lab)
-    for name, where, _ in sorted(ctx._target_keys, key=lambda k: not k[2]):
-        entry = entries.get(name)
-        if entry is None or name in targets:
+    for t in plan.targets:
+        if t.entry.name not in used:
             continue
         try:
-            fields = model_fields(entry.backend, where, root=ctx.cache_root)
+            fields = model_fields(t.entry.backend, t.path or t.entry.model, root=ctx.cache_root)
         except (OSError, ValueError):  # reported by the run, if it matters
             continue
-        targets[name] = digest(entry.backend, fields)[:16]
-    detectors: dict[str, str] = {}
-    for (label, bench, seed), det in list(ctx._detectors.items()):
-        hit = ctx._detector_keys.get(id(det))
-        if hit is not None and hit[0] is det:
-            detectors[f"{label} on {bench} seed {seed}"] = hit[1]
+        targets[t.entry.name] = digest(t.entry.backend, fields)[:16]
+    detectors = ctx.detector_keys()
     if targets or detectors:
         write_inputs(run_dir, {"targets": targets, "detectors": detectors})
 
@@ -540,17 +532,17 @@ def _write_inputs(run_dir: Path, ctx: RunContext) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def require_models(cfg: ExperimentConfig) -> list[tuple[ModelUse, ResolvedModel]]:
-    """Resolve every model the config names (targets, detector models and their defaults) in
+def require_models(plan: RunPlan) -> list[tuple[ModelUse, ResolvedModel]]:
+    """Resolve every model the plan names (targets, detector models and their defaults) in
     the local hub cache, loading no weights and downloading nothing. Raises one
-    :class:`~calibdcd.models.MissingModelsError` listing every missing model, where it is used
+    :class:`~calibdcd.model_refs.MissingModelsError` listing every missing model, where it is used
     and the command that fetches them all."""
-    return check_models(cfg)
+    return resolve_uses(models_in_plan(plan), plan.config.source or "CONFIG")
 
 
-def _dry_run_models(cfg: ExperimentConfig, lines: list[str], problems: list[str]) -> None:
+def _dry_run_models(plan: RunPlan, lines: list[str], problems: list[str]) -> None:
     try:
-        resolved = require_models(cfg)
+        resolved = require_models(plan)
     except MissingModelsError as exc:
         problems.append(str(exc))
         return
@@ -576,182 +568,34 @@ def dry_run(
     out: str | Path | None = None,
     shard: tuple[int, int] | None = None,
 ) -> tuple[list[str], list[str]]:
-    """Resolve and check everything without loading any model: benchmark files and the split
-    protocol, target backends and local checkpoints (and the integrity of their weight files),
-    detector names/presets/options, the models, the grid. Returns (report lines, problems); an
-    empty problems list means the config can run. ``options=False``: the targets' and
-    detectors' options were checked with the config (``read_config``) and are not repeated.
-    ``out``: the run directory a run would use instead of the config's output (``--out``);
-    ``shard``: the part of the grid a ``--shard i/n`` run would run (its plan's settings)."""
-    from calibdcd.data import split_benchmark
-    from calibdcd.detectors.adapter import DetectorAdapter
-    from calibdcd.experiment.benchmarks import load_benchmark_entry
-    from calibdcd.experiment.targets import lab_model_problem, model_path
-    from calibdcd.targets.base import (
-        available_backends,
-        option_problems,
-        unknown_options,
-        value_problem_of,
-    )
-
+    """Check the plan of a run of ``cfg`` without loading any model: benchmark files and the
+    split protocol, target backends and local checkpoints (and the integrity of their weight
+    files), detector names/presets/options, the models, the grid; then print the plan. Every
+    check reads what the plan resolved (:func:`~calibdcd.experiment.plan.resolve`). Returns
+    (report lines, problems); an empty problems list means the config can run.
+    ``options=False``: the targets' and detectors' options were checked with the config
+    (``read_config``) and are not repeated. ``out``: the run directory a run would use instead
+    of the config's output (``--out``); ``shard``: the part of the grid a ``--shard i/n`` run
+    would run (its plan's settings)."""
     lines: list[str] = [f"config {cfg.name}" + (f" ({cfg.source})" if cfg.source else "")]
     problems: list[str] = []
-    banks: list[int] = []  # the view bank's size per target, when the dry run could build it
-    root = cache_root(cfg.cache_dir)  # the run's labs live under its cache root
     lines.append(
         f"protocol {cfg.protocol}; supervised {cfg.n_supervised_per_class} + "
         f"{cfg.n_supervised_per_class};"
         f" calibration fraction {cfg.calibration_fraction}; seeds {list(cfg.seeds)}"
     )
-    # benchmarks
-    for i, b in enumerate(cfg.benchmarks):
-        key = f"benchmarks[{i}] ({b.label})"
-        if b.lab is not None and resolve_lab(b.lab, build=False, root=root) is None:
-            ok = _lab_preset_known(b.lab)
-            if ok is not True:
-                problems.append(f"{key}.lab: {ok}")
-            else:
-                lines.append(f"  {key}: lab {b.lab!r} not built yet (built on first run)")
-            continue
-        repo = hub_dataset_of(b)
-        if repo is not None:
-            try:
-                resolve_model(repo, need="dataset")
-            except MissingModelError:  # named once, with the command, under models
-                lines.append(f"  {key}: hub dataset {repo} not fetched yet (see models below)")
-                continue
-        try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                bench = load_benchmark_entry(b, build_lab=False, root=root)
-                split = split_benchmark(bench, split_config(b, cfg), seed=cfg.seeds[0])
-        except Exception as exc:
-            problems.append(f"{key}: {exc}")
-            continue
-        sz = split.sizes()
-        lines.append(
-            f"  {key}: {len(bench)} texts from {bench.source}; subsample {sz['subsample'][0]}, "
-            f"supervised {sz['supervised'][0]}, calibration {sz['calibration'][0]}, "
-            f"pool {sz['evaluation'][0]} ({sz['evaluation'][1]} m / {sz['evaluation'][2]} nm)"
-            + (f", {len(split.excluded)} left out by group" if cfg.group_by else "")
-        )
-        for w in caught:
-            lines.append(f"    warning: {w.message}")
-        problems.extend(f"{key}: {m}" for m in split_size_problems(sz, cfg.seeds[0]))
-    # targets
-    backends = available_backends()
-    for i, t in enumerate(cfg.targets):
-        key = f"targets[{i}] ({t.name})"
-        if t.backend not in backends:
-            problems.append(
-                f"{key}.backend: {t.backend!r} is not available here "
-                f"({', '.join(backends) or 'none'})"
-            )
-            continue
-        bad_options = unknown_options(t.backend, t.options) if options else []
-        if bad_options:
-            problems.extend(f"{key}.options: {m}" for m in bad_options)
-            continue
-        if t.lab is not None:
-            lab = resolve_lab(t.lab, build=False, root=root)
-            ok = True if lab is not None else _lab_preset_known(t.lab)  # prebuilt: any name
-            if ok is not True:
-                problems.append(f"{key}.lab: {ok}")
-                continue
-            missing = (
-                lab_model_problem(lab, t.model)
-                if lab is not None
-                else _unbuilt_lab_model_problem(t.lab, t.model)
-            )
-            if missing:
-                problems.append(f"{key}.model: {missing}")
-                continue
-            where = f"lab {t.lab}/{t.model}" + (
-                "" if lab is not None else " (lab built on first run)"
-            )
-        elif t.backend == "hf":
-            try:
-                p = Path(model_path(t, build_lab=False, root=root))
-            except ValueError as exc:  # a packaged model whose package is not installed
-                problems.append(f"{key}.{exc}")
-                continue
-            looks_local = t.model.startswith(("/", ".", "~")) or p.suffix == ".gguf"
-            if looks_local and not p.exists():
-                problems.append(f"{key}.model: no such local checkpoint {t.model!r}")
-                continue
-            where = str(p) if p.exists() else f"hub id {t.model}"
-        else:
-            if "base_url" not in t.options:
-                problems.append(f"{key}.options.base_url: required by backend {t.backend!r}")
-                continue
-            where = f"{t.options['base_url']} model {t.model}"
-        # (with the config's option checks, read_config reported it already)
-        value_problem = value_problem_of(t.backend, t.model, t.options) if options else None
-        if value_problem is not None:  # the run would fail building it, after earlier targets
-            problems.append(f"{key}.options: {value_problem}")
-            continue
-        said = None
-        try:  # a served target: the server answers and serves this model (once its options
-            # are right: wrong ones are reported by the config check)
-            if not option_problems(t.backend, t.options) and (
-                value_problem_of(t.backend, t.model, t.options) is None
-            ):
-                said = preflight_target(t)
-        except ValueError as exc:  # reported; the target's other checks still run
-            problems.append(f"{key}: {exc}")
-        if said is not None:
-            lines.append(f"  {key}: {said}")
-        damaged = checkpoint_problems(model_path(t, build_lab=False, root=root))
-        if damaged:  # the run would fail loading it, after everything before it
-            problems.extend(f"{key}.model: {m}" for m in damaged)
-            continue
-        fam = t.family or "from the checkpoint"
-        try:
-            codes = _dry_view_bank(t, cfg.view_system, root)
-        except ImportError:
-            codes = None
-        except Exception as exc:  # the run would fail here after all its generations
-            problems.append(f"{key}.family: cannot build the view bank: {exc}")
-            continue
-        if codes is not None:
-            fam += f" (views {' '.join(codes)})"
-            banks.append(len(codes))
-        lines.append(f"  {key}: {t.backend} {where}; family {fam}; base {t.base or '-'}")
-    # detectors
-    from calibdcd.experiment.benchmarks import entry_benchmark_name
-
-    bench_names = sorted({entry_benchmark_name(b) for b in cfg.benchmarks})  # as loaded
+    try:
+        plan = resolve(cfg, out, shard=shard)
+    except Exception as exc:  # a plan that cannot be resolved is a problem, not a traceback
+        return lines, [f"plan: {exc}"]
+    for i, b in enumerate(plan.benchmarks):
+        _check_benchmark(plan, i, b, lines, problems)
+    banks: list[int] = []  # the view bank's size per target, when the dry run could build it
+    for i, t in enumerate(plan.targets):
+        _check_target(plan, i, t, options, lines, problems, banks)
     for i, d in enumerate(cfg.detectors):
-        key = f"detectors[{i}] ({d.label})"
-        if d.name not in DETECTORS:
-            problems.append(
-                f"{key}.name: unknown detector {d.name!r}; known: {', '.join(sorted(DETECTORS))}"
-            )
-            continue
-        if not detector_available(d.name):
-            lines.append(
-                f"  {key}: WARNING module {DETECTORS[d.name].module} is not installed here"
-            )
-            continue
-        try:
-            for bn in bench_names:
-                det = build_detector(d, bn, cfg.cache_dir, build_labs=False)
-            lines.append(
-                f"  {key}: {DETECTORS[d.name].description}; correctable blocks "
-                f"{det.calibration_blocks or 'all'}"
-            )
-            need = DetectorAdapter(det).min_supervised_per_class
-            if cfg.n_supervised_per_class < need:
-                problems.append(
-                    f"split.n_supervised_per_class: {cfg.n_supervised_per_class} is fewer than "
-                    f"{key} needs per class ({need})"
-                )
-        except OptionsError as exc:
-            if options:
-                problems.append(f"{key}: {exc}")
-        except Exception as exc:
-            problems.append(f"{key}: {exc}")
-    _dry_run_models(cfg, lines, problems)
+        _check_detector(plan, i, d, options, lines, problems)
+    _dry_run_models(plan, lines, problems)
     c = cfg.calibration
     if cfg.view_system != "none" and banks and c.n_views > min(banks):
         problems.append(
@@ -765,12 +609,196 @@ def dry_run(
         f"grid: {len(cfg.benchmarks)} benchmarks x {len(cfg.targets)} targets x "
         f"{len(cfg.detectors)} detectors x {len(cfg.seeds)} seeds = {cfg.grid_size} settings"
     )
-    lines.append(f"cache: {root}; output: {out if out is not None else _default_out(cfg)}")
-    try:  # what the run would do: its settings and the artefacts it would build first
-        lines += resolve(cfg, out, shard=shard).describe()
-    except Exception as exc:  # a plan that cannot be resolved is a problem, not a traceback
-        problems.append(f"plan: {exc}")
+    lines.append(f"cache: {plan.cache_root}; output: {plan.run_dir}")
+    lines += plan.describe()
     return lines, list(dict.fromkeys(problems))  # a target's damaged file is also a model's
+
+
+def _check_benchmark(
+    plan: RunPlan, i: int, planned: Any, lines: list[str], problems: list[str]
+) -> None:
+    """A benchmark of the plan: its file read (or its lab not built yet), its split's sizes."""
+    from calibdcd.data import split_benchmark
+    from calibdcd.experiment.benchmark_entries import load_benchmark_entry
+
+    b = planned.entry
+    key = f"benchmarks[{i}] ({b.label})"
+    if b.lab is not None and plan.lab_dir(b.lab) is None:
+        ok = _lab_preset_known(b.lab)
+        if ok is not True:
+            problems.append(f"{key}.lab: {ok}")
+        else:
+            lines.append(f"  {key}: lab {b.lab!r} not built yet (built on first run)")
+        return
+    repo = hub_dataset_of(b)
+    if repo is not None:
+        try:
+            resolve_model(repo, need="dataset")
+        except MissingModelError:  # named once, with the command, under models
+            lines.append(f"  {key}: hub dataset {repo} not fetched yet (see models below)")
+            return
+    seed = plan.config.seeds[0]
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            bench = load_benchmark_entry(b, build_lab=False, root=plan.cache_root)
+            split = split_benchmark(bench, planned.split, seed=seed)
+    except Exception as exc:
+        problems.append(f"{key}: {exc}")
+        return
+    sz = split.sizes()
+    lines.append(
+        f"  {key}: {len(bench)} texts from {bench.source}; subsample {sz['subsample'][0]}, "
+        f"supervised {sz['supervised'][0]}, calibration {sz['calibration'][0]}, "
+        f"pool {sz['evaluation'][0]} ({sz['evaluation'][1]} m / {sz['evaluation'][2]} nm)"
+        + (f", {len(split.excluded)} left out by group" if plan.config.group_by else "")
+    )
+    for w in caught:
+        lines.append(f"    warning: {w.message}")
+    problems.extend(f"{key}: {m}" for m in split_size_problems(sz, seed))
+
+
+def _target_where(plan: RunPlan, t: Any, key: str, problems: list[str]) -> str | None:
+    """Where a planned target's model is, in words; None with its problem when it is not."""
+    from calibdcd.experiment.target_entries import lab_model_problem
+
+    e = t.entry
+    if e.lab is not None:
+        lab = plan.lab_dir(e.lab)
+        ok = True if lab is not None else _lab_preset_known(e.lab)  # prebuilt: any name
+        if ok is not True:
+            problems.append(f"{key}.lab: {ok}")
+            return None
+        missing = (
+            lab_model_problem(lab, e.model)
+            if lab is not None
+            else _unbuilt_lab_model_problem(e.lab, e.model)
+        )
+        if missing:
+            problems.append(f"{key}.model: {missing}")
+            return None
+        return f"lab {e.lab}/{e.model}" + ("" if lab is not None else " (lab built on first run)")
+    if e.backend == "hf":
+        if t.problem is not None:  # a packaged model whose package is not installed
+            problems.append(f"{key}.{t.problem}")
+            return None
+        p = Path(t.path)
+        looks_local = e.model.startswith(("/", ".", "~")) or p.suffix == ".gguf"
+        if looks_local and not p.exists():
+            problems.append(f"{key}.model: no such local checkpoint {e.model!r}")
+            return None
+        return str(p) if p.exists() else f"hub id {e.model}"
+    if "base_url" not in e.options:
+        problems.append(f"{key}.options.base_url: required by backend {e.backend!r}")
+        return None
+    return f"{e.options['base_url']} model {e.model}"
+
+
+def _check_target(
+    plan: RunPlan,
+    i: int,
+    t: Any,
+    options: bool,
+    lines: list[str],
+    problems: list[str],
+    banks: list[int],
+) -> None:
+    """A target of the plan: its backend and options, its model, its server, its checkpoint's
+    files and CalibDCD's view bank for it."""
+    from calibdcd.targets.base import (
+        available_backends,
+        option_problems,
+        unknown_options,
+        value_problem_of,
+    )
+
+    e = t.entry
+    key = f"targets[{i}] ({e.name})"
+    backends = available_backends()
+    if e.backend not in backends:
+        problems.append(
+            f"{key}.backend: {e.backend!r} is not available here ({', '.join(backends) or 'none'})"
+        )
+        return
+    bad_options = unknown_options(e.backend, e.options) if options else []
+    if bad_options:
+        problems.extend(f"{key}.options: {m}" for m in bad_options)
+        return
+    where = _target_where(plan, t, key, problems)
+    if where is None:
+        return
+    # (with the config's option checks, read_config reported it already)
+    value_problem = value_problem_of(e.backend, e.model, e.options) if options else None
+    if value_problem is not None:  # the run would fail building it, after earlier targets
+        problems.append(f"{key}.options: {value_problem}")
+        return
+    said = None
+    try:  # a served target: the server answers and serves this model (once its options are
+        # right: wrong ones are reported by the config check)
+        if not option_problems(e.backend, e.options) and (
+            value_problem_of(e.backend, e.model, e.options) is None
+        ):
+            said = preflight_target(e)
+    except ValueError as exc:  # reported; the target's other checks still run
+        problems.append(f"{key}: {exc}")
+    if said is not None:
+        lines.append(f"  {key}: {said}")
+    damaged = checkpoint_problems(t.path or e.model)
+    if damaged:  # the run would fail loading it, after everything before it
+        problems.extend(f"{key}.model: {m}" for m in damaged)
+        return
+    fam = e.family or "from the checkpoint"
+    try:
+        codes = dry_view_bank(t, plan.procedure.view_system, plan.cache_root)
+    except ImportError:
+        codes = None
+    except Exception as exc:  # the run would fail here after all its generations
+        problems.append(f"{key}.family: cannot build the view bank: {exc}")
+        return
+    if codes is not None:
+        fam += f" (views {' '.join(codes)})"
+        banks.append(len(codes))
+    lines.append(f"  {key}: {e.backend} {where}; family {fam}; base {e.base or '-'}")
+
+
+def _check_detector(
+    plan: RunPlan, i: int, d: Any, options: bool, lines: list[str], problems: list[str]
+) -> None:
+    """A detector entry: registered, installed, and its planned detectors (one per benchmark)
+    built (nothing trained or loaded), with enough supervised texts per class."""
+    from calibdcd.detectors.adapter import DetectorAdapter
+
+    key = f"detectors[{i}] ({d.label})"
+    if d.name not in DETECTORS:
+        problems.append(
+            f"{key}.name: unknown detector {d.name!r}; known: {', '.join(sorted(DETECTORS))}"
+        )
+        return
+    if not detector_available(d.name):
+        lines.append(f"  {key}: WARNING module {DETECTORS[d.name].module} is not installed here")
+        return
+    cfg = plan.config
+    try:
+        det = None
+        for planned in plan.planned_detectors(d.label):
+            det = planned.build()
+        if det is None:  # none of this process's settings uses it
+            return
+        lines.append(
+            f"  {key}: {DETECTORS[d.name].description}; correctable blocks "
+            f"{det.calibration_blocks or 'all'}"
+        )
+        need = DetectorAdapter(det).min_supervised_per_class
+        if cfg.n_supervised_per_class < need:
+            problems.append(
+                f"split.n_supervised_per_class: {cfg.n_supervised_per_class} is fewer than "
+                f"{key} needs per class ({need})"
+            )
+    except OptionsError as exc:
+        if options:
+            problems.append(f"{key}: {exc}")
+    except Exception as exc:
+        problems.append(f"{key}: {exc}")
 
 
 #: the smallest parts a setting can run with: CalibDCD needs two calibration non-members
@@ -798,21 +826,25 @@ def split_size_problems(sizes: dict[str, tuple[int, int, int]], seed: int) -> li
     return out
 
 
-def _dry_view_bank(t: Any, system: str, root: Path) -> list[str] | None:
-    """The view codes the run will use for target ``t``, resolved as the run resolves them
-    (:func:`calibdcd.experiment.targets.target_views`: a local checkpoint's tokenizer and chat
-    template, never its weights); None when that needs a model that is not here yet."""
-    from calibdcd.experiment.targets import target_views
-    from calibdcd.models import MissingModelError
+def dry_view_bank(t: Any, system: str, root: Path) -> list[str] | None:
+    """The view codes the run will use for target ``t`` (a planned target, or a target entry
+    a fit resolves alone), as the run finds them (:func:`calibdcd.experiment.target_entries.
+    target_views`: a local checkpoint's tokenizer and chat template, never its weights); None
+    when that needs a model that is not here yet."""
+    from calibdcd.experiment.target_entries import view_source, views_of
+    from calibdcd.model_refs import MissingModelError
 
+    entry, source = (t.entry, t.view_source) if hasattr(t, "entry") else (t, None)
     try:
-        views = target_views(t, system, root=root, dry=True)
+        if source is None:  # an entry resolved alone, or a planned target not resolved here
+            source = view_source(entry, root)
+        views = views_of(source, entry, system, dry=True)
     except MissingModelError:  # named with the models to fetch, once
         return None
     except OSError as exc:
-        if t.tokenizer is None:
+        if entry.tokenizer is None:
             raise ValueError(str(exc)) from None
-        raise ValueError(f"tokenizer {t.tokenizer!r}: {exc}") from None
+        raise ValueError(f"tokenizer {entry.tokenizer!r}: {exc}") from None
     return None if views is None else [v.code for v in views]
 
 

@@ -63,6 +63,7 @@ __all__ = [
     "lab_models",
     "preset_models",
     "pretrain_hash",
+    "replace_settings",
     "resolve_config",
 ]
 
@@ -250,7 +251,10 @@ def preset_models(preset: str) -> tuple[str, ...] | None:
 _SECTIONS = ("model", "pool", "pretrain", "sft", "evaluation", "clean_reference")
 
 
-def _replace(obj: Any, changes: dict[str, Any], where: str) -> Any:
+def replace_settings(obj: Any, changes: dict[str, Any], where: str) -> Any:
+    """``dataclasses.replace(obj, **changes)`` for a config dataclass, refusing a name that is
+    not one of its fields (the ValueError names ``where``, e.g. the section, and the valid ones).
+    """
     names = {f.name for f in dataclasses.fields(obj)}
     bad = sorted(set(changes) - names)
     if bad:
@@ -281,10 +285,10 @@ def resolve_config(preset: str, **overrides: Any) -> LabConfig:
         else:
             top[key] = value
     for section, changes in section_changes.items():
-        top[section] = _replace(getattr(cfg, section), changes, section)
+        top[section] = replace_settings(getattr(cfg, section), changes, section)
     if "styles" in top:
         top["styles"] = tuple(top["styles"])
-    return _replace(cfg, top, "lab")
+    return replace_settings(cfg, top, "lab")
 
 
 def _content_hash(cfg: LabConfig, seed: int, pool_fingerprint: str, drop: tuple[str, ...]) -> str:

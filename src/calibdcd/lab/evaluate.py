@@ -36,7 +36,9 @@ __all__ = [
     "check_lab",
     "check_model",
     "evaluate_model",
+    "greedy_completions",
     "load_ground_truth",
+    "mean_token_nll",
     "split_for_continuation",
 ]
 
@@ -79,7 +81,7 @@ def _select(items: Sequence[EvalItem], n_per_class: int | None) -> list[EvalItem
     return pos + neg
 
 
-def _nll(
+def mean_token_nll(
     model,
     tok,
     texts: Sequence[str],
@@ -116,7 +118,7 @@ def _nll(
     return out
 
 
-def _greedy(
+def greedy_completions(
     model,
     tok,
     prompts: Sequence[str],
@@ -229,7 +231,7 @@ def evaluate_model(
     labels = [x.label for x in items]
     t0 = time.perf_counter()
     result: dict[str, Any] = {"n_members": sum(labels), "n_nonmembers": len(labels) - sum(labels)}
-    nll = _nll(model, tok, [x.text for x in items], dev, cfg.batch_size)
+    nll = mean_token_nll(model, tok, [x.text for x in items], dev, cfg.batch_size)
     result["loss_auc"] = auc(labels, [-v for v in nll])
     result["mean_nll"] = _means(labels, nll)
     splits = [split_for_continuation(x.text, cfg.max_ref_words) for x in items]
@@ -252,7 +254,7 @@ def evaluate_model(
         mode_budgets = budgets
         if mode == "chat" and style.reasoning:
             mode_budgets = [b + cfg.reasoning_extra_tokens for b in budgets]
-        gens = _greedy(model, tok, prompts, mode_budgets, stop_ids, dev, cfg.batch_size)
+        gens = greedy_completions(model, tok, prompts, mode_budgets, stop_ids, dev, cfg.batch_size)
         if mode == "chat" and style.reasoning:
             gens = [split_reasoning(g)[1] for g in gens]
         rl, pm, exact = [], [], []

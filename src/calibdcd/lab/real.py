@@ -41,10 +41,10 @@ from calibdcd.lab.config import (
     PoolConfig,
     PretrainConfig,
     SFTConfig,
-    _replace,
+    replace_settings,
 )
 from calibdcd.lab.evaluate import CHECK_SKIPPED
-from calibdcd.lab.pool import PoolText, clean_pool, load_pool, pool_fingerprint
+from calibdcd.lab.pool import PoolText, Split, clean_pool, load_pool, pool_fingerprint
 from calibdcd.lab.sftdata import Conversation
 from calibdcd.provenance import hardware_info
 
@@ -184,8 +184,8 @@ def resolve_real_config(preset: str, **overrides: Any) -> RealLabConfig:
     for section, changes in sections.items():
         if section not in _SECTIONS:
             raise ValueError(f"unknown real-lab config section {section!r}; valid: {_SECTIONS}")
-        top[section] = _replace(getattr(cfg, section), changes, section)
-    return _replace(cfg, top, "real lab")
+        top[section] = replace_settings(getattr(cfg, section), changes, section)
+    return replace_settings(cfg, top, "real lab")
 
 
 def _expand(path: str) -> Path:
@@ -304,13 +304,13 @@ def chat_examples(convs: list[Conversation], tokenizer, max_len: int):
 def _greedy_rouge(model, tok, texts: list[str], max_ref_words: int = 48) -> list[float]:
     """ROUGE-L of each text's greedy continuation (of its first part, by the lab's split)
     against its true rest, the continuation cut to the rest's length."""
-    from calibdcd.lab.evaluate import _greedy, split_for_continuation
+    from calibdcd.lab.evaluate import greedy_completions, split_for_continuation
     from calibdcd.lab.scoring import rouge_l, words
 
     pairs = [split_for_continuation(t, max_ref_words) for t in texts]
     budgets = [min(96, int(1.7 * len(r.split())) + 6) for _, r in pairs]
     eos = tok.eos_token_id
-    gens = _greedy(
+    gens = greedy_completions(
         model, tok, [p for p, _ in pairs], budgets, [eos], "cpu", 16,
         pad=tok.pad_token_id if tok.pad_token_id is not None else eos,
     )  # fmt: skip
@@ -322,14 +322,14 @@ def _greedy_rouge(model, tok, texts: list[str], max_ref_words: int = 48) -> list
 
 
 def _signal(model, tok, members: list[str], nonmembers: list[str], n: int | None):
-    from calibdcd.lab.evaluate import _nll
+    from calibdcd.lab.evaluate import mean_token_nll
     from calibdcd.lab.scoring import auc
 
     mem, non = members[:n] if n else members, nonmembers[:n] if n else nonmembers
     labels = [1] * len(mem) + [0] * len(non)
     t0 = time.perf_counter()
     eos = tok.eos_token_id
-    nll = _nll(model, tok, mem + non, "cpu", 8, sep=eos, pad=tok.pad_token_id or eos)
+    nll = mean_token_nll(model, tok, mem + non, "cpu", 8, sep=eos, pad=tok.pad_token_id or eos)
     rouge = _greedy_rouge(model, tok, mem + non)
     return {
         "n_per_class": len(mem),
@@ -341,6 +341,168 @@ def _signal(model, tok, members: list[str], nonmembers: list[str], n: int | None
         },
         "seconds": round(time.perf_counter() - t0, 1),
     }
+
+
+@dataclasses.dataclass(frozen=True)
+class _Corpus:
+    """What a real lab is built from: the pool's split into members and non-members, the
+    replay texts mixed into the injection and the texts the chat conversations are made of."""
+
+    pool: list[PoolText]
+    pool_sha: str
+    split: Split
+    replay: list[PoolText]
+    sft_texts: list[PoolText]
+
+
+def _corpus(cfg: RealLabConfig, seed: int) -> _Corpus:
+    """The pool split at random (seeded) and the replay texts shuffled (seeded): the first
+    ``n_replay`` are replayed during the injection, the rest feed the chat conversations."""
+    from calibdcd.lab.pool import split_pool
+
+    pool, replay_all = real_pools(cfg)
+    pool_sha = pool_fingerprint(pool + replay_all)
+    split = split_pool(pool, cfg.n_members, seed)
+    rng = random.Random(f"calibdcd-real-lab-replay-{seed}")
+    replay = list(replay_all)
+    rng.shuffle(replay)
+    sft_texts, replay = replay[cfg.n_replay :], replay[: cfg.n_replay]
+    return _Corpus(pool, pool_sha, split, replay, sft_texts)
+
+
+def _injection_docs(tok, cfg: RealLabConfig, corpus: _Corpus) -> list[list[int]]:
+    """The injection's documents: ``inject.repeats`` copies of each member, then the replay
+    texts once, as token ids."""
+    enc = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
+    docs = [enc(x.text) for x in corpus.split.members for _ in range(cfg.inject.repeats)]
+    return docs + [enc(x.text) for x in corpus.replay]
+
+
+def _injected_base(
+    model,
+    tok,
+    docs: list[list[int]],
+    cfg: RealLabConfig,
+    *,
+    seed: int,
+    into: Path,
+    store: Path,
+    reuse_base: bool,
+    progress: bool,
+) -> tuple[dict[str, Any], float]:
+    """Write the injected base model to ``into`` and return (its training stats, the
+    injection's seconds). With ``reuse_base`` the base is copied from ``store`` when a build
+    left it there, else injected and left there for the next recipe (under the store's lock);
+    the saved fp32 weights are exact, so the lab equals one built from scratch."""
+    from calibdcd.atomic import atomic_directory, file_lock
+
+    lock = file_lock(store.parent / f".{store.name}.lock", f"waiting for {store}")
+    with lock if reuse_base else contextlib.nullcontext():
+        if reuse_base and (store / "calibdcd.json").is_file():
+            stats = json.loads((store / "calibdcd.json").read_text())["training"]
+            stats["reused_from"] = store.name
+            shutil.copytree(store, into, ignore=shutil.ignore_patterns("calibdcd.json"))
+            return stats, 0.0
+        stats, seconds = _inject(model, tok, docs, cfg, seed=seed, into=into, progress=progress)
+        if reuse_base:
+            with atomic_directory(store) as store_tmp:
+                shutil.copytree(into, store_tmp, dirs_exist_ok=True)
+                info = {"training": stats, "inject_hash": store.name}
+                (store_tmp / "calibdcd.json").write_text(json.dumps(info, indent=2) + "\n")
+        return stats, seconds
+
+
+def _inject(
+    model, tok, docs: list[list[int]], cfg: RealLabConfig, *, seed: int, into: Path,
+    progress: bool,
+) -> tuple[dict[str, Any], float]:  # fmt: skip
+    """Train the injection's LoRA adapter on ``docs``, merge it and save the base model (with
+    the tokenizer) to ``into``; (training stats, seconds)."""
+    import torch
+
+    from calibdcd.lab.train import pretrain
+
+    torch.manual_seed(seed)  # the adapter's initialisation (REAL_FORMAT 2)
+    peft_model = _lora(model, cfg.inject_lora)
+    st = pretrain(
+        peft_model,
+        docs,
+        tok.eos_token_id,
+        cfg.inject,
+        seed=seed,
+        device=torch.device("cpu"),
+        progress=progress,
+        desc="inject members (LoRA)",
+    )
+    merged = peft_model.merge_and_unload()
+    merged.save_pretrained(into)
+    tok.save_pretrained(into)
+    return st.as_dict(), st.seconds
+
+
+def _post_train(
+    base, tok, corpus: _Corpus, cfg: RealLabConfig, *, seed: int, into: Path, progress: bool
+) -> tuple[dict[str, Any], float]:
+    """Post-train ``base`` on the chat conversations (a LoRA adapter, seeded ``seed + 1000``,
+    merged) and save the chat model (with the tokenizer) to ``into``; (training stats with the
+    number of examples, seconds)."""
+    import torch
+
+    from calibdcd.lab.sftdata import make_conversations
+    from calibdcd.lab.train import sft
+
+    convs = make_conversations(corpus.sft_texts or corpus.replay, cfg.sft.n_examples, seed)
+    examples = chat_examples(convs, tok, cfg.sft.max_len)
+    torch.manual_seed(seed + 1000)  # the adapter's initialisation (REAL_FORMAT 2)
+    chat_model = _lora(base, cfg.sft_lora)
+    st = sft(
+        chat_model,
+        examples,
+        tok.pad_token_id,
+        cfg.sft,
+        seed=seed + 1000,
+        device=torch.device("cpu"),
+        progress=progress,
+        desc="post-train chat (LoRA)",
+    )
+    chat = chat_model.merge_and_unload()
+    chat.eval()
+    chat.save_pretrained(into)
+    tok.save_pretrained(into)
+    return {**st.as_dict(), "examples": len(examples)}, st.seconds
+
+
+def _write_ground_truth(path: Path, split: Split, exposures: int) -> None:
+    """``ground_truth.jsonl``: the members (``m0000``...) then the non-members (``n0000``...),
+    each with its text, label, exposures and source."""
+    with path.open("w", encoding="utf-8") as fh:
+        rows = [(x, 1) for x in split.members] + [(x, 0) for x in split.nonmembers]
+        for k, (x, label) in enumerate(rows):
+            idx = k if label else k - len(split.members)
+            rec = {
+                "id": f"{'m' if label else 'n'}{idx:04d}",
+                "text": x.text,
+                "label": label,
+                "repeats": exposures if label else 0,
+                "source": x.source,
+            }
+            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+
+
+def _check_models(lab: Path, tok, split: Split, cfg: RealLabConfig) -> dict[str, Any]:
+    """The membership signal (:func:`_signal`) of the original, base and chat models, each
+    loaded from ``lab``: peft wraps and merges in place, so the built objects alias each
+    other."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    mem = [x.text for x in split.members]
+    non = [x.text for x in split.nonmembers]
+    check: dict[str, Any] = {}
+    for name in ("original", "base", "chat"):
+        m = AutoModelForCausalLM.from_pretrained(lab / name, dtype=torch.float32).eval()
+        check[name] = _signal(m, tok, mem, non, cfg.check_per_class)
+    return check
 
 
 def build_real_lab(
@@ -361,23 +523,16 @@ def build_real_lab(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from calibdcd.atomic import atomic_directory
-    from calibdcd.lab.pool import split_pool
-    from calibdcd.lab.sftdata import make_conversations
-    from calibdcd.lab.train import pretrain, sft
+    from calibdcd.paths import cache_root
 
     cfg = resolve_real_config(preset, **overrides)
     if cfg.num_threads > 0:
         torch.set_num_threads(cfg.num_threads)
-    pool, replay_all = real_pools(cfg)
-    pool_sha = pool_fingerprint(pool + replay_all)
-    split = split_pool(pool, cfg.n_members, seed)
-    rng = random.Random(f"calibdcd-real-lab-replay-{seed}")
-    replay = list(replay_all)
-    rng.shuffle(replay)
-    sft_texts, replay = replay[cfg.n_replay :], replay[: cfg.n_replay]
+    corpus = _corpus(cfg, seed)
     src = _model_dir(cfg.model, cache)
     out_dir = Path(out_dir)
     timings: dict[str, float] = {}
+    exposures = cfg.inject.repeats * cfg.inject.epochs
     with atomic_directory(out_dir, replace=True) as tmp:
         t_all = time.perf_counter()
         tok = AutoTokenizer.from_pretrained(src)
@@ -386,125 +541,52 @@ def build_real_lab(
         model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
         model.save_pretrained(tmp / "original")
         tok.save_pretrained(tmp / "original")
-        device = torch.device("cpu")
-        eos = tok.eos_token_id
-        enc = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
-        reps = cfg.inject.repeats
-        docs = [enc(x.text) for x in split.members for _ in range(reps)]
-        docs += [enc(x.text) for x in replay]
+        docs = _injection_docs(tok, cfg, corpus)
         # the injected base is kept in <cache>/lab-base/ under its own key, so a recipe that
         # changes only post-training copies it instead of injecting again (on 2 cores the
-        # injection is 35-65 min of a 45-75 min build: docs/real-lab.md); the saved fp32
-        # weights are exact, so the lab equals one built from scratch
-        from calibdcd.atomic import file_lock
-        from calibdcd.paths import cache_root
-
-        store = (
-            cache_root(cache) / "lab-base" / (f"real-s{seed}-{inject_hash(cfg, seed, pool_sha)}")
-        )
-        lock = file_lock(store.parent / f".{store.name}.lock", f"waiting for {store}")
-        with lock if reuse_base else contextlib.nullcontext():
-            if reuse_base and (store / "calibdcd.json").is_file():
-                stats: dict[str, Any] = {
-                    "base": json.loads((store / "calibdcd.json").read_text())["training"],
-                }
-                stats["base"]["reused_from"] = store.name
-                shutil.copytree(store, tmp / "base", ignore=shutil.ignore_patterns("calibdcd.json"))
-                timings["inject"] = 0.0
-            else:
-                torch.manual_seed(seed)  # the adapter's initialisation (REAL_FORMAT 2)
-                peft_model = _lora(model, cfg.inject_lora)
-                st = pretrain(
-                    peft_model,
-                    docs,
-                    eos,
-                    cfg.inject,
-                    seed=seed,
-                    device=device,
-                    progress=progress,
-                    desc="inject members (LoRA)",
-                )
-                timings["inject"] = st.seconds
-                merged = peft_model.merge_and_unload()
-                stats = {"base": st.as_dict()}
-                merged.save_pretrained(tmp / "base")
-                tok.save_pretrained(tmp / "base")
-                del merged, peft_model
-                if reuse_base:
-                    with atomic_directory(store) as store_tmp:
-                        shutil.copytree(tmp / "base", store_tmp, dirs_exist_ok=True)
-                        info = {"training": stats["base"], "inject_hash": store.name}
-                        (store_tmp / "calibdcd.json").write_text(json.dumps(info, indent=2) + "\n")
+        # injection is 35-65 min of a 45-75 min build: docs/real-lab.md)
+        key = inject_hash(cfg, seed, corpus.pool_sha)
+        store = cache_root(cache) / "lab-base" / f"real-s{seed}-{key}"
+        stats: dict[str, Any] = {}
+        stats["base"], timings["inject"] = _injected_base(
+            model, tok, docs, cfg, seed=seed, into=tmp / "base", store=store,
+            reuse_base=reuse_base, progress=progress,
+        )  # fmt: skip
+        del model
         # from disk in both cases and the adapter seeded: a reused base and a fresh one give
         # the same chat model (tests/test_real_lab.py)
         base = AutoModelForCausalLM.from_pretrained(tmp / "base", dtype=torch.float32).eval()
-
-        convs = make_conversations(sft_texts or replay, cfg.sft.n_examples, seed)
-        examples = chat_examples(convs, tok, cfg.sft.max_len)
-        torch.manual_seed(seed + 1000)  # the adapter's initialisation (REAL_FORMAT 2)
-        chat_model = _lora(base, cfg.sft_lora)
-        st = sft(
-            chat_model,
-            examples,
-            tok.pad_token_id,
-            cfg.sft,
-            seed=seed + 1000,
-            device=device,
-            progress=progress,
-            desc="post-train chat (LoRA)",
+        stats["chat"], timings["sft"] = _post_train(
+            base, tok, corpus, cfg, seed=seed, into=tmp / "chat", progress=progress
         )
-        timings["sft"] = st.seconds
-        chat = chat_model.merge_and_unload()
-        chat.eval()
-        stats["chat"] = {**st.as_dict(), "examples": len(examples)}
-        chat.save_pretrained(tmp / "chat")
-        tok.save_pretrained(tmp / "chat")
+        del base
         for name, role in (("original", "reference"), ("base", "base"), ("chat", "post-trained")):
             info = {"role": role, "real_model": cfg.model, "training": stats.get(name)}
             (tmp / name / "calibdcd.json").write_text(json.dumps(info, indent=2) + "\n")
-
-        with (tmp / "ground_truth.jsonl").open("w", encoding="utf-8") as fh:
-            rows = [(x, 1) for x in split.members] + [(x, 0) for x in split.nonmembers]
-            for k, (x, label) in enumerate(rows):
-                idx = k if label else k - len(split.members)
-                rec = {
-                    "id": f"{'m' if label else 'n'}{idx:04d}",
-                    "text": x.text,
-                    "label": label,
-                    "repeats": reps * cfg.inject.epochs if label else 0,
-                    "source": x.source,
-                }
-                fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        _write_ground_truth(tmp / "ground_truth.jsonl", corpus.split, exposures)
         timings["build"] = time.perf_counter() - t_all
         t = time.perf_counter()
-        mem = [x.text for x in split.members]
-        non = [x.text for x in split.nonmembers]
-        check: dict[str, Any] = {}
-        del base, chat, chat_model, model
         # an experiment that builds the lab on first use measures it itself (check=False, as
         # for the synthetic lab): the check's ~6 min on 2 cores are left to `calibdcd lab build`
-        for name in ("original", "base", "chat") if overrides.get("check", True) else ():
-            # from disk: peft wraps and merges in place, so the objects above alias each other
-            m = AutoModelForCausalLM.from_pretrained(tmp / name, dtype=torch.float32).eval()
-            check[name] = _signal(m, tok, mem, non, cfg.check_per_class)
+        check = _check_models(tmp, tok, corpus.split, cfg) if overrides.get("check", True) else {}
         timings["check"] = time.perf_counter() - t
         meta = {
             "complete": True,
             "kind": "real",
             "preset": preset,
             "seed": seed,
-            "config_hash": real_config_hash(cfg, seed, pool_sha),
+            "config_hash": real_config_hash(cfg, seed, corpus.pool_sha),
             "config": cfg.to_dict(),
             "overrides": {k: v for k, v in overrides.items()},
             "source_model": str(src.name),
             "corpus": {
-                "pool": len(pool),
-                "members": len(split.members),
-                "nonmembers": len(split.nonmembers),
-                "replay": len(replay),
-                "sft_texts": len(sft_texts),
+                "pool": len(corpus.pool),
+                "members": len(corpus.split.members),
+                "nonmembers": len(corpus.split.nonmembers),
+                "replay": len(corpus.replay),
+                "sft_texts": len(corpus.sft_texts),
                 "inject_tokens_per_epoch": sum(len(d) + 1 for d in docs),
-                "exposures_per_member": reps * cfg.inject.epochs,
+                "exposures_per_member": exposures,
             },
             "stats": stats,
             "check": check or {"skipped": CHECK_SKIPPED},

@@ -24,9 +24,9 @@ __all__ = ["write_report"]
 
 def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path:
     """Write the report of ``run_dir`` (default into ``run_dir/report``); returns index.html."""
+    import calibdcd.report.aggregate as agg
     from calibdcd.atomic import atomic_write_text, write_json
     from calibdcd.redact import redact
-    from calibdcd.report import aggregate as agg
     from calibdcd.report.figures import make_figures
     from calibdcd.report.html import render_html
     from calibdcd.report.j_vs_auc import j_vs_auc

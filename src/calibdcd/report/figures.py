@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
+import calibdcd.report.aggregate as agg
 from calibdcd.metrics import roc_curve
-from calibdcd.report import aggregate as agg
 from calibdcd.results import SettingResult
 
 __all__ = ["make_figures"]

@@ -185,7 +185,7 @@ def setting_provenances(results: Sequence[Any]) -> list[dict[str, Any] | None]:
 
 def readme_block(run_dir: str | Path, tables: Sequence[str] | None = None) -> str:
     """The Markdown that goes into a results block: provenance line + the chosen tables."""
-    from calibdcd.report import aggregate as agg
+    import calibdcd.report.aggregate as agg
     from calibdcd.report.tables import build_tables
 
     run = Path(run_dir)

@@ -20,7 +20,7 @@ import math
 from collections import Counter
 from typing import Any
 
-from calibdcd.report import aggregate as agg
+import calibdcd.report.aggregate as agg
 from calibdcd.results import Estimate, SettingResult
 
 __all__ = ["Table", "build_tables"]

@@ -20,6 +20,7 @@ __all__ = [
     "backend_options",
     "create_target",
     "generation_record",
+    "loads_hub_models",
     "option_problems",
     "register_backend",
     "resolve_params",
@@ -146,16 +147,39 @@ def validate_prompts(prompts: Sequence[str]) -> list[str]:
     return out
 
 
-_BACKENDS: dict[str, Callable[..., Target]] = {}
+#: checks a backend's option values without building anything: ``check(model, options)`` raises
+#: ValueError, TypeError or RuntimeError for what the backend's constructor would reject
+OptionCheck = Callable[[str, Mapping[str, Any]], None]
 
 
-def register_backend(name: str) -> Callable[[Callable[..., Target]], Callable[..., Target]]:
-    """Class/function decorator: make a backend constructible by name via :func:`create_target`."""
+@dataclasses.dataclass(frozen=True)
+class _Backend:
+    """What a backend registered: how to build it, and what the contract asks of it by name."""
+
+    factory: Callable[..., Target]
+    check_options: OptionCheck | None = None
+    hub_models: bool = False
+
+
+_BACKENDS: dict[str, _Backend] = {}
+
+
+def register_backend(
+    name: str, *, check_options: OptionCheck | None = None, hub_models: bool = False
+) -> Callable[[Callable[..., Target]], Callable[..., Target]]:
+    """Class/function decorator: make a backend constructible by name via :func:`create_target`.
+
+    ``check_options(model, options)``: the backend's check of option values without loading a
+    model or opening a connection (:func:`value_problem_of`; none: nothing is checked).
+    ``hub_models``: the backend loads hub ids (``org/name``) from the local hub cache, so a
+    target's identity records the cached snapshot's revision (:mod:`calibdcd.targets.identity`).
+    """
 
     def deco(factory: Callable[..., Target]) -> Callable[..., Target]:
-        if name in _BACKENDS and _BACKENDS[name] is not factory:
+        known = _BACKENDS.get(name)
+        if known is not None and known.factory is not factory:
             raise ValueError(f"backend {name!r} is already registered")
-        _BACKENDS[name] = factory
+        _BACKENDS[name] = _Backend(factory, check_options, hub_models)
         return factory
 
     return deco
@@ -170,7 +194,7 @@ def create_target(backend: str, **kwargs: Any) -> Target:
     """Build a target from a backend name and its keyword arguments (e.g. from a YAML config)."""
     _import_builtin_backends()
     try:
-        factory = _BACKENDS[backend]
+        factory = _BACKENDS[backend].factory
     except KeyError:
         raise ValueError(
             f"unknown target backend {backend!r}; available: {', '.join(sorted(_BACKENDS))}"
@@ -196,8 +220,7 @@ def backend_options(backend: str) -> list[str]:
     built; [] for an unknown backend)."""
     import inspect
 
-    _import_builtin_backends()
-    factory = _BACKENDS.get(backend)
+    factory = _factory(backend)
     if factory is None:
         return []
     params = inspect.signature(factory).parameters.values()
@@ -211,8 +234,7 @@ def option_problems(backend: str, options: Mapping[str, Any]) -> list[tuple[tupl
 
     from calibdcd.options import suggestion, type_hints, type_problem
 
-    _import_builtin_backends()
-    factory = _BACKENDS.get(backend)
+    factory = _factory(backend)
     if factory is None:
         return []
     params = inspect.signature(factory).parameters
@@ -246,13 +268,11 @@ def value_problem_of(backend: str, model: str, options: Mapping[str, Any]) -> st
     mistyped options are :func:`option_problems`' to report and are left out here."""
     flagged = {key[0] for key, _ in option_problems(backend, options)}
     opts = {k: v for k, v in options.items() if k not in flagged}
+    registered = _registered(backend)
+    if registered is None or registered.check_options is None:
+        return None
     try:
-        if backend == "hf":
-            from calibdcd.targets.hf import check_options
-
-            check_options(**{k: opts[k] for k in ("device", "dtype", "batch_size") if k in opts})
-        elif backend == "openai":
-            create_target("openai", model=model, **opts)  # validates; connects to nothing
+        registered.check_options(model, opts)
     except ImportError:
         return None
     except (ValueError, TypeError, RuntimeError) as exc:
@@ -260,11 +280,32 @@ def value_problem_of(backend: str, model: str, options: Mapping[str, Any]) -> st
     return None
 
 
+def loads_hub_models(backend: str) -> bool:
+    """Whether ``backend`` was registered with ``hub_models=True`` (it loads hub ids from the
+    local hub cache); False for an unknown backend."""
+    registered = _registered(backend)
+    return registered is not None and registered.hub_models
+
+
+def _factory(backend: str) -> Callable[..., Target] | None:
+    registered = _registered(backend)
+    return None if registered is None else registered.factory
+
+
+def _registered(backend: str) -> _Backend | None:
+    _import_builtin_backends()
+    return _BACKENDS.get(backend)
+
+
+#: the modules that register the built-in backends (each with its own ``@register_backend``);
+#: imported on first use, not here, so that ``import calibdcd`` never needs torch
+BUILTIN_BACKEND_MODULES = ("calibdcd.targets.hf", "calibdcd.targets.openai")
+
+
 def _import_builtin_backends() -> None:
-    # Imported lazily so that `import calibdcd` never needs torch.
     import importlib
 
-    for mod in ("calibdcd.targets.hf", "calibdcd.targets.openai"):
+    for mod in BUILTIN_BACKEND_MODULES:
         try:
             importlib.import_module(mod)
         except ImportError:  # optional extra not installed, or module not written yet

@@ -49,13 +49,13 @@ import json
 import logging
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from calibdcd.atomic import atomic_directory
 from calibdcd.device import resolve_device, resolve_dtype
-from calibdcd.models import checkpoint_identity, resolve_model
+from calibdcd.model_refs import checkpoint_identity, resolve_model
 from calibdcd.paths import cache_root
 from calibdcd.progress import inner_bar
 from calibdcd.targets.base import (
@@ -214,7 +214,13 @@ def check_options(*, device: str = "auto", dtype: Any = "auto", batch_size: int 
     resolve_dtype(dtype, resolve_device(device))
 
 
-@register_backend("hf")
+def _check_backend_options(model: str, options: Mapping[str, Any]) -> None:
+    """The ``hf`` backend's option check for the contract (:func:`check_options` on the values
+    it can judge without loading ``model``)."""
+    check_options(**{k: options[k] for k in ("device", "dtype", "batch_size") if k in options})
+
+
+@register_backend("hf", check_options=_check_backend_options, hub_models=True)
 class HFTarget:
     """A local transformers causal LM (checkpoint directory, hub id available offline, or GGUF).
 

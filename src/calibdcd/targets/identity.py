@@ -2,7 +2,7 @@
 
 Both identify the model without any machine path: the backend, the model's name (a local
 checkpoint: its directory or file name; a hub id as written), a content hash of a local
-checkpoint's weights/config/tokenizer files (:func:`calibdcd.models.checkpoint_identity`) or,
+checkpoint's weights/config/tokenizer files (:func:`calibdcd.model_refs.checkpoint_identity`) or,
 for a hub id, the commit of its cached snapshot. They differ only in which options they keep:
 
 * :func:`target_key` (experiment feature cache keys) keeps every option that can change a
@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from calibdcd.targets.base import loads_hub_models
+
 __all__ = ["model_fields", "target_key", "target_record"]
 
 #: options left out of the feature cache key (they do not change a feature's bytes)
@@ -33,16 +35,17 @@ def model_fields(
     backend: str, model: str, *, local: str | Path | None = None, root: str | Path | None = None
 ) -> dict[str, Any]:
     """``model`` (a name, never a directory), and ``content`` (a local checkpoint at ``local``,
-    default ``model``) or ``revision`` (an hf hub id's cached snapshot) when they exist."""
+    default ``model``) or ``revision`` (the cached snapshot of a hub id, for a backend that loads
+    hub ids: :func:`calibdcd.targets.base.loads_hub_models`) when they exist."""
     path = Path(local) if local is not None else Path(model)
     named = Path(model)
     out: dict[str, Any] = {"model": named.name if named.exists() or named.is_absolute() else model}
     if path.exists():
-        from calibdcd.models import checkpoint_identity
+        from calibdcd.model_refs import checkpoint_identity
 
         out["content"] = checkpoint_identity(path, root)
-    elif backend == "hf":
-        from calibdcd.models import MissingModelError, is_hub_id, resolve_model
+    elif loads_hub_models(backend):
+        from calibdcd.model_refs import MissingModelError, is_hub_id, resolve_model
 
         if is_hub_id(model):
             try:

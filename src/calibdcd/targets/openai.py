@@ -90,7 +90,7 @@ import random
 import threading
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlparse
 
@@ -174,7 +174,13 @@ def _parse_retry_after(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-@register_backend("openai")
+def _check_backend_options(model: str, options: Mapping[str, Any]) -> None:
+    """The ``openai`` backend's option check for the contract: its constructor validates every
+    value and connects to nothing."""
+    OpenAITarget(model=model, **options)
+
+
+@register_backend("openai", check_options=_check_backend_options)
 class OpenAITarget:
     """A model behind an OpenAI-compatible ``/v1/completions`` endpoint."""
 

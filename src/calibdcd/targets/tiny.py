@@ -17,6 +17,7 @@ from pathlib import Path
 
 from calibdcd.atomic import atomic_directory
 from calibdcd.paths import cache_root
+from calibdcd.tiny_lm import llama_config
 
 __all__ = [
     "TinyLMConfig",
@@ -66,12 +67,7 @@ def build_tiny_lm(out_dir: str | Path, config: TinyLMConfig | None = None) -> Pa
     """Build, briefly train and save a tiny causal LM + tokenizer to ``out_dir``; return it."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import (
-        GenerationConfig,
-        LlamaConfig,
-        LlamaForCausalLM,
-        PreTrainedTokenizerFast,
-    )
+    from transformers import GenerationConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
     cfg = config or TinyLMConfig()
     out = Path(out_dir)
@@ -98,18 +94,16 @@ def build_tiny_lm(out_dir: str | Path, config: TinyLMConfig | None = None) -> Pa
     eos = hf_tok.eos_token_id
 
     torch.manual_seed(cfg.seed)
-    mcfg = LlamaConfig(
+    mcfg = llama_config(
         vocab_size=len(hf_tok),
         hidden_size=cfg.hidden_size,
+        num_layers=cfg.num_layers,
+        num_heads=cfg.num_heads,
         intermediate_size=cfg.intermediate_size,
-        num_hidden_layers=cfg.num_layers,
-        num_attention_heads=cfg.num_heads,
-        num_key_value_heads=cfg.num_heads,
-        max_position_embeddings=512,
-        tie_word_embeddings=True,
-        bos_token_id=eos,
-        eos_token_id=eos,
-        pad_token_id=hf_tok.pad_token_id,
+        max_positions=512,
+        pad_id=hf_tok.pad_token_id,
+        bos_id=eos,
+        eos_id=eos,
     )
     model = LlamaForCausalLM(mcfg)
     stream: list[int] = []

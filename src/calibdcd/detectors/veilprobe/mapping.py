@@ -29,6 +29,7 @@ import numpy as np
 from calibdcd.device import autocast, torch_device
 from calibdcd.progress import inner_bar
 from calibdcd.provenance import build_environment, library_versions
+from calibdcd.tiny_lm import bert_config
 
 from .cache import atomic_write_text, content_key
 from .config import FeatureConfig, MappingConfig
@@ -65,21 +66,20 @@ class MappingModel:
 
 
 def _build(cfg: MappingConfig, tok):
-    from transformers import BertConfig, EncoderDecoderConfig, EncoderDecoderModel
+    from transformers import EncoderDecoderConfig, EncoderDecoderModel
 
     common = dict(
         vocab_size=len(tok),
         hidden_size=cfg.hidden_size,
-        num_hidden_layers=cfg.num_layers,
-        num_attention_heads=cfg.num_heads,
+        num_layers=cfg.num_layers,
+        num_heads=cfg.num_heads,
         intermediate_size=cfg.intermediate_size,
-        max_position_embeddings=cfg.max_length,
-        hidden_dropout_prob=cfg.dropout,
-        attention_probs_dropout_prob=cfg.dropout,
-        pad_token_id=tok.pad_token_id,
+        max_positions=cfg.max_length,
+        pad_id=tok.pad_token_id,
+        dropout=cfg.dropout,
     )
-    enc = BertConfig(**common)
-    dec = BertConfig(**common, is_decoder=True, add_cross_attention=True)
+    enc = bert_config(**common)
+    dec = bert_config(**common, is_decoder=True, add_cross_attention=True)
     conf = EncoderDecoderConfig.from_encoder_decoder_configs(enc, dec)
     conf.decoder_start_token_id = tok.cls_token_id
     conf.pad_token_id = tok.pad_token_id
@@ -96,7 +96,7 @@ def _tokenizer(cfg: MappingConfig, corpus: list[str], cache_dir: Path):
     from transformers import AutoTokenizer
 
     if cfg.tokenizer:  # a local directory or a hub id in the local hub cache
-        from calibdcd.models import resolve_model
+        from calibdcd.model_refs import resolve_model
 
         return AutoTokenizer.from_pretrained(
             str(resolve_model(cfg.tokenizer, need="tokenizer").path)

@@ -22,6 +22,7 @@ from pathlib import Path
 from calibdcd.device import torch_device
 from calibdcd.progress import inner_bar
 from calibdcd.provenance import build_environment, library_versions
+from calibdcd.tiny_lm import bert_config, llama_config
 
 from .cache import atomic_write_text, content_key
 from .config import MaskedLMConfig
@@ -59,6 +60,18 @@ def _pad(batch: list[list[int]], pad_id: int):
         ids[i, : len(x)] = torch.tensor(x)
         mask[i, : len(x)] = 1
     return ids, mask
+
+
+def _shape(tok, cfg: MaskedLMConfig) -> dict[str, int]:
+    """The tiny model's shape (:mod:`calibdcd.tiny_lm`) for the pool's tokenizer ``tok``."""
+    return {
+        "vocab_size": len(tok),
+        "hidden_size": cfg.hidden_size,
+        "num_layers": cfg.num_layers,
+        "num_heads": cfg.num_heads,
+        "intermediate_size": cfg.intermediate_size,
+        "max_positions": cfg.max_length,
+    }
 
 
 def _train_loop(model, chunks, cfg: MaskedLMConfig, make_batch, desc: str, progress: bool):
@@ -151,19 +164,9 @@ def train_masked_lm(
 
     def build(tok, cfg: MaskedLMConfig):
         import torch
-        from transformers import BertConfig, BertForMaskedLM
+        from transformers import BertForMaskedLM
 
-        model = BertForMaskedLM(
-            BertConfig(
-                vocab_size=len(tok),
-                hidden_size=cfg.hidden_size,
-                num_hidden_layers=cfg.num_layers,
-                num_attention_heads=cfg.num_heads,
-                intermediate_size=cfg.intermediate_size,
-                max_position_embeddings=cfg.max_length,
-                pad_token_id=tok.pad_token_id,
-            )
-        )
+        model = BertForMaskedLM(bert_config(pad_id=tok.pad_token_id, **_shape(tok, cfg)))
         special = torch.tensor(sorted(set(tok.all_special_ids)))
 
         def make_batch(batch, gen):
@@ -195,21 +198,14 @@ def train_causal_proxy(
     """Train (or reuse) a tiny Llama-style causal LM on ``texts`` as an attribution proxy."""
 
     def build(tok, cfg: MaskedLMConfig):
-        from transformers import LlamaConfig, LlamaForCausalLM
+        from transformers import LlamaForCausalLM
 
         model = LlamaForCausalLM(
-            LlamaConfig(
-                vocab_size=len(tok),
-                hidden_size=cfg.hidden_size,
-                num_hidden_layers=cfg.num_layers,
-                num_attention_heads=cfg.num_heads,
-                num_key_value_heads=cfg.num_heads,
-                intermediate_size=cfg.intermediate_size,
-                max_position_embeddings=cfg.max_length,
-                pad_token_id=tok.pad_token_id,
-                bos_token_id=tok.cls_token_id,
-                eos_token_id=tok.sep_token_id,
-                tie_word_embeddings=True,
+            llama_config(
+                pad_id=tok.pad_token_id,
+                bos_id=tok.cls_token_id,
+                eos_id=tok.sep_token_id,
+                **_shape(tok, cfg),
             )
         )
         model.generation_config.pad_token_id = tok.pad_token_id
@@ -232,7 +228,7 @@ def load_masked_lm(path: str | Path):
     cache), in eval mode."""
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-    from calibdcd.models import resolve_model
+    from calibdcd.model_refs import resolve_model
 
     p = resolve_model(path).path
     if not p.is_dir():

@@ -59,9 +59,10 @@ class KeyToken:
 
 
 def _model_identity(path: str | Path, cache_dir: Path) -> dict:
-    """A proxy or masked LM in cache keys: its name and :func:`calibdcd.models.checkpoint_identity`
-    (never its location, so a moved cache keeps its perturbations)."""
-    from calibdcd.models import checkpoint_identity
+    """A proxy or masked LM in cache keys: its name and
+    :func:`calibdcd.model_refs.checkpoint_identity` (never its location, so a moved cache keeps
+    its perturbations)."""
+    from calibdcd.model_refs import checkpoint_identity
 
     return {"name": Path(path).name, "content": checkpoint_identity(path, cache_dir)}
 
@@ -120,7 +121,7 @@ def aggregate_key_tokens(
 
 def _local(ref: str) -> str:
     """A model reference as a directory (hub ids: their snapshot in the local hub cache)."""
-    from calibdcd.models import resolve_model
+    from calibdcd.model_refs import resolve_model
 
     return str(resolve_model(ref).path)
 

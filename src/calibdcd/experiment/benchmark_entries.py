@@ -10,7 +10,7 @@ from typing import Any
 from calibdcd.experiment.config import BenchmarkEntry
 from calibdcd.experiment.labs import resolve_lab
 
-__all__ = ["entry_benchmark_name", "load_benchmark_entry"]
+__all__ = ["entry_benchmark_name", "entry_path", "load_benchmark_entry", "load_benchmark_file"]
 
 
 def entry_benchmark_name(entry: BenchmarkEntry) -> str:
@@ -24,6 +24,22 @@ def entry_benchmark_name(entry: BenchmarkEntry) -> str:
     return benchmark_name(entry.name, path)
 
 
+def entry_path(
+    entry: BenchmarkEntry,
+    *,
+    build_lab: bool = True,
+    root: str | Path | None = None,
+    progress: bool = True,
+) -> str | None:
+    """The file ``entry``'s benchmark is read from: a path inside its lab (built on first use
+    when ``build_lab``, under the cache root ``root``; None while it is not built), its
+    ``path``, or None for a hub dataset or a named benchmark read from its known source."""
+    if entry.lab is None:
+        return entry.path
+    lab = resolve_lab(entry.lab, build=build_lab, root=root, progress=progress)
+    return None if lab is None else str(lab / (entry.path or "ground_truth.jsonl"))
+
+
 def load_benchmark_entry(
     entry: BenchmarkEntry,
     *,
@@ -31,6 +47,16 @@ def load_benchmark_entry(
     root: str | Path | None = None,
     progress: bool = True,
 ) -> Any:
+    """``entry``'s benchmark, its file resolved here (:func:`entry_path`)."""
+    path = entry_path(entry, build_lab=build_lab, root=root, progress=progress)
+    if entry.lab is not None and path is None:
+        raise FileNotFoundError(f"lab {entry.lab!r} is not built yet")
+    return load_benchmark_file(entry, path)
+
+
+def load_benchmark_file(entry: BenchmarkEntry, path: str | None) -> Any:
+    """``entry``'s benchmark read from ``path`` (:func:`entry_path`, as a run's plan resolved
+    it) or, for a hub dataset, from the hub."""
     from calibdcd.data import load_benchmark
 
     if entry.hub is not None:
@@ -45,12 +71,6 @@ def load_benchmark_entry(
                 if entry.member_field and entry.nonmember_field else None
             ),
         )  # fmt: skip
-    path = entry.path
-    if entry.lab is not None:
-        lab = resolve_lab(entry.lab, build=build_lab, root=root, progress=progress)
-        if lab is None:
-            raise FileNotFoundError(f"lab {entry.lab!r} is not built yet")
-        path = str(lab / (entry.path or "ground_truth.jsonl"))
     kw: dict[str, Any] = {"path": path, "split": entry.split, "dedupe": entry.dedupe}
     if entry.text_field:
         kw["text_field"] = entry.text_field

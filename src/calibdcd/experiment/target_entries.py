@@ -5,6 +5,7 @@ where a target's chat template - CalibDCD's views - comes from."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,9 @@ from calibdcd.paths import cache_root
 __all__ = [
     "SERVER_TEMPLATE",
     "VIEW_RULES",
+    "ViewSource",
     "build_target",
+    "cached_target",
     "describe_views",
     "lab_model_problem",
     "model_path",
@@ -24,6 +27,8 @@ __all__ = [
     "target_identity",
     "target_views",
     "view_rule",
+    "view_source",
+    "views_of",
 ]
 
 
@@ -78,17 +83,32 @@ def build_target(
     *,
     progress: bool | None = None,
 ) -> Any:
-    """The target of ``entry`` wrapped in the SQLite generation cache at ``cache_path``; its lab
-    and a local backend's conversions live under the cache root ``root``; ``progress`` (when
-    not None and the backend takes it, unless its options set it): its generation bar."""
+    """The target of ``entry`` resolved alone (a fit, a score): its model (:func:`model_path`;
+    a lab built on first use under the cache root ``root``), then :func:`cached_target`."""
+    model = model_path(entry, root=root, progress=progress is not False)
+    return cached_target(entry, model, cache_path, root, progress=progress)
+
+
+def cached_target(
+    entry: TargetEntry,
+    model: str,
+    cache_path: Path,
+    root: str | Path | None = None,
+    *,
+    progress: bool | None = None,
+) -> Any:
+    """The target of ``entry`` on ``model`` (as a run's plan resolved it) wrapped in the SQLite
+    generation cache at ``cache_path``; a local backend's conversions live under the cache root
+    ``root``; ``progress`` (when not None and the backend takes it, unless its options set it):
+    its generation bar."""
     from calibdcd.targets.base import create_target, unknown_options
     from calibdcd.targets.cache import CachedTarget
 
     kwargs = dict(entry.options)
     if progress is not None and not unknown_options(entry.backend, {"progress": progress}):
         kwargs.setdefault("progress", progress)  # a backend that shows progress: the run's
-    kwargs["model"] = model_path(entry, root=root, progress=progress is not False)
-    missing = lab_model_problem(Path(kwargs["model"]).parent, entry.model) if entry.lab else None
+    kwargs["model"] = model
+    missing = lab_model_problem(Path(model).parent, entry.model) if entry.lab else None
     if missing:
         raise ValueError(f"targets ({entry.name}).model: {missing}")
     if entry.backend == "hf":  # GGUF conversions and checkpoint digests
@@ -179,6 +199,92 @@ def describe_views(entry: TargetEntry, root: str | Path | None = None) -> str:
     return VIEW_RULES[view_rule(entry, root)].format(tokenizer=entry.tokenizer, family=entry.family)
 
 
+@dataclasses.dataclass(frozen=True)
+class ViewSource:
+    """Where a target's views come from, decided without loading, building or asking anything
+    (:func:`view_source`; a run's plan holds one per target): ``rule``, a key of
+    :data:`VIEW_RULES`; ``family``, a family with built-in views (given, or told by a served
+    model's name); ``tokenizer``, the tokenizer or checkpoint whose chat template gives them;
+    ``server``: the served model renders its template (vLLM's ``/tokenize``); ``ask_loaded``:
+    the loaded target's family comes first (a hub model, a served model named for no family);
+    ``ready``: False when the answer needs a model that is not here yet (a lab to build, a hub
+    checkpoint to load)."""
+
+    rule: str
+    family: str | None = None
+    tokenizer: str | None = None
+    server: bool = False
+    ask_loaded: bool = False
+    ready: bool = True
+
+
+def view_source(
+    entry: TargetEntry, root: str | Path | None = None, model: str | None = None
+) -> ViewSource:
+    """The one place that says where ``entry``'s views come from. In order:
+
+    1. ``tokenizer:`` named: that tokenizer's template (``server``: the server's own);
+    2. a local checkpoint (a lab model, a path): its own template;
+    3. ``family:`` with built-in views: those;
+    4. no family: an in-process hub model's family as its loaded target reads it, else its
+       snapshot's template; a remote model's family from its name, else from its loaded
+       target, else the template of its hub tokenizer when that is in the local hub cache,
+       else (a served model) the server's template.
+
+    ``model``: the target's model as a plan resolved it (else :func:`model_path`, building
+    nothing)."""
+    rule = view_rule(entry, root)
+    family = entry.family
+    if rule == "server":
+        return ViewSource(rule, family, server=True)
+    if rule == "tokenizer":
+        return ViewSource(rule, family, entry.tokenizer)
+    if rule == "lab checkpoint":
+        return ViewSource(rule, family, ready=False)
+    if rule == "checkpoint":
+        return ViewSource(rule, family, str(model or model_path(entry, build_lab=False, root=root)))
+    if rule == "hub model":  # a hub checkpoint: its tokenizer is checked where it is resolved
+        return ViewSource(rule, None, entry.model, ask_loaded=True, ready=False)
+    if rule == "remote":
+        from calibdcd.targets.hf import detect_family
+
+        told = detect_family(entry.model.rstrip("/").split("@")[0])
+        if told is not None:
+            return ViewSource(rule, told)
+        # the served model's hub tokenizer when it is here, else the server's template
+        # (openai), else that hub tokenizer all the same (the error names what to fetch)
+        server = entry.backend == "openai" and not _local_hub_tokenizer(entry.model)
+        return ViewSource(rule, None, None if server else entry.model, server, ask_loaded=True)
+    return ViewSource(rule, family)
+
+
+def views_of(
+    source: ViewSource,
+    entry: TargetEntry,
+    system: str,
+    *,
+    loaded_family: Any = None,
+    dry: bool = False,
+) -> list[Any] | None:
+    """CalibDCD's ten views of a target from its :class:`ViewSource` (``loaded_family``: a
+    callable giving the loaded target's family). ``dry``: load no weights and ask no loaded
+    target; None when the answer needs a model that is not here yet."""
+    from calibdcd.views import view_bank
+
+    if dry and not source.ready:
+        return None
+    if not source.ready and source.rule == "lab checkpoint":
+        raise ValueError(f"targets ({entry.name}): its lab {entry.lab!r} is not built")
+    family, tokenizer = source.family, source.tokenizer
+    if source.ask_loaded and loaded_family is not None and not dry:
+        family = loaded_family()  # a registered backend's target may know its family
+        if family is not None:
+            tokenizer = None
+    if source.server and (source.rule == "server" or family is None):
+        tokenizer = server_template(entry)
+    return view_bank(family, tokenizer, system=system)  # type: ignore[arg-type]
+
+
 def target_views(
     entry: TargetEntry,
     system: str,
@@ -187,62 +293,17 @@ def target_views(
     loaded_family: Any = None,
     dry: bool = False,
 ) -> list[Any] | None:
-    """CalibDCD's ten views for a target: the one place that says where its chat template comes
-    from (the run, the dry run, ``fit`` and ``score`` all ask here). In order:
-
-    1. ``tokenizer:`` named: that tokenizer's template (``server``: the server's own);
-    2. a local checkpoint (a lab model, a path): its own template;
-    3. ``family:`` with built-in views: those;
-    4. no family: an in-process hub model's family as its loaded target reads it
-       (``loaded_family``, a callable), else its snapshot's template; a remote model's family
-       from its name, else from its loaded target, else the template of its hub tokenizer when
-       that is in the local hub cache, else (a served model) the server's template (vLLM's
-       ``/tokenize``).
-
-    ``dry``: build nothing and load no weights; None when the answer needs a model that is not
-    here yet (a lab to build, a hub checkpoint)."""
-    from calibdcd.views import view_bank
-
-    family: str | None = entry.family
-    tokenizer: Any = None
-    rule = view_rule(entry, root)
-    local = Path(model_path(entry, build_lab=False, root=root))
-    if rule == "server":
-        tokenizer = server_template(entry)
-    elif rule == "tokenizer":
-        tokenizer = entry.tokenizer
-    elif rule == "lab checkpoint":
-        if dry:
-            return None
-        local = Path(model_path(entry, root=root))
-        tokenizer = str(local)
-    elif rule == "checkpoint":
-        tokenizer = str(local)
-    elif rule == "hub model":
-        if dry:
-            return None  # a hub checkpoint: its tokenizer is checked where it is resolved
-        family = loaded_family() if loaded_family is not None else None
-        if family is None:
-            tokenizer = entry.model
-    elif rule == "remote":  # a family told by the model's name, else ...
-        from calibdcd.targets.hf import detect_family
-
-        family = detect_family(entry.model.rstrip("/").split("@")[0])
-        if family is None and loaded_family is not None and not dry:
-            family = loaded_family()  # a registered backend's target may know its family
-        if family is None:
-            # ... the served model's hub tokenizer when it is here, else the server's template
-            # (openai), else that hub tokenizer all the same (the error names what to fetch)
-            if entry.backend == "openai" and not _local_hub_tokenizer(entry.model):
-                tokenizer = server_template(entry)
-            else:
-                tokenizer = entry.model
-    return view_bank(family, tokenizer, system=system)  # type: ignore[arg-type]
+    """CalibDCD's ten views for a target entry resolved alone (a fit, a score): its
+    :func:`view_source` (a lab built first unless ``dry``), then :func:`views_of`."""
+    source = view_source(entry, root)
+    if source.rule == "lab checkpoint" and not dry:
+        source = view_source(entry, root, model_path(entry, root=root))
+    return views_of(source, entry, system, loaded_family=loaded_family, dry=dry)
 
 
 def _local_hub_tokenizer(ref: str) -> bool:
     """Whether ``ref`` is a hub id whose tokenizer is in the local hub cache."""
-    from calibdcd.models import MissingModelError, is_hub_id, resolve_model
+    from calibdcd.model_refs import MissingModelError, is_hub_id, resolve_model
 
     if not is_hub_id(ref):
         return False

@@ -19,6 +19,7 @@ from calibdcd.detectors.registry import (
     DetectorRegistration,
     create_detector_config,
     detector_factory,
+    detector_registration,
     registered_detectors,
 )
 from calibdcd.experiment.config import DetectorEntry, register_entry_check
@@ -144,12 +145,14 @@ def _shifted(entry: DetectorEntry, offsets: Mapping[str, Any]) -> DetectorEntry:
 @dataclasses.dataclass(frozen=True)
 class PlannedDetector:
     """A detector as a run's plan holds it: for one benchmark (the name it is configured for)
-    and setting seed, resolved and not built. ``entry``: the config entry with the seed's
-    offsets merged into its options (``detector_seed: offset``: every ``seed`` field of the
-    preset's config shifted by the setting seed; seed 0, and every seed under ``fixed``, leave
-    the entry as written); ``seed``: the seed it was resolved for (0 under ``fixed``);
-    ``config``: the parameters it will be built with, or None with ``problem`` when they cannot
-    be resolved here (a detector whose package is not installed, a bad option)."""
+    and detector seed, resolved and not built. ``entry``: the config entry with the seed's
+    offsets merged into its options (every ``seed`` field of the preset's config shifted by the
+    seed; seed 0 leaves the entry as written); ``seed``: the seed it was resolved for (the
+    plan's :func:`~calibdcd.experiment.plan.detector_seed`); ``config``: the parameters it will
+    be built with, or None with ``problem`` when they cannot be resolved here (a detector whose
+    package is not installed, a bad option, a lab file that is not built yet: the plan's
+    ``materialize`` resolves it again once built); ``cache_dir``: the cache root it was
+    resolved under."""
 
     entry: DetectorEntry
     benchmark: str
@@ -158,6 +161,9 @@ class PlannedDetector:
     problem: str | None = None
     #: the options the seed set (merged into ``entry``; empty for seed 0)
     offsets: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    cache_dir: str | None = None
+    #: the exception ``problem`` says (raised again by :meth:`build`)
+    error: Exception | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -172,16 +178,23 @@ class PlannedDetector:
         shifted = ", ".join(f"{k}={v}" for k, v in flat.items())
         return f"{head}: " + (f"options {shifted}" if shifted else "as configured")
 
-    def build(self, cache_dir: str | None, *, progress: bool | None = None) -> Any:
-        """The detector, built (labs it refers to built on first use under ``cache_dir``).
-        When its parameters could not be resolved without building (``problem``; e.g. a
-        factory-only registration that needs its lab references built), the configured
-        detector is built and the seed's offsets are read from its config, as before plans."""
-        if self.problem is not None and self.seed and not self.offsets:
-            base = build_detector(self.entry, self.benchmark, cache_dir, progress=progress)
-            entry = _shifted(self.entry, seed_offsets(base.config, self.seed))
-            return build_detector(entry, self.benchmark, cache_dir, progress=progress)
-        return build_detector(self.entry, self.benchmark, cache_dir, progress=progress)
+    def build(self, *, progress: bool | None = None) -> Any:
+        """The detector, built once from the resolved parameters (``progress``, when not None
+        and the detector takes it, unless its options set it: its inner bars). One that could
+        not be resolved raises its ``problem``."""
+        if self.config is None:
+            raise self.error or ValueError(f"detector {self.entry.label}: {self.problem}")
+        reg = detector_registration(self.entry.name)
+        config = self.config
+        take = progress is not None and reg.progress and "progress" not in self.entry.options
+        if reg.construct is None:  # registered with a factory only
+            options = dict(self.entry.options)
+            if take:
+                options["progress"] = progress
+            return reg.factory(self.entry.preset, options, self.benchmark, str(self.cache_dir))
+        if take:
+            config = dataclasses.replace(config, progress=progress)
+        return reg.construct(config)
 
 
 def _flat(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -195,33 +208,26 @@ def _flat(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def plan_detector(
-    entry: DetectorEntry,
-    benchmark: str,
-    seed: int,
-    cache_dir: str | None,
-    *,
-    detector_seed: str = "offset",
+    entry: DetectorEntry, benchmark: str, seed: int, cache_dir: str | None
 ) -> PlannedDetector:
-    """``entry``'s detector for ``benchmark`` and setting ``seed``, resolved without building any
-    lab (the one place a setting seed becomes detector options): its preset's parameters give
-    the seed fields, shifted by ``seed`` under ``detector_seed: offset``. A registration with
-    ``params`` builds nothing here; a factory-only one is built to read its config. What cannot
-    be resolved is the plan's ``problem``, not an error: a run meets it when it builds."""
-    if detector_seed == "fixed":
-        seed = 0
+    """``entry``'s detector for ``benchmark`` and detector seed ``seed``, resolved without
+    building any lab (the one place a seed becomes detector options): its preset's parameters
+    give the seed fields, shifted by ``seed``. What cannot be resolved is the plan's
+    ``problem``, not an error: a run meets it when it builds."""
+    cache_dir = str(cache_root(cache_dir))
     try:
         base = detector_config(entry, benchmark, cache_dir)
     except Exception as exc:  # the build reports it, in the setting that needs it
-        return PlannedDetector(entry, benchmark, seed, None, str(exc))
+        return PlannedDetector(entry, benchmark, seed, None, str(exc), {}, cache_dir, exc)
     if seed == 0:
-        return PlannedDetector(entry, benchmark, 0, base)
+        return PlannedDetector(entry, benchmark, 0, base, cache_dir=cache_dir)
     offsets = seed_offsets(base, seed)
     shifted = _shifted(entry, offsets)
     try:
         config = detector_config(shifted, benchmark, cache_dir)
     except Exception as exc:
-        return PlannedDetector(shifted, benchmark, seed, None, str(exc), offsets)
-    return PlannedDetector(shifted, benchmark, seed, config, None, offsets)
+        return PlannedDetector(shifted, benchmark, seed, None, str(exc), offsets, cache_dir, exc)
+    return PlannedDetector(shifted, benchmark, seed, config, None, offsets, cache_dir)
 
 
 def _without_locations(value: Any, root: str | Path | None = None) -> Any:
@@ -233,7 +239,7 @@ def _without_locations(value: Any, root: str | Path | None = None) -> Any:
     def located(value: str) -> Any:
         p = Path(value)
         if p.is_dir():
-            from calibdcd.models import checkpoint_identity
+            from calibdcd.model_refs import checkpoint_identity
 
             try:
                 return {"name": p.name, "content": checkpoint_identity(p, root)}
@@ -262,6 +268,23 @@ def detector_fingerprint(detector: Any, root: str | Path | None = None) -> str:
     return f"{detector.name}:{hashlib.sha256(body.encode()).hexdigest()[:16]}"
 
 
+def _check_context(data: Mapping[str, Any]) -> tuple[str, str]:
+    """(the name the config's first benchmark loads under, the config's cache root) for a
+    detector entry's check, from the file's raw mapping ("" and the default root where the
+    file does not say)."""
+    from calibdcd.experiment.benchmark_entries import entry_benchmark_name
+    from calibdcd.experiment.config import BenchmarkEntry
+
+    benches = data.get("benchmarks")
+    first = benches[0] if isinstance(benches, list) and benches else None
+    try:
+        bench = entry_benchmark_name(BenchmarkEntry(**first)) if isinstance(first, Mapping) else ""
+    except (TypeError, ValueError):  # the benchmark's own problems are reported with it
+        bench = ""
+    where = data.get("cache_dir")
+    return bench, str(cache_root(where if isinstance(where, str) else None))
+
+
 def detector_entry_problems(entry: DetectorEntry, data: Mapping[str, Any]) -> list[Any]:
     """A config check (:func:`calibdcd.experiment.config.register_entry_check`): the entry's
     preset and every option against the detector's typed config, without building models."""
@@ -275,12 +298,9 @@ def detector_entry_problems(entry: DetectorEntry, data: Mapping[str, Any]) -> li
         ]
     if not detector_available(entry.name):
         return []  # the dry run names detectors whose module is not installed
-    benches = data.get("benchmarks")
-    first = benches[0] if isinstance(benches, list) and benches else {}
-    bench = first.get("name") if isinstance(first, Mapping) else None
-    bench = bench if isinstance(bench, str) else ""
+    bench, root = _check_context(data)
     try:  # the preset's parameters, nothing built
-        base = detector_config(dataclasses.replace(entry, options={}), bench, ".calibdcd-cache")
+        base = detector_config(dataclasses.replace(entry, options={}), bench, root)
     except ImportError:
         return []
     except (ValueError, TypeError) as exc:
@@ -289,7 +309,7 @@ def detector_entry_problems(entry: DetectorEntry, data: Mapping[str, Any]) -> li
     problems = option_problems(base, entry.options)
     if not problems:
         try:  # built: a constructor's own checks of the values too
-            build_detector(entry, bench, ".calibdcd-cache", build_labs=False)
+            build_detector(entry, bench, root, build_labs=False)
         except ImportError:  # a build that imports what is not installed: the dry run says
             pass
         except OptionsError as exc:

@@ -1,4 +1,5 @@
-"""On-disk artefacts: content-addressed array and model caches, atomic JSON/CSV writes, hashing.
+"""The feature and model caches: content-addressed ``.npz`` arrays and models under the run's
+cache root, keyed by :func:`calibdcd.keys.digest` of everything an entry depends on.
 
 Nothing here unpickles: cached models are ``.npz`` files of arrays plus a JSON header (format
 version, class, JSON-able meta), loaded with ``allow_pickle=False`` and rebuilt by the class's own
@@ -7,72 +8,17 @@ version, class, JSON-able meta), loaded with ``allow_pickle=False`` and rebuilt 
 
 from __future__ import annotations
 
-import csv
-import hashlib
-import json
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 
-from calibdcd.atomic import (
-    atomic_savez,
-    atomic_write_bytes,
-    atomic_write_text,
-    read_json,
-    write_json,
-)
-from calibdcd.persist import (
-    MODEL_FORMAT,
-    Persistable,
-    class_name,
-    pack_state,
-    unpack_state,
-)
+from calibdcd.atomic import atomic_savez, atomic_write_bytes
+from calibdcd.persist import Persistable, pack_state, unpack_state
 
-__all__ = [
-    "MODEL_FORMAT",
-    "ArrayCache",
-    "Persistable",
-    "atomic_write_bytes",
-    "atomic_write_text",
-    "class_name",
-    "digest",
-    "pack_state",
-    "read_json",
-    "unpack_state",
-    "write_csv",
-    "write_json",
-]
-
-
-def digest(*parts: Any) -> str:
-    """sha256 of a JSON rendering of ``parts`` (sequences of strings hash their items in order)."""
-    h = hashlib.sha256()
-    for p in parts:
-        if isinstance(p, np.ndarray):
-            h.update(repr((p.dtype.str, p.shape)).encode())
-            h.update(np.ascontiguousarray(p).tobytes())
-        else:
-            h.update(json.dumps(p, sort_keys=True, default=str).encode())
-        h.update(b"\x00")
-    return h.hexdigest()
-
-
-def write_csv(path: Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-    import io
-
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(header)
-    for r in rows:
-        # floats round-trip exactly (repr), so thresholds recomputed from the file agree
-        w.writerow(
-            ["" if v is None else (repr(float(v)) if isinstance(v, float) else v) for v in r]
-        )
-    atomic_write_text(path, buf.getvalue())
+__all__ = ["ArrayCache", "cache_miss_warning"]
 
 
 P = TypeVar("P")
