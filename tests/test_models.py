@@ -274,6 +274,9 @@ def test_models_in_config_includes_defaults_and_skips_lab_and_remote(hub, tmp_pa
     with pytest.raises(MissingModelsError) as err:
         check_models(cfg)
     assert err.value.missing[0][0].ref == "gpt2"  # only the default DPDLLM reference is missing
+    # offline, the way out is a local reference, named beside the fetch command
+    assert "options.reference.model_path to a checkpoint directory" in str(err.value)
+    assert "packaged:smollm2-135m-instruct" in str(err.value)
 
 
 def _cli(*args: str, env: dict[str, str], cwd: Path = REPO) -> subprocess.CompletedProcess:

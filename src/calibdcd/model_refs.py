@@ -439,6 +439,13 @@ class MissingModelsError(ValueError):
             if _offline():
                 hint += " (with network access and HF_HUB_OFFLINE unset)"
             lines.append(hint)
+        if any(use.where.endswith("reference.model_path") for use, _ in self.missing):
+            lines.append(
+                "or, offline, give DPDLLM a local reference LM: set the detector's "
+                "options.reference.model_path to a checkpoint directory (`calibdcd models export "
+                "SPEC DIR` writes one) or to packaged:smollm2-135m-instruct, as "
+                "configs/audit-vllm-cpu.yaml does (docs/audit.md)"
+            )
         super().__init__("\n".join(lines))
 
 
