@@ -181,14 +181,21 @@ def _check_fit_output(cfg: Any, config: Path, out: Path) -> None:
         )
 
 
-def _planned_detector(cfg: Any, cache: Path, progress: bool | None = None) -> Any:
+def _planned_detector(
+    cfg: Any, cache: Path, progress: bool | None = None, *, build: bool = False
+) -> Any:
     """The fit's detector resolved as a run's plan resolves one
-    (:func:`calibdcd.experiment.detector_entries.plan_detector`, seed 0: a fit has one setting)."""
+    (:func:`calibdcd.experiment.detector_entries.plan_detector`, seed 0: a fit has one setting);
+    ``build``: the labs and clean reference LMs its options name are built first under the
+    fit's cache root (a fit's ``materialize``)."""
     from calibdcd.experiment.config import DetectorEntry
     from calibdcd.experiment.detector_entries import plan_detector
+    from calibdcd.experiment.labs import resolve_lab_refs
 
     dt = cfg.detector
     opts = dict(dt.options)
+    if build:
+        opts = resolve_lab_refs(opts, build=True, root=cache, progress=bool(progress))
     if progress is not None:
         opts.setdefault("progress", progress)
     entry = DetectorEntry(name=dt.name, preset=dt.preset, options=opts)
@@ -461,7 +468,7 @@ def _fit(cfg: Any, cache_dir: Path, progress: bool) -> Any:
         raise typer.Exit(2) from None
     dt = cfg.detector
     # lab references resolve (and build) under this fit's cache root, in the build
-    detector = _planned_detector(cfg, cache_dir, progress).build(progress=progress)
+    detector = _planned_detector(cfg, cache_dir, progress, build=True).build(progress=progress)
     spec = {"name": dt.name, "preset": dt.preset, "options": dict(dt.options),
             "benchmark": dt.benchmark}  # fmt: skip
     n_known = len(texts.supervised) + len(texts.calibration) + len(texts.heldout)
