@@ -71,7 +71,8 @@ def resolve_lab_refs(
     """
     if isinstance(value, str) and value.startswith("lab-clean-reference:"):
         if not build:  # its path when it is trained here, else as written
-            return value if unbuilt_clean_references(value, root=root) else _trained(value, root)
+            ref = _clean_reference_dir(value, root)
+            return str(ref) if ref is not None and _trained(ref) else value
         from calibdcd.lab.clean_reference import ensure_clean_reference
 
         lab = resolve_lab(value.split(":", 1)[1], build=True, root=root)
@@ -91,30 +92,30 @@ def resolve_lab_refs(
     return value
 
 
-def _trained(value: str, root: str | Path | None) -> str:
-    """The directory of the trained clean reference ``lab-clean-reference:<preset>``."""
+def _clean_reference_dir(value: str, root: str | Path | None) -> Path | None:
+    """Where ``lab-clean-reference:<preset>`` is (or will be) trained under the cache root
+    ``root``; None while its lab is not built here."""
     from calibdcd.lab.clean_reference import clean_reference_dir
 
     lab = resolve_lab(value.split(":", 1)[1], build=False, root=root)
-    assert lab is not None  # (trained: its lab is built)
-    return str(clean_reference_dir(lab, cache_dir=cache_root(root)))
+    return None if lab is None else clean_reference_dir(lab, cache_dir=cache_root(root))
+
+
+def _trained(ref: Path) -> bool:
+    return (ref / "reference.json").exists()
 
 
 def unbuilt_clean_references(value: Any, *, root: str | Path | None = None) -> list[str]:
     """The ``lab-clean-reference:<preset>`` references in nested detector options that are not
     built under the cache root ``root`` (their would-be directory names). Trains nothing: a
     stale-result check must not start a reference's training."""
-    from calibdcd.lab.clean_reference import clean_reference_dir
-
     out = []
     for v in option_strings(value):
         if not v.startswith("lab-clean-reference:"):
             continue
-        lab = resolve_lab(v.split(":", 1)[1], build=False, root=root)
-        if lab is None:
+        ref = _clean_reference_dir(v, root)
+        if ref is None:
             out.append(v)
-            continue
-        ref = clean_reference_dir(lab, cache_dir=cache_root(root))
-        if not (ref / "reference.json").exists():
+        elif not _trained(ref):
             out.append(f"{v}={ref.name}")
     return out

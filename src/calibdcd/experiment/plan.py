@@ -36,7 +36,6 @@ from calibdcd.experiment.config import (
     entry_labs,
     labs_of,
     option_strings,
-    resolve_lab_ref,
 )
 from calibdcd.experiment.detector_entries import PlannedDetector, plan_detector
 from calibdcd.experiment.labs import resolve_lab, resolve_lab_refs, unbuilt_clean_references
@@ -267,23 +266,23 @@ def _planned_benchmark(
 
 
 def _planned_target(entry: TargetEntry, root: Path) -> PlannedTarget:
-    views = describe_views(entry, root)
     if entry.lab is not None:
         lab = resolve_lab(entry.lab, build=False, root=root)
         if lab is None:
             source = view_source(entry, root)
             return PlannedTarget(
-                entry, f"lab {entry.lab}/{entry.model}", False, views, None, None, source
-            )
+                entry, f"lab {entry.lab}/{entry.model}", False, source.words(entry), None, None,
+                source,
+            )  # fmt: skip
         path = str(lab / entry.model)
-        return PlannedTarget(entry, path, True, views, path, None, view_source(entry, root, path))
+        source = view_source(entry, root, path)
+        return PlannedTarget(entry, path, True, source.words(entry), path, None, source)
     try:
         path = model_path(entry, build_lab=False, root=root)
     except ValueError as exc:  # a packaged model whose package is not installed
-        return PlannedTarget(entry, entry.model, True, views, None, str(exc))
-    return PlannedTarget(
-        entry, entry.model, True, views, path, None, view_source(entry, root, path)
-    )
+        return PlannedTarget(entry, entry.model, True, describe_views(entry, root), None, str(exc))
+    source = view_source(entry, root, path)
+    return PlannedTarget(entry, entry.model, True, source.words(entry), path, None, source)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -339,10 +338,7 @@ class RunPlan:
 
     def lab_dir(self, spec: str) -> Path | None:
         """The directory of lab ``spec`` when it is built here, else None."""
-        ref = self.config.labs.get(spec) or resolve_lab_ref(spec, cache_dir=self.config.cache_dir)
-        if not isinstance(ref, LabRef) or not ref.built or ref.directory is None:
-            return None
-        return Path(ref.directory)
+        return resolve_lab(spec, build=False, root=self.cache_root)
 
     def planned_detectors(self, label: str) -> list[PlannedDetector]:
         """The plan's detectors of config entry ``label``, one per benchmark (its lowest seed)."""

@@ -196,7 +196,11 @@ def view_rule(entry: TargetEntry, root: str | Path | None = None) -> str:
 
 def describe_views(entry: TargetEntry, root: str | Path | None = None) -> str:
     """Where ``entry``'s views come from, in words (:func:`view_rule`)."""
-    return VIEW_RULES[view_rule(entry, root)].format(tokenizer=entry.tokenizer, family=entry.family)
+    return _rule_words(view_rule(entry, root), entry)
+
+
+def _rule_words(rule: str, entry: TargetEntry) -> str:
+    return VIEW_RULES[rule].format(tokenizer=entry.tokenizer, family=entry.family)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,6 +220,11 @@ class ViewSource:
     server: bool = False
     ask_loaded: bool = False
     ready: bool = True
+
+    def words(self, entry: TargetEntry) -> str:
+        """Where the views come from, in words (:func:`describe_views` without deciding the
+        rule again)."""
+        return _rule_words(self.rule, entry)
 
 
 def view_source(
