@@ -35,7 +35,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 def _detector(args: argparse.Namespace, cache: Path):
     from calibdcd.experiment.config import DetectorEntry
-    from calibdcd.experiment.detector_entries import build_detector
+    from calibdcd.experiment.detector_entries import plan_detector
     from calibdcd.experiment.labs import resolve_lab_refs
 
     if args.detector == "dpdllm":
@@ -54,11 +54,9 @@ def _detector(args: argparse.Namespace, cache: Path):
     else:
         opts, preset = {}, None
     spec = {"name": args.detector, "preset": preset, "options": opts, "benchmark": "lab"}
-    det = build_detector(
-        DetectorEntry(name=args.detector, preset=preset, options=resolve_lab_refs(opts)),
-        "lab",
-        str(cache),
-    )
+    options = resolve_lab_refs(opts, build=True, root=str(cache))
+    entry = DetectorEntry(name=args.detector, preset=preset, options=options)
+    det = plan_detector(entry, "lab", 0, str(cache)).build()
     return det, spec
 
 

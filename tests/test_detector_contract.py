@@ -32,7 +32,7 @@ import pytest
 from calibdcd.detectors.base import Detector, PersistableClassifier
 from calibdcd.detectors.registry import registered_detectors
 from calibdcd.experiment.config import DetectorEntry
-from calibdcd.experiment.detector_entries import build_detector, detector_fingerprint
+from calibdcd.experiment.detector_entries import detector_fingerprint, plan_detector
 from calibdcd.targets.base import GenerationParams
 
 NAMES = sorted(registered_detectors())
@@ -45,7 +45,7 @@ def _entry(name: str, options: dict | None = None) -> DetectorEntry:
 
 
 def _build(name: str, cache: Path, options: dict | None = None):
-    return build_detector(_entry(name, options), "lab", str(cache), build_labs=False)
+    return plan_detector(_entry(name, options), "lab", 0, str(cache)).build()
 
 
 def _leaves(cfg, path=()):
@@ -110,7 +110,6 @@ def test_parameters_resolve_apart_from_construction(name, tmp_path):
         create_detector_config,
         registered_detectors,
     )
-    from calibdcd.experiment.detector_entries import detector_config
 
     # registered as parameters + build (not a factory that must build to show its config)
     assert registered_detectors()[name].params is not None, f"{name}: no params function"
@@ -132,8 +131,8 @@ def test_parameters_resolve_apart_from_construction(name, tmp_path):
         kw = {"options": options, "benchmark": "lab", "cache_dir": str(tmp_path)}
         assert create_detector_config(name, **kw) == create_detector(name, **kw).config
         entry = _entry(name, options)
-        built = build_detector(entry, "lab", str(tmp_path), build_labs=False)
-        assert detector_config(entry, "lab", str(tmp_path)) == built.config
+        planned = plan_detector(entry, "lab", 0, str(tmp_path))
+        assert planned.config == planned.build().config
     with pytest.raises(ValueError, match="unknown detector"):
         create_detector_config(name + "x")
 

@@ -431,7 +431,7 @@ def test_register_detector_makes_a_detector_buildable_by_name(request):
         registered_detectors,
     )
     from calibdcd.experiment.config import DetectorEntry
-    from calibdcd.experiment.detector_entries import DETECTORS, build_detector, detector_available
+    from calibdcd.experiment.detector_entries import DETECTORS, detector_available, plan_detector
 
     built = []
 
@@ -443,7 +443,9 @@ def test_register_detector_makes_a_detector_buildable_by_name(request):
     request.addfinalizer(lambda: registry._FACTORIES.pop("overlap-test", None))
     assert "overlap-test" in registered_detectors() and "overlap-test" in DETECTORS
     assert detector_available("overlap-test")
-    det = build_detector(DetectorEntry(name="overlap-test", options={"positions": 3}), "lab", ".")
+    det = plan_detector(
+        DetectorEntry(name="overlap-test", options={"positions": 3}), "lab", 0, "."
+    ).build()
     assert det.config.positions == 3 and built[-1] == (None, {"positions": 3}, "lab")
     assert create_detector("overlap-test").config.positions == 4
     with pytest.raises(ValueError, match="already registered"):

@@ -420,11 +420,11 @@ def test_official_protonet_hyperparameters_and_euclidean_inference():
 
 def test_a_config_selects_each_preset_and_overrides_single_options(tmp_path):
     from calibdcd.experiment.config import DetectorEntry
-    from calibdcd.experiment.detector_entries import build_detector
+    from calibdcd.experiment.detector_entries import plan_detector
 
     for preset in PRESETS:
         entry = DetectorEntry("veilprobe", preset=preset)
-        det = build_detector(entry, "wikimia", str(tmp_path), build_labs=False)
+        det = plan_detector(entry, "wikimia", 0, str(tmp_path)).build()
         expected = dataclasses.replace(
             VeilProbeConfig.preset(preset), cache_dir=str(tmp_path / "veilprobe"), progress=False
         )
@@ -432,8 +432,8 @@ def test_a_config_selects_each_preset_and_overrides_single_options(tmp_path):
     entry = DetectorEntry(
         "veilprobe", preset="official", options={"features": {"decoder_input": "suffix"}}
     )
-    det = build_detector(entry, "wikimia", str(tmp_path), build_labs=False)
+    det = plan_detector(entry, "wikimia", 0, str(tmp_path)).build()
     assert det.config.features.decoder_input == "suffix"
     assert det.config.protonet == VeilProbeConfig.official().protonet
     with pytest.raises(ValueError, match="VeilProbe presets are official, paper, cpu"):
-        build_detector(DetectorEntry("veilprobe", preset="gpu"), "wikimia", str(tmp_path))
+        plan_detector(DetectorEntry("veilprobe", preset="gpu"), "wikimia", 0, str(tmp_path)).build()

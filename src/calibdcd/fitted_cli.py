@@ -13,6 +13,7 @@ in, above the inner bars of its waits (count, rate, ETA: :mod:`calibdcd.progress
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -182,24 +183,31 @@ def _check_fit_output(cfg: Any, config: Path, out: Path) -> None:
 
 
 def _planned_detector(
-    cfg: Any, cache: Path, progress: bool | None = None, *, build: bool = False
+    spec: Mapping[str, Any], cache: Path, progress: bool | None = None, *, build: bool = False
 ) -> Any:
-    """The fit's detector resolved as a run's plan resolves one
-    (:func:`calibdcd.experiment.detector_entries.plan_detector`, seed 0: a fit has one setting);
+    """The one way ``fit``, ``score`` and their dry runs resolve their detector: ``spec`` (a fit
+    config's detector section, or a bundle's ``detector_spec``: name, preset, options,
+    benchmark) planned as a run's plan plans one
+    (:func:`calibdcd.experiment.detector_entries.plan_detector`, seed 0: one setting);
     ``build``: the labs and clean reference LMs its options name are built first under the
-    fit's cache root (a fit's ``materialize``)."""
+    cache root ``cache`` (the command's ``materialize``)."""
     from calibdcd.experiment.config import DetectorEntry
     from calibdcd.experiment.detector_entries import plan_detector
     from calibdcd.experiment.labs import resolve_lab_refs
 
-    dt = cfg.detector
-    opts = dict(dt.options)
+    opts = dict(spec.get("options") or {})
     if build:
         opts = resolve_lab_refs(opts, build=True, root=cache, progress=bool(progress))
     if progress is not None:
         opts.setdefault("progress", progress)
-    entry = DetectorEntry(name=dt.name, preset=dt.preset, options=opts)
-    return plan_detector(entry, dt.benchmark or "", 0, str(cache))
+    entry = DetectorEntry(name=spec["name"], preset=spec.get("preset"), options=opts)
+    return plan_detector(entry, spec.get("benchmark") or "", 0, str(cache))
+
+
+def _section_spec(section: Any) -> dict[str, Any]:
+    """A fit config's detector section as the spec a bundle keeps (``detector_spec``)."""
+    return {"name": section.name, "preset": section.preset, "options": dict(section.options),
+            "benchmark": section.benchmark}  # fmt: skip
 
 
 def _completions_per_text(detector: Any) -> tuple[int, str] | None:
@@ -235,17 +243,11 @@ def _generations_line(detector: Any, texts: int, note: str = "") -> str:
     )
 
 
-def _detector_for_estimate(
-    name: str, preset: Any, options: Any, benchmark: Any, cache: Path
-) -> Any:
-    """The detector built for the dry run's estimate only (lab references left unresolved,
+def _estimate_detector(planned: Any) -> Any:
+    """The planned detector built for a dry run's estimate only (lab references left unresolved,
     nothing trained or loaded); None when it cannot be built so."""
-    from calibdcd.detectors.registry import create_detector
-
-    opts = {k: v for k, v in dict(options or {}).items() if k != "progress"}
     try:
-        return create_detector(name, preset=preset, options=opts, benchmark=benchmark,
-                               cache_dir=str(cache))  # fmt: skip
+        return planned.build()
     except Exception:  # the dry run's other checks name the problem
         return None
 
@@ -308,14 +310,12 @@ def fit_dry_run(cfg: Any, source: Path, out: Path, cache: Path) -> tuple[list[st
                     "  views: "
                     + (" ".join(codes) if codes else "from the checkpoint, once it is here")
                 )
-    planned = _planned_detector(cfg, cache)
+    planned = _planned_detector(_section_spec(d), cache)
     lines.append(f"  {planned.describe()}" + (f" (preset {d.preset})" if d.preset else ""))
     if planned.problem is not None:
         problems.append(f"detector: {planned.problem}")
     elif texts is not None:
-        det = _detector_for_estimate(
-            planned.entry.name, planned.entry.preset, planned.entry.options, d.benchmark, cache
-        )
+        det = _estimate_detector(planned)
         n = len(texts.supervised) + len(texts.calibration) + len(texts.heldout) + len(texts.pool)
         n_views = len(codes) if cfg.calibration_config() is not None and codes else 0
         again = len(texts.calibration) * n_views
@@ -467,10 +467,9 @@ def _fit(cfg: Any, cache_dir: Path, progress: bool) -> Any:
         typer.echo(f"error: target views: {exc}", err=True)
         raise typer.Exit(2) from None
     dt = cfg.detector
+    spec = _section_spec(dt)
     # lab references resolve (and build) under this fit's cache root, in the build
-    detector = _planned_detector(cfg, cache_dir, progress, build=True).build(progress=progress)
-    spec = {"name": dt.name, "preset": dt.preset, "options": dict(dt.options),
-            "benchmark": dt.benchmark}  # fmt: skip
+    detector = _planned_detector(spec, cache_dir, progress, build=True).build(progress=progress)
     n_known = len(texts.supervised) + len(texts.calibration) + len(texts.heldout)
     with _status(f"fitting {dt.name} on {n_known:,} known texts", progress) as status:
         return fit_detector(
@@ -559,15 +558,12 @@ def score_command(
     if dry_run:
         _echo_score_dry_run(fitted, bundle, tsec, cache, texts, items, out, page)
         return
-    from calibdcd.experiment.labs import resolve_lab_refs
-
-    build = fitted.mode == "transductive"
-    detector = fitted.build_detector(
-        cache,
-        resolve=lambda o: resolve_lab_refs(
-            {**o, "progress": progress}, build=build, root=cache, progress=progress
-        ),
+    # the bundle's detector, planned as fit planned it (a transductive bundle's references
+    # are trained again here when this cache lacks them)
+    planned = _planned_detector(
+        fitted.detector_spec, cache, progress, build=fitted.mode == "transductive"
     )
+    detector = planned.build(progress=progress)
     with _status(f"scoring {len(items):,} texts", progress) as status:
         res = fitted.score(items, target, detector, set_alpha=alpha, status=status)
     for w in res.warnings:
@@ -674,9 +670,7 @@ def _echo_score_dry_run(
     )
     typer.echo(f"  target: {tsec.backend} {tsec.model}; cache {cache}")
     typer.echo(f"  texts: {len(items)} from {texts} ({len(keys(items))} distinct)")
-    spec = fitted.detector_spec
-    det = _detector_for_estimate(spec["name"], spec.get("preset"), spec.get("options"),
-                                 spec.get("benchmark"), cache)  # fmt: skip
+    det = _estimate_detector(_planned_detector(fitted.detector_spec, cache))
     note = (
         "; transductive: the fit's texts are scored again too, from the fit's cache"
         if fitted.mode == "transductive"

@@ -18,7 +18,6 @@ from typing import Any
 from calibdcd.detectors.registry import (
     DetectorRegistration,
     create_detector_config,
-    detector_factory,
     detector_registration,
     registered_detectors,
 )
@@ -31,9 +30,7 @@ from calibdcd.paths import cache_root, strip_locations
 __all__ = [
     "DETECTORS",
     "PlannedDetector",
-    "build_detector",
     "detector_available",
-    "detector_config",
     "detector_entry_problems",
     "detector_fingerprint",
     "plan_detector",
@@ -67,48 +64,14 @@ def detector_available(name: str) -> bool:
         return False
 
 
-def _entry_arguments(
-    entry: DetectorEntry, cache_dir: str | None, build_labs: bool, progress: bool | None
-) -> tuple[DetectorEntry, str]:
-    cache_dir = str(cache_root(cache_dir))
-    options = dict(entry.options)
-    if progress is not None and getattr(DETECTORS.get(entry.name), "progress", False):
-        options.setdefault("progress", progress)
-    resolved = resolve_lab_refs(options, build=build_labs, root=cache_dir, progress=bool(progress))
-    return dataclasses.replace(entry, options=resolved), cache_dir
-
-
-def detector_config(
-    entry: DetectorEntry,
-    benchmark: str,
-    cache_dir: str | None,
-    *,
-    build_labs: bool = False,
-    progress: bool | None = None,
-) -> Any:
-    """The parameters :func:`build_detector` would build ``entry``'s detector with (its config
-    dataclass), the detector not built and (by default) no lab either."""
-    entry, cache_dir = _entry_arguments(entry, cache_dir, build_labs, progress)
+def _resolved_config(entry: DetectorEntry, benchmark: str, cache_dir: str) -> Any:
+    """The parameters ``entry``'s detector is built with (its config dataclass) for
+    ``benchmark`` under the cache root ``cache_dir``; lab references resolved, none built."""
+    options = resolve_lab_refs(dict(entry.options), build=False, root=cache_dir)
     return create_detector_config(
-        entry.name, preset=entry.preset, options=entry.options, benchmark=benchmark,
+        entry.name, preset=entry.preset, options=options, benchmark=benchmark,
         cache_dir=cache_dir,
     )  # fmt: skip
-
-
-def build_detector(
-    entry: DetectorEntry,
-    benchmark: str,
-    cache_dir: str | None,
-    *,
-    build_labs: bool = True,
-    progress: bool | None = None,
-) -> Any:
-    """The detector of ``entry`` configured for ``benchmark`` (e.g. DPDLLM's L); everything it
-    builds (labs it refers to included) lives under the cache root of ``cache_dir``.
-    ``progress`` (when not None): the inner bars of a detector that has them, unless its options
-    set ``progress`` themselves; also the bar of a lab reference trained here."""
-    entry, cache_dir = _entry_arguments(entry, cache_dir, build_labs, progress)
-    return detector_factory(entry.name)(entry.preset, entry.options, benchmark, cache_dir)
 
 
 def seed_offsets(config: Any, seed: int) -> dict[str, Any]:
@@ -178,14 +141,18 @@ class PlannedDetector:
         shifted = ", ".join(f"{k}={v}" for k, v in flat.items())
         return f"{head}: " + (f"options {shifted}" if shifted else "as configured")
 
+    def build_config(self) -> Any:
+        """The resolved parameters; one that could not be resolved raises its ``problem``."""
+        if self.config is None:
+            raise self.error or ValueError(f"detector {self.entry.label}: {self.problem}")
+        return self.config
+
     def build(self, *, progress: bool | None = None) -> Any:
         """The detector, built once from the resolved parameters (``progress``, when not None
         and the detector takes it, unless its options set it: its inner bars). One that could
         not be resolved raises its ``problem``."""
-        if self.config is None:
-            raise self.error or ValueError(f"detector {self.entry.label}: {self.problem}")
+        config = self.build_config()
         reg = detector_registration(self.entry.name)
-        config = self.config
         take = progress is not None and reg.progress and "progress" not in self.entry.options
         if reg.construct is None:  # registered with a factory only
             options = dict(self.entry.options)
@@ -216,7 +183,7 @@ def plan_detector(
     ``problem``, not an error: a run meets it when it builds."""
     cache_dir = str(cache_root(cache_dir))
     try:
-        base = detector_config(entry, benchmark, cache_dir)
+        base = _resolved_config(entry, benchmark, cache_dir)
     except Exception as exc:  # the build reports it, in the setting that needs it
         return PlannedDetector(entry, benchmark, seed, None, str(exc), {}, cache_dir, exc)
     if seed == 0:
@@ -224,7 +191,7 @@ def plan_detector(
     offsets = seed_offsets(base, seed)
     shifted = _shifted(entry, offsets)
     try:
-        config = detector_config(shifted, benchmark, cache_dir)
+        config = _resolved_config(shifted, benchmark, cache_dir)
     except Exception as exc:
         return PlannedDetector(shifted, benchmark, seed, None, str(exc), offsets, cache_dir, exc)
     return PlannedDetector(shifted, benchmark, seed, config, None, offsets, cache_dir)
@@ -299,17 +266,16 @@ def detector_entry_problems(entry: DetectorEntry, data: Mapping[str, Any]) -> li
     if not detector_available(entry.name):
         return []  # the dry run names detectors whose module is not installed
     bench, root = _check_context(data)
-    try:  # the preset's parameters, nothing built
-        base = detector_config(dataclasses.replace(entry, options={}), bench, root)
-    except ImportError:
+    preset = plan_detector(dataclasses.replace(entry, options={}), bench, 0, root)
+    if isinstance(preset.error, ImportError):
         return []
-    except (ValueError, TypeError) as exc:
-        field, sep, rest = str(exc).partition(": ")
-        return [(("preset",), rest)] if sep and field == "preset" else [((), str(exc))]
-    problems = option_problems(base, entry.options)
+    if isinstance(preset.error, (ValueError, TypeError)):
+        field, sep, rest = str(preset.error).partition(": ")
+        return [(("preset",), rest)] if sep and field == "preset" else [((), str(preset.error))]
+    problems = option_problems(preset.build_config(), entry.options)
     if not problems:
-        try:  # built: a constructor's own checks of the values too
-            build_detector(entry, bench, root, build_labs=False)
+        try:  # resolved and built as a run builds it: a constructor's own checks of the values
+            plan_detector(entry, bench, 0, root).build()
         except ImportError:  # a build that imports what is not installed: the dry run says
             pass
         except OptionsError as exc:

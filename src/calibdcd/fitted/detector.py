@@ -647,21 +647,16 @@ class FittedDetector:
                 notes.append(d.warning)
         return ScoreResult(scores, p, decisions, thr, self.fpr, st, dist, notes, in_fit, use & ok)
 
-    def build_detector(
-        self, cache_dir: str | Path, *, resolve: Callable[[Any], Any] | None = None
-    ) -> Any:
-        """A fresh detector from the bundle's spec (``resolve`` maps option values, e.g. lab
-        references, before building)."""
+    def build_detector(self, cache_dir: str | Path) -> Any:
+        """A fresh detector from the bundle's spec, for library use (its lab references as
+        written: ``calibdcd score`` plans it as ``fit`` did, references resolved)."""
         from calibdcd.detectors.registry import create_detector
 
         spec = self.detector_spec
-        options = spec.get("options") or {}
-        if resolve is not None:
-            options = resolve(options)
         return create_detector(
             spec["name"],
             preset=spec.get("preset"),
-            options=options,
+            options=spec.get("options") or {},
             benchmark=spec.get("benchmark"),
             cache_dir=str(cache_dir),
         )
