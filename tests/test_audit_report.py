@@ -276,7 +276,7 @@ def test_dry_runs_estimate_the_completions_to_generate(audit):
 
 
 def test_completions_per_text_follow_the_detectors_decoding():
-    from calibdcd.fitted_cli import _completions_per_text
+    from calibdcd.detectors.base import completions_per_text
     from calibdcd.targets.base import GenerationParams
 
     class Sampled:
@@ -286,13 +286,13 @@ def test_completions_per_text_follow_the_detectors_decoding():
         def generation_kinds(self) -> dict:
             return {"suffix": GenerationParams(max_new_tokens=4, temperature=1.0, n=8)}
 
-    assert _completions_per_text(Sampled()) == (16, "suffix: 8 sampled, for each of 2 queries "
+    assert completions_per_text(Sampled()) == (16, "suffix: 8 sampled, for each of 2 queries "
                                                 "per text")  # fmt: skip
 
     class Nothing:
         generation_kinds = None
 
-    assert _completions_per_text(Nothing()) is None
+    assert completions_per_text(Nothing()) is None
 
 
 def test_fit_help_lists_the_backends_options_and_the_whole_example():

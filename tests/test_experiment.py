@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -150,6 +151,33 @@ def test_dry_run_reports_every_problem_without_loading_models():
     assert any(
         "grid: 1 benchmarks x 2 targets x 2 detectors x 1 seeds = 4 settings" in x for x in lines
     )
+
+
+def test_dry_run_estimates_the_targets_requests_from_the_split_and_the_detectors():
+    """The dry run's estimate: per detector, (subsample + calibration non-members x views) x
+    the completions a text costs it, summed over the settings (two seeds here)."""
+    if not (SHARED / "data" / "WikiMIA").is_dir():
+        pytest.skip(f"benchmark copies not found at {SHARED / 'data'}")
+    cfg = parse_config(
+        _base(
+            detectors=["overlap", {"name": "veilprobe", "preset": "cpu"}],
+            seeds=[0, 1],
+            calibration={"n_views": 2},
+        ),
+        check_options=False,
+    )
+    lines, _ = dry_run(cfg)
+    bench = next(x for x in lines if x.startswith("  benchmarks[0]"))
+    subsample = int(re.search(r"subsample (\d+)", bench).group(1))
+    calibration = int(re.search(r"calibration (\d+)", bench).group(1))
+    texts = subsample + calibration * 2
+    head = next(x for x in lines if x.startswith("requests: at most"))
+    overlap = next(x for x in lines if x.startswith("  overlap: "))
+    veilprobe = next(x for x in lines if x.startswith("  veilprobe: "))
+    # overlap: one greedy completion per text; VeilProbe (cpu): 3 samples x 2 queries
+    assert overlap.startswith(f"  overlap: {2 * texts:,} (1 per text")
+    assert veilprobe.startswith(f"  veilprobe: {2 * texts * 6:,} (6 per text")
+    assert f"at most {2 * texts * 7:,} completions" in head
 
 
 def test_dry_run_checks_the_group_aware_split():

@@ -210,26 +210,11 @@ def _section_spec(section: Any) -> dict[str, Any]:
             "benchmark": section.benchmark}  # fmt: skip
 
 
-def _completions_per_text(detector: Any) -> tuple[int, str] | None:
-    """(completions the target generates per text, how that count arises) from the detector's
-    ``generation_kinds`` (greedy decoding: one, whatever ``n``; sampled: ``n``) times its
-    ``queries_per_text`` (VeilProbe: the text and its perturbation); None when it states none."""
-    kinds = dict(getattr(detector, "generation_kinds", None) or {})
-    if not kinds:
-        return None
-    queries = int(getattr(detector, "queries_per_text", 1))
-    per_query = sum(1 if p.greedy else int(p.n) for p in kinds.values())
-    how = ", ".join(
-        f"{k}: {'1 greedy' if p.greedy else f'{p.n} sampled'}" for k, p in kinds.items()
-    )
-    if queries > 1:
-        how += f", for each of {queries} queries per text"
-    return per_query * queries, how
-
-
 def _generations_line(detector: Any, texts: int, note: str = "") -> str:
     """The dry run's estimate of the target's work: at most texts x completions per text."""
-    per = None if detector is None else _completions_per_text(detector)
+    from calibdcd.detectors.base import completions_per_text
+
+    per = None if detector is None else completions_per_text(detector)
     if per is None:
         return (
             f"  target: generates for {texts:,} texts{note}; those already in the cache are not "

@@ -59,6 +59,7 @@ __all__ = [
     "ReferenceTrained",
     "Timed",
     "block_columns",
+    "completions_per_text",
     "decoding_record",
 ]
 
@@ -253,3 +254,21 @@ def decoding_record(detector: Any, target: Any, features: Any = None) -> dict[st
     if own:
         return own
     return {str(k): generation_record(target, p) for k, p in detector.generation_kinds.items()}
+
+
+def completions_per_text(detector: Any) -> tuple[int, str] | None:
+    """(completions a target generates per text for ``detector``, how that count arises) from
+    its ``generation_kinds`` (greedy decoding: one, whatever ``n``; sampled: ``n``) times its
+    ``queries_per_text`` (VeilProbe: the text and its perturbation); None when it states none.
+    What a dry run's estimate of the target's work multiplies by the texts."""
+    kinds = dict(getattr(detector, "generation_kinds", None) or {})
+    if not kinds:
+        return None
+    queries = int(getattr(detector, "queries_per_text", 1))
+    per_query = sum(1 if p.greedy else int(p.n) for p in kinds.values())
+    how = ", ".join(
+        f"{k}: {'1 greedy' if p.greedy else f'{p.n} sampled'}" for k, p in kinds.items()
+    )
+    if queries > 1:
+        how += f", for each of {queries} queries per text"
+    return per_query * queries, how

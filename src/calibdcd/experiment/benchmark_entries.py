@@ -10,7 +10,13 @@ from typing import Any
 from calibdcd.experiment.config import BenchmarkEntry
 from calibdcd.experiment.labs import resolve_lab
 
-__all__ = ["entry_benchmark_name", "entry_path", "load_benchmark_entry", "load_benchmark_file"]
+__all__ = [
+    "entry_benchmark_name",
+    "entry_id_field",
+    "entry_path",
+    "load_benchmark_entry",
+    "load_benchmark_file",
+]
 
 
 def entry_benchmark_name(entry: BenchmarkEntry) -> str:
@@ -47,16 +53,31 @@ def load_benchmark_entry(
     root: str | Path | None = None,
     progress: bool = True,
 ) -> Any:
-    """``entry``'s benchmark, its file resolved here (:func:`entry_path`)."""
+    """``entry``'s benchmark, its file and id field resolved here (:func:`entry_path`,
+    :func:`entry_id_field`: what a run's plan resolves)."""
     path = entry_path(entry, build_lab=build_lab, root=root, progress=progress)
     if entry.lab is not None and path is None:
         raise FileNotFoundError(f"lab {entry.lab!r} is not built yet")
-    return load_benchmark_file(entry, path)
+    return load_benchmark_file(entry, path, entry_id_field(entry, path))
 
 
-def load_benchmark_file(entry: BenchmarkEntry, path: str | None) -> Any:
-    """``entry``'s benchmark read from ``path`` (:func:`entry_path`, as a run's plan resolved
-    it) or, for a hub dataset, from the hub."""
+def entry_id_field(entry: BenchmarkEntry, path: str | None) -> str | None:
+    """The column ``entry``'s texts take their ids from: the entry's ``id_field``; for a file
+    that is not a known benchmark's, ``id`` when its first JSON line has one (the lab's ground
+    truth keeps its ids); else None (the reader's own rule)."""
+    from calibdcd.data import benchmark_spec
+
+    if entry.id_field is not None or entry.hub is not None:
+        return entry.id_field
+    if benchmark_spec(entry.name) is None and path:
+        return _guess_id_field(path)
+    return None
+
+
+def load_benchmark_file(entry: BenchmarkEntry, path: str | None, id_field: str | None) -> Any:
+    """``entry``'s benchmark read from ``path`` with its ids from ``id_field`` (as a run's plan
+    resolved them: :func:`entry_path`, :func:`entry_id_field`) or, for a hub dataset, from the
+    hub."""
     from calibdcd.data import load_benchmark
 
     if entry.hub is not None:
@@ -76,14 +97,8 @@ def load_benchmark_file(entry: BenchmarkEntry, path: str | None) -> Any:
         kw["text_field"] = entry.text_field
     if entry.label_field:
         kw["label_field"] = entry.label_field
-    if entry.id_field:
-        kw["id_field"] = entry.id_field
-    from calibdcd.data import benchmark_spec
-
-    if benchmark_spec(entry.name) is None and entry.id_field is None and path:
-        kw.setdefault("id_field", _guess_id_field(path))
-        if kw["id_field"] is None:
-            kw.pop("id_field")
+    if id_field:
+        kw["id_field"] = id_field
     return load_benchmark(entry.name, **kw)
 
 

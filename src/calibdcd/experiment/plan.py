@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from calibdcd.data.benchmarks import benchmark_spec
-from calibdcd.experiment.benchmark_entries import entry_benchmark_name, entry_path
+from calibdcd.experiment.benchmark_entries import entry_benchmark_name, entry_id_field, entry_path
 from calibdcd.experiment.config import (
     BenchmarkEntry,
     DetectorEntry,
@@ -122,11 +122,14 @@ def setting_hash(setting: Setting, cfg: ExperimentConfig) -> str:
         cfg.detector_seed,
         cfg.calibration.kwargs(),
         dataclasses.asdict(cfg.evaluation),
-        dataclasses.asdict(cfg.analyses),
+        {k: v for k, v in dataclasses.asdict(cfg.analyses).items() if k != "noise_floor"},
         cfg.view_system,
         cfg.calibration_space,
         # (only when set, so that the hashes of configs without it stay as they were)
         *(() if cfg.subsample_seed is None else (("subsample_seed", cfg.subsample_seed),)),
+        # (only when not the default: a stored run keeps its hash; its result records the
+        # noise floor it computed, ``controls.noise_floor.method``, absent = bootstrap)
+        *(() if cfg.analyses.noise_floor == "half_sample" else (("noise_floor", "bootstrap"),)),
     )[:16]
 
 
@@ -217,6 +220,8 @@ class PlannedBenchmark:
     #: "not yet" while its lab is not built: ``built`` False)
     path: str | None = None
     built: bool = True
+    #: the column its texts' ids come from (:func:`~.benchmark_entries.entry_id_field`)
+    id_field: str | None = None
 
     def describe(self) -> str:
         e = self.entry
@@ -261,8 +266,9 @@ def _planned_benchmark(
     path = entry_path(entry, build_lab=False, root=root)
     built = entry.lab is None or path is not None
     return PlannedBenchmark(
-        entry, entry_benchmark_name(entry), split_config(entry, cfg), path, built
-    )
+        entry, entry_benchmark_name(entry), split_config(entry, cfg), path, built,
+        entry_id_field(entry, path),
+    )  # fmt: skip
 
 
 def _planned_target(entry: TargetEntry, root: Path) -> PlannedTarget:

@@ -115,7 +115,9 @@ class RunContext:
     def benchmark(self, planned: PlannedBenchmark) -> Any:
         label = planned.entry.label
         if label not in self._benchmarks:
-            self._benchmarks[label] = load_benchmark_file(planned.entry, planned.path)
+            self._benchmarks[label] = load_benchmark_file(
+                planned.entry, planned.path, planned.id_field
+            )
         return self._benchmarks[label]
 
     def benchmark_digest(self, planned: PlannedBenchmark) -> str:

@@ -588,8 +588,9 @@ def dry_run(
         plan = resolve(cfg, out, shard=shard)
     except Exception as exc:  # a plan that cannot be resolved is a problem, not a traceback
         return lines, [f"plan: {exc}"]
+    sizes: dict[str, tuple[int, int]] = {}  # label -> (subsample, calibration), when read
     for i, b in enumerate(plan.benchmarks):
-        _check_benchmark(plan, i, b, lines, problems)
+        _check_benchmark(plan, i, b, lines, problems, sizes)
     banks: list[int] = []  # the view bank's size per target, when the dry run could build it
     for i, t in enumerate(plan.targets):
         _check_target(plan, i, t, options, lines, problems, banks)
@@ -610,16 +611,23 @@ def dry_run(
         f"{len(cfg.detectors)} detectors x {len(cfg.seeds)} seeds = {cfg.grid_size} settings"
     )
     lines.append(f"cache: {plan.cache_root}; output: {plan.run_dir}")
+    lines += _requests_estimate(plan, sizes)
     lines += plan.describe()
     return lines, list(dict.fromkeys(problems))  # a target's damaged file is also a model's
 
 
 def _check_benchmark(
-    plan: RunPlan, i: int, planned: Any, lines: list[str], problems: list[str]
+    plan: RunPlan,
+    i: int,
+    planned: Any,
+    lines: list[str],
+    problems: list[str],
+    sizes: dict[str, tuple[int, int]],
 ) -> None:
-    """A benchmark of the plan: its file read (or its lab not built yet), its split's sizes."""
+    """A benchmark of the plan: its file read (or its lab not built yet), its split's sizes
+    (recorded in ``sizes``: label -> subsample, calibration texts of the first seed)."""
     from calibdcd.data import split_benchmark
-    from calibdcd.experiment.benchmark_entries import load_benchmark_entry
+    from calibdcd.experiment.benchmark_entries import load_benchmark_file
 
     b = planned.entry
     key = f"benchmarks[{i}] ({b.label})"
@@ -641,12 +649,13 @@ def _check_benchmark(
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            bench = load_benchmark_entry(b, build_lab=False, root=plan.cache_root)
+            bench = load_benchmark_file(b, planned.path, planned.id_field)
             split = split_benchmark(bench, planned.split, seed=seed)
     except Exception as exc:
         problems.append(f"{key}: {exc}")
         return
     sz = split.sizes()
+    sizes[b.label] = (int(sz["subsample"][0]), int(sz["calibration"][0]))
     lines.append(
         f"  {key}: {len(bench)} texts from {bench.source}; subsample {sz['subsample'][0]}, "
         f"supervised {sz['supervised'][0]}, calibration {sz['calibration'][0]}, "
@@ -656,6 +665,51 @@ def _check_benchmark(
     for w in caught:
         lines.append(f"    warning: {w.message}")
     problems.extend(f"{key}: {m}" for m in split_size_problems(sz, seed))
+
+
+def _requests_estimate(plan: RunPlan, sizes: dict[str, tuple[int, int]]) -> list[str]:
+    """The dry run's estimate of the targets' work: per detector, at most (subsample texts +
+    calibration non-members x views) x the completions a text costs it
+    (:func:`calibdcd.detectors.base.completions_per_text`), summed over this process's
+    settings; settings whose benchmark was not read (a lab not built) are counted apart."""
+    from calibdcd.detectors.base import completions_per_text
+
+    cfg = plan.config
+    n_views = 0 if cfg.view_system == "none" else cfg.calibration.n_views
+    per_detector: dict[str, int] = {}
+    how: dict[str, str] = {}
+    unknown = 0
+    built: dict[tuple[str, str, int], Any] = {}
+    for p in plan.settings:
+        size = sizes.get(p.setting.benchmark.label)
+        det = p.detector
+        if det is not None and det.key not in built:
+            try:
+                built[det.key] = completions_per_text(det.build())
+            except Exception:  # the detector's check names why it does not build
+                built[det.key] = None
+        per = None if det is None else built[det.key]
+        if size is None or per is None:
+            unknown += 1
+            continue
+        label = p.setting.detector.label
+        per_detector[label] = per_detector.get(label, 0) + per[0] * (size[0] + size[1] * n_views)
+        how[label] = f"{per[0]} per text: {per[1]}"
+    if not per_detector and not unknown:
+        return []
+    total = sum(per_detector.values())
+    lines = [
+        f"requests: at most {total:,} completions, one request each through a server (subsample"
+        f" texts + calibration non-members x {n_views} views, per setting; completions already "
+        "in the cache, or shared by settings with the same texts, are not asked again)"
+    ]
+    lines += [f"  {k}: {v:,} ({how[k]})" for k, v in per_detector.items()]
+    if unknown:
+        lines.append(
+            f"  {unknown} setting(s) not estimated (a benchmark not read yet, or a detector "
+            "that states no decoding)"
+        )
+    return lines
 
 
 def _target_where(plan: RunPlan, t: Any, key: str, problems: list[str]) -> str | None:
