@@ -128,7 +128,7 @@ def test_runner_passes_reference_texts_by_arrangement(lab_micro, tiny, tmp_path)
     results, detectors = {}, {}
     for planned in plan.settings:  # one benchmark, one target, seed 0: one per detector
         label = planned.setting.detector.label
-        results[label] = run_setting(planned, ctx)
+        results[label] = run_setting(planned, ctx.inputs(planned))
         detectors[label] = ctx.detector(planned.detector)
 
     bench = ctx.benchmark(plan.benchmarks[0])
@@ -165,5 +165,5 @@ def test_runner_passes_reference_texts_by_arrangement(lab_micro, tiny, tmp_path)
     # the record survives the feature cache: a fresh context reads it back without generating
     plan2 = resolve(cfg, tmp_path / "run2")
     ctx2 = RunContext(plan2, progress=False)
-    again = run_setting(plan2.settings[0], ctx2)
+    again = run_setting(plan2.settings[0], ctx2.inputs(plan2.settings[0]))
     assert ctx2.target_loads == 0 and again["generation"] == results["shared"]["generation"]

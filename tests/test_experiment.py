@@ -335,7 +335,7 @@ def test_analyses_match_direct_calibrate_calls(run):
     plan = resolve(cfg)
     ctx = RunContext(plan, progress=False)
     for s in grid(cfg):
-        prep = prepare_setting(plan.setting(s.id), ctx)
+        prep = prepare_setting(plan.setting(s.id), ctx.inputs(plan.setting(s.id)))
         res = json.loads((run_dir / "settings" / s.id / "result.json").read_text())
         p = prep.problem
         # the paper: the extractor's output, scored by the whole fitted detector (its z-score
@@ -401,7 +401,7 @@ def test_controls_match_direct_recomputation(run):
     plan = resolve(cfg)
     ctx = RunContext(plan, progress=False)
     for s in grid(cfg):
-        prep = prepare_setting(plan.setting(s.id), ctx)
+        prep = prepare_setting(plan.setting(s.id), ctx.inputs(plan.setting(s.id)))
         p = prep.problem
         res = json.loads((run_dir / "settings" / s.id / "result.json").read_text())
         main = p.run(cfg.calibration)

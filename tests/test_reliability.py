@@ -437,7 +437,7 @@ def test_a_damaged_result_json_is_recomputed_with_a_warning_naming_it(tmp_path):
     ctx = RunContext(plan, progress=False)
     try:
         with pytest.warns(RuntimeWarning, match=rf"{done}: not valid JSON"):
-            res = run_setting(s, ctx)
+            res = run_setting(s, ctx.inputs(s))
     finally:
         ctx.release_target()
     assert res["skipped"] is False and read_json(done)["id"] == s.id

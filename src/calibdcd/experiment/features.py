@@ -12,7 +12,7 @@ import numpy as np
 
 from calibdcd.detectors.adapter import DetectorAdapter
 from calibdcd.detectors.base import decoding_record
-from calibdcd.experiment.resources import RunContext, SettingInputs
+from calibdcd.experiment.resources import SettingInputs
 from calibdcd.keys import digest
 from calibdcd.targets.recording import RecordingTarget
 
@@ -28,8 +28,7 @@ def _view_id(view: Any | None) -> Any:
 class FeatureExtractor:
     """Cached feature extraction for one setting."""
 
-    def __init__(self, ctx: RunContext, inputs: SettingInputs, pool: list[str]):
-        self.ctx = ctx
+    def __init__(self, inputs: SettingInputs, pool: list[str]):
         self.inputs = inputs
         self.detector = detector = inputs.detector
         self.pool = pool
@@ -59,8 +58,8 @@ class FeatureExtractor:
             reference if self.takes_reference else None,
             self.pool if self.has_prepare else None,
         )
-        hit = self.ctx.arrays.load_arrays("features", key, require=("values",))
-        if hit is not None and self.ctx.log_samples and "samples" not in hit:
+        hit = self.inputs.arrays.load_arrays("features", key, require=("values",))
+        if hit is not None and self.inputs.log_samples and "samples" not in hit:
             hit = None  # cached without its completions: extracted again (from the generation
             # cache, so nothing is generated twice) to log them
         if hit is not None:
@@ -80,7 +79,7 @@ class FeatureExtractor:
             return hit["values"]
         t0 = time.perf_counter()
         target = self.inputs.target()
-        recorder = RecordingTarget(target, "prepare") if self.ctx.log_samples else None
+        recorder = RecordingTarget(target, "prepare") if self.inputs.log_samples else None
         if recorder is not None:
             target = recorder
         before = self.adapter.timings()
@@ -106,7 +105,7 @@ class FeatureExtractor:
         if recorder is not None:  # kept with the features: a later hit logs them too
             arrays["samples"] = np.array(json.dumps(recorder.records, default=str))
             self.samples.extend(recorder.records)
-        self.ctx.arrays.save_arrays("features", key, arrays)
+        self.inputs.arrays.save_arrays("features", key, arrays)
         self._set_blocks(arrays)
         self.seconds += time.perf_counter() - t0
         self.extracted += 1

@@ -21,24 +21,33 @@ __all__ = ["RunContext", "SettingInputs", "inputs_hash"]
 
 @dataclasses.dataclass(frozen=True)
 class SettingInputs:
-    """What one setting reads, loaded from its plan (:meth:`RunContext.inputs`): the benchmark,
-    the built detector, their and the target's identities, and the target and its views (loaded
-    on first call: a setting whose features are all cached loads no model)."""
+    """What one setting reads, loaded from its plan by the run (:meth:`RunContext.inputs`)
+    before :func:`~calibdcd.experiment.setting.run_setting` computes it: the benchmark, the
+    built detector, their and the target's identities and the inputs hash they make, the
+    target and its views (loaded on first call: a setting whose features are all cached loads
+    no model), and the run's caches and records."""
 
     benchmark: Any
     detector: Any
     detector_key: str
     target_key: str
     benchmark_digest: str
+    #: the setting's inputs hash (:func:`inputs_hash`)
+    inputs_hash: str
     target: Callable[[], Any]
     views: Callable[[], list[Any]]
     #: (completions served, empty ones) so far by the target, when it is loaded
     completion_counts: Callable[[], tuple[int, int]]
+    #: the run's feature and model caches (:class:`~calibdcd.experiment.caches.ArrayCache`)
+    arrays: Any = None
+    #: keep every completion the features used (``samples.jsonl``)
+    log_samples: bool = False
+    #: the run start that computes it (commit, dirty flag, host), recorded in its result
+    provenance: dict[str, Any] | None = None
 
-    def digest(self, setting_hash: str) -> str:
-        """The setting's inputs hash (:func:`inputs_hash`)."""
-        parts = (self.detector_key, self.target_key, self.benchmark_digest)
-        return digest(setting_hash, *parts)[:16]
+
+def _inputs_digest(setting_hash: str, detector_key: str, target_key: str, bench: str) -> str:
+    return digest(setting_hash, detector_key, target_key, bench)[:16]
 
 
 def inputs_hash(planned: PlannedSetting, ctx: RunContext) -> str:
@@ -52,7 +61,7 @@ def inputs_hash(planned: PlannedSetting, ctx: RunContext) -> str:
     names what is missing."""
     if planned.awaiting is not None:
         return planned.awaiting
-    return ctx.inputs(planned).digest(planned.setting_hash)
+    return ctx.inputs(planned).inputs_hash
 
 
 class RunContext:
@@ -83,15 +92,24 @@ class RunContext:
         """What setting ``planned`` reads, loaded (the target and its views on first call)."""
         detector = self.detector(planned.detector)
         target = planned.target
+        keys = (
+            self.detector_key(detector),
+            self.target_key(target),
+            self.benchmark_digest(planned.benchmark),
+        )
         return SettingInputs(
             benchmark=self.benchmark(planned.benchmark),
             detector=detector,
-            detector_key=self.detector_key(detector),
-            target_key=self.target_key(target),
-            benchmark_digest=self.benchmark_digest(planned.benchmark),
+            detector_key=keys[0],
+            target_key=keys[1],
+            benchmark_digest=keys[2],
+            inputs_hash=_inputs_digest(planned.setting_hash, *keys),
             target=lambda: self.target(target),
             views=lambda: self.views(target),
             completion_counts=lambda: self.completion_counts(target),
+            arrays=self.arrays,
+            log_samples=self.log_samples,
+            provenance=self.provenance,
         )
 
     def target_key(self, planned: PlannedTarget) -> str:

@@ -449,7 +449,10 @@ def _run_locked(
         for p in bar:
             bar.set_postfix_str(p.id, refresh=True)
             try:
-                res = run_setting(p, ctx, status=lambda m, i=p.id: bar.set_postfix_str(f"{i}: {m}"))
+                inputs = ctx.inputs(p)  # the run loads, the setting computes
+                res = run_setting(
+                    p, inputs, status=lambda m, i=p.id: bar.set_postfix_str(f"{i}: {m}")
+                )
             except Exception as exc:
                 _add_note(exc, f"in setting {p.id}")  # `calibdcd run` names it in its error
                 raise

@@ -1,9 +1,11 @@
 """One setting (benchmark x target x detector x seed) end to end, as the run's plan resolved it.
 
-``run_setting(planned, ctx)`` reads everything from its
-:class:`~calibdcd.experiment.plan.PlannedSetting` (benchmark, target path, detector parameters,
-split, procedure, directory, hash) and the run's :class:`RunContext` (what the settings share,
-loaded on first need); it resolves nothing. It does, in order:
+``run_setting(planned, inputs)`` reads everything from its
+:class:`~calibdcd.experiment.plan.PlannedSetting` (split, procedure, directory, hash) and the
+:class:`~calibdcd.experiment.resources.SettingInputs` the run loaded from it
+(:meth:`RunContext.inputs`: benchmark, built detector, identities and inputs hash, the target
+and its views on first need, the caches); it resolves and loads nothing itself: the run loads,
+the setting computes. It does, in order:
 
 1. the data protocol: :func:`calibdcd.data.split_benchmark` (seeded; ``paper`` or ``strict``);
 2. features, each cached on disk under a key of everything it depends on (detector config,
@@ -64,7 +66,7 @@ from calibdcd.experiment.plan import (
     PlannedSetting,
     Procedure,
 )
-from calibdcd.experiment.resources import RunContext, SettingInputs
+from calibdcd.experiment.resources import SettingInputs
 from calibdcd.experiment.rundir import record_setting_digests, verify_setting
 from calibdcd.keys import digest
 from calibdcd.metrics import Interval, TprAtFpr, auc, bootstrap_ci, tpr_at_fpr
@@ -129,7 +131,7 @@ class PreparedSetting:
 
 
 def _features(
-    ctx: RunContext, inputs: SettingInputs, split: Any, say: Callable[[str], None]
+    inputs: SettingInputs, split: Any, say: Callable[[str], None]
 ) -> tuple[FeatureExtractor, np.ndarray, np.ndarray, list[Any], dict[str, np.ndarray]]:
     """The setting's features (cached): e0 of the supervised texts and of the rest of the
     subsample, and the calibration non-members' under each view; with the extractor."""
@@ -137,7 +139,7 @@ def _features(
     sup = np.asarray(split.supervised)
     rest = np.setdiff1d(np.asarray(split.subsample), sup)
     pool = [texts[i] for i in split.subsample]
-    ext = FeatureExtractor(ctx, inputs, pool)
+    ext = FeatureExtractor(inputs, pool)
     sup_texts = [texts[i] for i in sup]
     rest_texts = [texts[i] for i in rest]
     cal_texts = [texts[i] for i in np.asarray(split.calibration)]
@@ -158,10 +160,9 @@ def _features(
 
 def prepare_setting(
     planned: PlannedSetting,
-    ctx: RunContext,
+    inputs: SettingInputs,
     *,
     status: Callable[[str], None] | None = None,
-    inputs: SettingInputs | None = None,
 ) -> PreparedSetting:
     """Split, features (from the cache when present; the target is loaded only on a miss) and
     the original classifier of one setting (``inputs``: :meth:`RunContext.inputs` of it).
@@ -169,7 +170,6 @@ def prepare_setting(
     from calibdcd.data import split_benchmark
 
     say = status or (lambda s: None)
-    inputs = inputs or ctx.inputs(planned)
     bench = inputs.benchmark
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
@@ -182,7 +182,7 @@ def prepare_setting(
     pos_rest = {int(i): k for k, i in enumerate(rest)}
 
     detector = inputs.detector
-    ext, z_sup, z_rest, views, z_views = _features(ctx, inputs, split, say)
+    ext, z_sup, z_rest, views, z_views = _features(inputs, split, say)
 
     # rows with missing features (e.g. a failed generation recorded as a gap) are dropped
     ok_rest = np.all(np.isfinite(z_rest), axis=1)
@@ -217,19 +217,20 @@ def prepare_setting(
         library_versions(("numpy", "scipy", "scikit-learn")),
     )
     clf_type = type(new_clf())
-    clf0 = ctx.arrays.load_model("models", clf_key, clf_type)
+    arrays = inputs.arrays
+    clf0 = arrays.load_model("models", clf_key, clf_type)
     if clf0 is None:
         clf0 = new_clf().fit(z_sup_ok, y_sup)
-        ctx.arrays.save_model("models", clf_key, clf0)
+        arrays.save_model("models", clf_key, clf0)
     space = resolve_space(clf0, planned.procedure.calibration_space)
 
     def model_cache(kind: str, cal: Calibration, build: Callable[[], Any]) -> Any:
         centre = () if getattr(cal, "center", None) is None else (cal.center,)
         key = digest(f"{kind}/v1", clf_key, cal.basis, cal.strength, space, *centre)
-        m = ctx.arrays.load_model("models", key, clf_type)
+        m = arrays.load_model("models", key, clf_type)
         if m is None:
             m = build()
-            ctx.arrays.save_model("models", key, m)
+            arrays.save_model("models", key, m)
         return m
 
     block = block_columns(ext.blocks, detector.calibration_blocks)
@@ -444,22 +445,26 @@ def _text_rows(prep: PreparedSetting, main: Outcome, ctl: ControlRun) -> tuple[l
 
 
 def run_setting(
-    planned: PlannedSetting, ctx: RunContext, *, status: Callable[[str], None] | None = None
+    planned: PlannedSetting,
+    inputs: SettingInputs,
+    *,
+    status: Callable[[str], None] | None = None,
 ) -> SettingResult:
     """Run one planned setting (or return its stored result when already complete,
-    ``skipped``) into its directory. Everything it needs comes resolved from the plan."""
+    ``skipped``) into its directory, from what the run loaded for it (``inputs``:
+    :meth:`RunContext.inputs` of the setting). Everything it needs comes resolved from the
+    plan."""
     if planned.awaiting is not None:  # (a plan a run materialised has everything built)
         raise ValueError(f"setting {planned.id}: {planned.awaiting}")
-    inputs = ctx.inputs(planned)
-    inputs_key = inputs.digest(planned.setting_hash)
-    stored = _stored(planned, inputs_key, ctx.log_samples)
+    inputs_key = inputs.inputs_hash
+    stored = _stored(planned, inputs_key, inputs.log_samples)
     if stored is not None:
         return stored
     say = status or (lambda s: None)
     setting, proc, seed, out = planned.setting, planned.procedure, planned.seed, planned.directory
     t_start = time.perf_counter()
     served0, empty0 = inputs.completion_counts()
-    prep = prepare_setting(planned, ctx, status=say, inputs=inputs)
+    prep = prepare_setting(planned, inputs, status=say)
     served1, empty1 = inputs.completion_counts()
     problem = prep.problem
     say("calibration")
@@ -527,14 +532,14 @@ def run_setting(
         "generation": prep.generation,
         "skipped": False,
         # the start that computed it (commit, dirty flag, host): in no hash
-        "provenance": ctx.provenance,
+        "provenance": inputs.provenance,
     }
     # the decoding record can quote target options (a secret in extra_body, a URL's password):
     # a run directory never holds a secret (calibdcd.redact)
     typed = SettingResult.model_validate(redact_tree(result))
     for w in typed.warnings:
         warnings.warn(f"{setting.id}: {w}", RuntimeWarning, stacklevel=2)
-    if ctx.log_samples:  # before the result: a result without its samples is re-run
+    if inputs.log_samples:  # before the result: a result without its samples is re-run
         atomic_write_text(
             out / SAMPLES,
             "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in prep.samples),
