@@ -10,8 +10,10 @@
 #      (the demo itself pins them to the CPU) and the overlap baseline only: the demo lab built
 #      on the GPU and both its models queried there;
 #   4. the generation benchmark on that lab's chat model;
-#   5. the same with VeilProbe (its masked LM and mapping model on the GPU), last: on the first
-#      try its mapping model was slower on the GPU than on 2 CPU cores (docs/scaling.md).
+#   5. VeilProbe's mapping-model training step profiled on cuda (benchmarks/mapping_profile.py:
+#      inputs / forward / backward / optimizer and the operators each dispatches): on the first
+#      try that model trained slower on the GPU than on 2 CPU cores (docs/scaling.md);
+#   6. the demo with VeilProbe (its masked LM and mapping model on the GPU), last.
 # Usage, from anywhere: OUT=dir bash benchmarks/gpu_check.sh. Wheels for packages the machine
 # lacks (e.g. pydantic) in .whl/ are installed first. Each step has its own time limit (about
 # 9 min in all) and log; a failing step does not stop the others; the exit status says whether
@@ -79,6 +81,8 @@ if [ -n "$chat" ] && [ -f "$chat/config.json" ]; then
   step bench-lab 80 python3 benchmarks/targets.py --quick --device "$DEV" --model "$chat" \
     --json "$OUT/bench-lab.json"
 fi
+step mapping-profile 60 python3 benchmarks/mapping_profile.py --device "$DEV" \
+  --json "$OUT/mapping_profile_cpu_$DEV.json"
 demo_config veilprobe "$RUN/veilprobe.yaml" && step demo-veilprobe 120 \
   python3 -m calibdcd run "$RUN/veilprobe.yaml" --no-progress
 # the runs (result.json per setting, the report), the steps' logs and the lab's record, one file

@@ -34,7 +34,6 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))  # the tiny LM's synthetic sentences (a test fixture)
 
 
 def _pairs(n: int, seed: int) -> list[tuple[str, str]]:
