@@ -701,3 +701,25 @@ def test_models_export_writes_the_packaged_smollm2_as_a_loadable_checkpoint(tmp_
     ]
     assert torch.equal(greedy[0], greedy[1])
     assert tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)
+
+
+def test_a_packaged_model_is_one_checkpoint_for_every_detector_that_reads_it():
+    """VeilProbe's proxies and DPDLLM's reference read ``packaged:<name>`` through one function
+    (``targets.packaged.checkpoint_dir``): the converted checkpoint the packaged target uses,
+    which loads as an attribution proxy; an unknown name is a MissingModelError naming it."""
+    pytest.importorskip("gguf")
+    from calibdcd.detectors.dpdllm.reference import _base_dir
+    from calibdcd.detectors.veilprobe.attribution import load_proxy
+    from calibdcd.detectors.veilprobe.perturb import _local
+    from calibdcd.targets.packaged import checkpoint_dir, packaged_checkpoint
+
+    try:
+        source = packaged_checkpoint("packaged:smollm2-135m-instruct")
+    except ValueError as e:
+        pytest.skip(f"SmolLM2-135M-Instruct's package is absent: {e}")
+    spec = "packaged:smollm2-135m-instruct"
+    assert checkpoint_dir(spec) == source == _base_dir(spec) == Path(_local(spec))
+    proxy = load_proxy(_local(spec))
+    assert proxy.embeddings.shape[0] == proxy.model.config.vocab_size
+    with pytest.raises(MissingModelError, match="packaged:nope"):
+        checkpoint_dir("packaged:nope")

@@ -22,6 +22,7 @@ from calibdcd.paths import cache_root
 
 __all__ = [
     "PACKAGED",
+    "checkpoint_dir",
     "gemma3_270m_gguf",
     "packaged_checkpoint",
     "packaged_model",
@@ -88,3 +89,19 @@ def packaged_checkpoint(spec: str, cache_dir: str | Path | None = None) -> Path:
     from calibdcd.targets.hf import convert_gguf
 
     return convert_gguf(packaged_model(spec, cache_dir), cache_dir)
+
+
+def checkpoint_dir(ref: str, cache_dir: str | Path | None = None) -> Path:
+    """A model reference as a checkpoint directory transformers can load: ``packaged:<name>``
+    dequantised once into the cache (:func:`packaged_checkpoint`, under the cache root
+    ``cache_dir``), a hub id's snapshot in the local hub cache, or a local path; a
+    :class:`calibdcd.model_refs.MissingModelError` when it is not here. What a detector's own
+    models (DPDLLM's reference LM, VeilProbe's proxies) are read through."""
+    from calibdcd.model_refs import MissingModelError, resolve_model
+
+    if ref.startswith("packaged:"):
+        try:
+            return packaged_checkpoint(ref, cache_dir)
+        except ValueError as exc:
+            raise MissingModelError(ref, str(exc)) from None
+    return resolve_model(ref).path

