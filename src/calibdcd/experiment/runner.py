@@ -698,8 +698,15 @@ def _requests_estimate(plan: RunPlan, sizes: dict[str, tuple[int, int]]) -> list
         label = p.setting.detector.label
         per_detector[label] = per_detector.get(label, 0) + per[0] * (size[0] + size[1] * n_views)
         how[label] = f"{per[0]} per text: {per[1]}"
-    if not per_detector and not unknown:
-        return []
+    if not per_detector:
+        return (
+            []
+            if not unknown
+            else [
+                f"requests: not estimated for the {unknown} setting(s) (a benchmark not read yet, "
+                "e.g. its lab not built, or a detector that states no decoding)"
+            ]
+        )
     total = sum(per_detector.values())
     lines = [
         f"requests: at most {total:,} completions, one request each through a server (subsample"
