@@ -63,7 +63,7 @@ def test_html_is_self_contained(report):
     assert "Calibration space" in page
     # the controls, the blind baseline and the paired statistics sit in the main results
     main = page.split("<h2>Main results</h2>")[1].split("<h2>")[0]
-    for words in ("placebo (random basis)", "noise floor (bootstrap retrain)",
+    for words in ("placebo (random basis)", "noise floor (half-sample interval)",
                   "centred CalibDCD (beyond the paper)", "Blind (TF-IDF + LR)",
                   "Paired comparisons", "Half-width", "p (DeLong)"):  # fmt: skip
         assert words in main, words
@@ -80,7 +80,7 @@ def test_main_tables_hold_the_run_numbers(report):
         "Overlap",
         "Overlap + CalibDCD",
         "Overlap + placebo (random basis)",
-        "Overlap noise floor (bootstrap retrain)",
+        "Overlap noise floor (half-sample interval)",
         "Overlap + centred CalibDCD (beyond the paper)",
         "Overlap + abstaining CalibDCD (beyond the paper)",
         "Overlap + CalibDCD, normalised space (beyond the paper)",
@@ -91,11 +91,14 @@ def test_main_tables_hold_the_run_numbers(report):
     values = [post[0]["before"]["auc"]["estimate"], post[0]["after"]["auc"]["estimate"]] + [
         post[0]["controls"][c]["auc"] for c in controls
     ]
-    for row, v in zip(body, values, strict=True):
-        assert row[1].rstrip("▲▼†") == f"{100 * v:.1f}"
+    nf = post[0]["controls"]["noise_floor"]  # the half-sample floor: an interval around it
+    for row, v, c in zip(body, values, ["", "", *controls], strict=True):
+        want = f"[{100 * nf['auc_low']:.1f}, {100 * nf['auc_high']:.1f}]"
+        assert row[1].rstrip("▲▼†") == (want if c == "noise_floor" else f"{100 * v:.1f}")
     # the CSV is for machines: one number per column, not the display cells
     recs = list(csv.DictReader(io.StringIO((html.parent / "csv" / "auc_main.csv").read_text())))
-    assert [r["method"] for r in recs] == ["original", "calibdcd", *controls]
+    methods = ["noise_interval" if c == "noise_floor" else c for c in controls]
+    assert [r["method"] for r in recs] == ["original", "calibdcd", *methods]
     for rec, v in zip(recs, values, strict=True):
         assert float(rec["auc"]) == pytest.approx(100 * v, abs=1e-9)
     d = post[0]["paired"]["calibdcd_vs_original"]["auc"]
@@ -134,8 +137,7 @@ def test_marks_follow_the_paired_intervals(report):
         assert cell.endswith("▲") == (v == "better") and cell.endswith("▼") == (v == "worse")
         assert ((1, j) in table.bold) == (v == "better")
         assert ((0, j) in table.bold) == (v == "worse")
-        for i, key in ((2, "Overlap + placebo vs Overlap"),
-                       (3, "Overlap noise floor vs Overlap")):  # fmt: skip
+        for i, key in ((2, "Overlap + placebo vs Overlap"),):  # (noise floor: an interval)
             v = verdict[(key, col)]
             assert table.rows[i][j].endswith("▲") == (v == "better")
             assert table.rows[i][j].endswith("▼") == (v == "worse")

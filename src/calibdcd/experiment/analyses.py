@@ -21,9 +21,35 @@ with changed CalibDCD settings, all from the same arrays (no new target queries)
     (r = 3, λ = 0.9 by default: its k, or r when it has no consensus direction) is used, and the
     summary says so (``size_from``). It separates "CalibDCD's directions" from "remove k
     directions and retrain".
-  - ``noise_floor``: the classifier retrained without any correction on a stratified bootstrap
-    resample of its supervised set (a new seed alone changes nothing for a Gaussian NB): how much
-    a detector's pool scores move when nothing but its training sample changes.
+  - ``noise_floor``: how much the detector's pool AUC and TPR move when nothing but its
+    training sample changes (no correction; the classifier's seed is the setting's: a new seed
+    alone changes nothing for a Gaussian NB). Two methods (``analyses.noise_floor``):
+
+    - ``half_sample`` (default): an interval around the detector's own AUC (and TPR) whose width is
+      the classifier's spread at the training set's size n (:func:`half_sample_floor`). The
+      supervised set is split into two stratified halves without replacement (each class halved; an
+      odd text left out of both), ``HALF_SAMPLE_SPLITS`` times, the classifier retrained on each
+      half and scored on the pool. Half-sampling (the delete-d jackknife with d = n/2) is why
+      halves: for a statistic that is a mean, a subsample of m of the n texts drawn without
+      replacement has Var(θ_m − θ_n) = σ²(1/m − 1/n), so the deviations scaled by √(m/(n − m)) have
+      the n-sample variance σ²/n, and at m = n/2 the factor is exactly 1
+      (:func:`half_sample_spread`); the delete-d jackknife with d/n fixed is consistent for
+      non-smooth statistics too (an AUC). Checked against a simulated n-sample spread
+      (tests/test_noise_floor.py) and, on the micro lab's features, against the spread over many 50
+      + 50 training sets drawn from held-out texts (2026-11-28: DPDLLM within about 20 % on three
+      chat models, VeilProbe from 10 % wide to about 35 % narrow, so read it as approximate). The
+      deviations are taken from the halves' own mean (their mean shift, the learning curve from n/2
+      to n, is reported apart as ``auc_shift``): a floor centred on the smaller training set's mean
+      is what made the bootstrap floor one-sided. The interval is the detector's value ± z·SD (z of
+      ``level``); it says how far another training sample of the same size would plausibly move the
+      detector, the yardstick for a CalibDCD or placebo change on the same pool. It has no per-text
+      scores of its own (no ``score_noise_floor`` column, no paired comparison). Re-drawing the
+      supervised split instead would change the evaluation pool with it (the texts leave and join
+      the pool), so the spread would mix training and evaluation noise; halves keep the pool fixed.
+    - ``bootstrap`` (the earlier control, kept as a named variant): the classifier retrained on
+      one stratified bootstrap resample of the supervised set (:func:`bootstrap_floor`). A
+      resample holds about 63 % unique texts, so it measures a smaller training set and reads
+      lower than the detector (one-sided), not the classifier's spread at n.
   - ``centred`` (beyond the paper): CalibDCD with ``centering="nonmembers"``, the correction
     around the calibration non-members' mean instead of the feature origin.
 
@@ -58,7 +84,8 @@ Choices where the paper is silent (documented settings):
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -76,14 +103,20 @@ from calibdcd.metrics import auc, roc_curve, tpr_at_fpr
 
 __all__ = [
     "CONTROLS",
+    "HALF_SAMPLE_SPLITS",
+    "NOISE_FLOORS",
     "VARIANTS",
     "CalibrationProblem",
     "ControlOutcome",
     "Outcome",
     "ablation_configs",
+    "bootstrap_floor",
     "controls",
     "fixed_config",
     "fp_recovery",
+    "half_sample_floor",
+    "half_sample_indices",
+    "half_sample_spread",
     "other_space",
     "resolve_space",
     "threshold_at_fpr",
@@ -214,7 +247,7 @@ VARIANTS = {
 #: control name -> display label (controls, then the variants beyond the paper)
 CONTROLS = {
     "placebo": "placebo (random basis)",
-    "noise_floor": "noise floor (bootstrap retrain)",
+    "noise_floor": "noise floor (training-sample spread)",
     **VARIANTS,
 }
 
@@ -253,27 +286,111 @@ def placebo_calibration(
     return _with_basis(ref, basis, float(lam), rank), size_from
 
 
-def noise_floor(problem: CalibrationProblem, main: Calibration, *, seed: int = 0) -> Outcome:
-    """The classifier refitted, without correction, on a stratified bootstrap resample of the
-    supervised set (seeded), scored on the pool."""
+#: the noise floor's methods (``analyses.noise_floor``; the first is the default)
+NOISE_FLOORS = ("half_sample", "bootstrap")
+#: complementary half-sample splits per setting (each gives two retrainings)
+HALF_SAMPLE_SPLITS = 10
+
+
+def _no_correction(main: Calibration) -> Calibration:
+    return _with_basis(main, np.zeros((main.dim, 0)), 0.0, None)
+
+
+def _refit(problem: CalibrationProblem, idx: np.ndarray, key: str, main: Calibration) -> Any:
+    """A fresh classifier of the family fitted, without correction, on supervised rows ``idx``
+    (through the problem's model cache under ``key`` when it has one)."""
     y = np.asarray(problem.y_sup)
-    rng = np.random.default_rng([seed, 0xB007])
-    pos, neg = np.flatnonzero(y == 1), np.flatnonzero(y == 0)
-    idx = np.sort(np.r_[rng.choice(pos, pos.size), rng.choice(neg, neg.size)])
-    ident = _with_basis(main, np.zeros((main.dim, 0)), 0.0, None)
 
     def build() -> Any:
         return problem.new_classifier().fit(problem.z_sup[idx], y[idx])
 
-    clf = problem.model_cache("noise_floor", ident, build) if problem.model_cache else build()
+    if problem.model_cache is None:
+        return build()
+    return problem.model_cache(key, _no_correction(main), build)
+
+
+def bootstrap_floor(problem: CalibrationProblem, main: Calibration, *, seed: int = 0) -> Outcome:
+    """The ``bootstrap`` noise floor: the classifier refitted, without correction, on one
+    stratified bootstrap resample of the supervised set (seeded), scored on the pool."""
+    y = np.asarray(problem.y_sup)
+    rng = np.random.default_rng([seed, 0xB007])
+    pos, neg = np.flatnonzero(y == 1), np.flatnonzero(y == 0)
+    idx = np.sort(np.r_[rng.choice(pos, pos.size), rng.choice(neg, neg.size)])
+    clf = _refit(problem, idx, "noise_floor", main)
     scores = np.asarray(clf.score(problem.z_eval), dtype=np.float64)
     return Outcome(
-        calibration=ident,
+        calibration=_no_correction(main),
         scores=scores,
         auc=auc(problem.y_eval, scores),
         tpr=tpr_at_fpr(problem.y_eval, scores, problem.fpr),
         classifier=clf,
     )
+
+
+def half_sample_indices(labels: np.ndarray, splits: int, seed: int = 0) -> list[np.ndarray]:
+    """``2 * splits`` stratified half-samples without replacement: each split halves every
+    class at random (⌊n_c / 2⌋ texts to each half; an odd text in neither) and gives both
+    halves, sorted row indices. Seeded."""
+    y = np.asarray(labels)
+    rng = np.random.default_rng([seed, 0x4A1F])
+    out = []
+    for _ in range(splits):
+        a, b = [], []
+        for c in np.unique(y):
+            rows = rng.permutation(np.flatnonzero(y == c))
+            m = rows.size // 2
+            a.append(rows[:m])
+            b.append(rows[m : 2 * m])
+        out += [np.sort(np.concatenate(a)), np.sort(np.concatenate(b))]
+    return out
+
+
+def half_sample_spread(
+    full: float, halves: Sequence[float], fraction: float, level: float = 0.95
+) -> dict[str, float]:
+    """The n-sample spread of a statistic from its values on subsamples without replacement
+    (the delete-d jackknife): ``full`` its value on all n, ``halves`` its values on subsamples
+    of ``fraction`` = m/n of them. SD = √(m/(n − m)) · SD(halves) (factor 1 for halves);
+    ``low``/``high`` = full ∓ z·SD with z the normal quantile of ``level``; ``shift`` = the
+    subsamples' mean − full (the smaller sample's bias, kept out of the spread)."""
+    h = np.asarray(halves, dtype=np.float64)
+    if h.size < 2 or not 0.0 < fraction < 1.0:
+        raise ValueError(f"need two or more subsamples of a fraction in (0, 1), got {h.size}, "
+                         f"{fraction}")  # fmt: skip
+    sd = float(np.sqrt(fraction / (1.0 - fraction)) * h.std(ddof=1))
+    z = NormalDist().inv_cdf(0.5 + level / 2.0)
+    return {"sd": sd, "low": full - z * sd, "high": full + z * sd, "shift": float(h.mean() - full)}
+
+
+def half_sample_floor(
+    problem: CalibrationProblem,
+    main: Calibration,
+    *,
+    seed: int = 0,
+    splits: int = HALF_SAMPLE_SPLITS,
+    level: float = 0.95,
+) -> dict[str, Any]:
+    """The ``half_sample`` noise floor (module doc): the classifier retrained, without
+    correction, on each stratified half of the supervised set (:func:`half_sample_indices`),
+    scored on the pool; the interval around the detector's AUC and TPR at the training set's
+    size (:func:`half_sample_spread`). Returns the summary fields (``auc_low``, ``auc_high``,
+    ``auc_sd``, ``auc_shift``, the same for ``tpr``, the per-half ``auc_halves``)."""
+    draws = half_sample_indices(problem.y_sup, splits, seed)
+    aucs, tprs = [], []
+    for i, idx in enumerate(draws):
+        clf = _refit(problem, idx, f"noise_floor/half{i}of{len(draws)}", main)
+        s = np.asarray(clf.score(problem.z_eval), dtype=np.float64)
+        aucs.append(auc(problem.y_eval, s))
+        tprs.append(tpr_at_fpr(problem.y_eval, s, problem.fpr))
+    fraction = draws[0].size / np.asarray(problem.y_sup).size
+    out: dict[str, Any] = {"method": "half_sample", "draws": len(draws),
+                           "fraction": fraction, "level": level}  # fmt: skip
+    for name, full, vals in (("auc", problem.auc_before, aucs), ("tpr", problem.tpr_before, tprs)):
+        out.update(
+            {f"{name}_{k}": v for k, v in half_sample_spread(full, vals, fraction, level).items()}
+        )
+    out["auc_halves"] = [float(a) for a in aucs]
+    return out
 
 
 @dataclasses.dataclass
@@ -283,7 +400,31 @@ class ControlOutcome:
 
     outcome: Outcome
     extra: dict[str, Any]
-    scorer: Callable[[np.ndarray], np.ndarray]
+    #: None for a control that is an interval around the detector (the half-sample noise
+    #: floor): no per-text scores, no paired comparison of its own
+    scorer: Callable[[np.ndarray], np.ndarray] | None
+
+
+def noise_floor_control(
+    problem: CalibrationProblem, main: Outcome, method: str, *, seed: int = 0,
+    level: float = 0.95,
+) -> ControlOutcome:  # fmt: skip
+    """The noise floor of ``method`` (:data:`NOISE_FLOORS`) as a control: the half-sample one is
+    the detector itself (its outcome, no scorer) with the interval in ``extra``; the bootstrap
+    one a retrained classifier with its own pool scores."""
+    if method == "half_sample":
+        ident = _no_correction(main.calibration)
+        centre = Outcome(ident, problem.scores_before, problem.auc_before, problem.tpr_before,
+                         problem.original)  # fmt: skip
+        spread = half_sample_floor(problem, main.calibration, seed=seed, level=level)
+        return ControlOutcome(centre, spread, None)
+    if method != "bootstrap":
+        raise ValueError(f"unknown noise floor {method!r}: expected one of {NOISE_FLOORS}")
+    floor = bootstrap_floor(problem, main.calibration, seed=seed)
+    clf = floor.classifier
+    return ControlOutcome(
+        floor, {"method": "bootstrap"}, lambda z: np.asarray(clf.score(z), dtype=np.float64)
+    )
 
 
 def variant_configs(
@@ -308,23 +449,23 @@ def controls(
     fixed_rank: int = 3,
     fixed_strength: float = 0.9,
     seed: int = 0,
+    noise_floor: str = NOISE_FLOORS[0],
+    level: float = 0.95,
 ) -> dict[str, ControlOutcome]:
-    """The controls and the variants beyond the paper (see the module doc), by name."""
+    """The controls and the variants beyond the paper (see the module doc), by name;
+    ``noise_floor`` one of :data:`NOISE_FLOORS` (``level``: its interval's)."""
     placebo, size_from = placebo_calibration(
         problem, main.calibration, base, fixed_rank=fixed_rank, fixed_strength=fixed_strength,
         seed=seed,
     )  # fmt: skip
     placebo_out = problem.apply(placebo)
-    floor = noise_floor(problem, main.calibration, seed=seed)
     out: dict[str, ControlOutcome] = {
         "placebo": ControlOutcome(
             placebo_out,
             {"size_from": size_from},
             problem.final_scorer(placebo_out.calibration, placebo_out.classifier),
         ),
-        "noise_floor": ControlOutcome(
-            floor, {}, lambda z: np.asarray(floor.classifier.score(z), dtype=np.float64)
-        ),
+        "noise_floor": noise_floor_control(problem, main, noise_floor, seed=seed, level=level),
     }
     for name, (prob, config) in variant_configs(problem, base).items():
         res = prob.run(config)

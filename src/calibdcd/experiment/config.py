@@ -360,6 +360,11 @@ class AnalysisSpec:
     space_comparison: StrictBool = True
     #: the controls beside CalibDCD: placebo basis, noise floor, centred variant (analyses.py)
     controls: StrictBool = True
+    #: the noise floor's method (analyses.py): ``half_sample``, an interval around the detector
+    #: from retraining on stratified halves (the classifier's spread at the training set's
+    #: size); ``bootstrap``, the earlier retrain on one bootstrap resample (a smaller training
+    #: set, one-sided). The setting hash holds it only when not the default (plan.py)
+    noise_floor: Literal["half_sample", "bootstrap"] = "half_sample"
     #: the blind baseline (TF-IDF + logistic regression on the texts alone; calibdcd.blind)
     blind: StrictBool = True
 

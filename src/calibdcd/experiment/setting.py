@@ -343,7 +343,8 @@ def run_controls(prep: PreparedSetting, main: Outcome, proc: Procedure) -> Contr
     if an.controls:
         for name, ctl in controls(
             problem, main, proc.calibration, fixed_rank=an.fixed_rank,
-            fixed_strength=an.fixed_strength, seed=seed,
+            fixed_strength=an.fixed_strength, seed=seed, noise_floor=an.noise_floor,
+            level=ev.level,
         ).items():  # fmt: skip
             out = ctl.outcome
             summary = out.summary()
@@ -353,6 +354,8 @@ def run_controls(prep: PreparedSetting, main: Outcome, proc: Procedure) -> Contr
             else:
                 summary["reason"] = no_correction_reason(out.calibration)
             summaries[name] = {**summary, **ctl.extra, "label": CONTROLS[name]}
+            if ctl.scorer is None:  # an interval around the detector: no scores of its own
+                continue
             pool_scores[name] = out.scores
             s_all = ctl.scorer(z_all)
             text_scores[name] = dict(zip(all_idx.tolist(), s_all.tolist(), strict=True))

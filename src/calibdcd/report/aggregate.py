@@ -41,6 +41,7 @@ __all__ = [
     "grid_ids",
     "load_results",
     "main_cells",
+    "noise_interval",
     "paired_cell_settings",
     "paired_cells",
     "paired_cells_by_build",
@@ -58,12 +59,16 @@ ABLATIONS = (
 )
 
 
-#: method -> (scores.csv column, display suffix after the detector's name; None = own row label)
+#: method -> (scores.csv column, display suffix after the detector's name; None = own row
+#: label). ``noise_floor`` is the bootstrap-retrain floor (a result whose noise floor has no
+#: ``method``, written before the half-sample floor existed, is one); ``noise_interval`` the
+#: half-sample floor: an interval around the detector, no column (:func:`noise_interval`)
 METHODS = {
     "original": ("score_before", ""),
     "calibdcd": ("score_after", " + CalibDCD"),
     "placebo": ("score_placebo", " + placebo (random basis)"),
     "noise_floor": ("score_noise_floor", " noise floor (bootstrap retrain)"),
+    "noise_interval": (None, " noise floor (half-sample interval)"),
     "centred": ("score_centred", " + centred CalibDCD (beyond the paper)"),
     "abstain": ("score_abstain", " + abstaining CalibDCD (beyond the paper)"),
     "normalized": ("score_normalized", " + CalibDCD, normalised space (beyond the paper)"),
@@ -98,7 +103,7 @@ def _read_pool(path: Path) -> dict[str, np.ndarray] | None:
         return None
     out = {"label": np.array([int(r["label"]) for r in rows])}
     for method, (col, _) in METHODS.items():
-        if col in rows[0]:
+        if col is not None and col in rows[0]:
             out[method] = np.array([float(r[col]) for r in rows])
     return out
 
@@ -109,7 +114,30 @@ def _method_value(r: dict[str, Any], method: str, metric: str) -> float | None:
     if method == "calibdcd":
         return getattr(r.after, metric).estimate
     c = r.controls.get(method)
+    if method == "noise_floor" and c is not None and c.get("method", "bootstrap") != "bootstrap":
+        return None  # the half-sample floor: an interval, read by noise_interval
     return None if c is None else c.get(metric)
+
+
+def noise_interval(rs: list[SettingResult], metric: str) -> dict[str, Any] | None:
+    """The half-sample noise floor of a cell's settings (those that have one): ``mean`` = the
+    detector's seed mean of ``metric``, ``low``/``high`` = that mean ∓ the settings' root mean
+    square half-width (each setting's interval is its detector ± z·SD at the training set's
+    size, :func:`calibdcd.experiment.analyses.half_sample_floor`), ``sd`` None (no spread over
+    seeds is shown: the interval is the spread), ``n`` settings, ``shift`` = the mean shift of
+    the halves (the learning curve from n/2 to n). None when no setting has one."""
+    fl = [
+        c for r in rs if (c := r.controls.get("noise_floor")) and c.get("method") == "half_sample"
+    ]
+    if not fl:
+        return None
+    centre = float(np.mean([c[metric] for c in fl]))
+    hw = float(
+        np.sqrt(np.mean([((c[f"{metric}_high"] - c[f"{metric}_low"]) / 2) ** 2 for c in fl]))
+    )
+    shift = float(np.mean([c[f"{metric}_shift"] for c in fl]))
+    return {"mean": centre, "sd": None, "n": len(fl), "low": centre - hw, "high": centre + hw,
+            "shift": shift}  # fmt: skip
 
 
 def load_results(run_dir: str | Path) -> list[SettingResult]:
@@ -217,6 +245,10 @@ def main_cells(results: list[SettingResult]) -> dict[str, Any]:
         }
         for method in METHODS:
             for metric in ("auc", "tpr"):
+                if method == "noise_interval":
+                    if (iv := noise_interval(rs, metric)) is not None:
+                        out[k]["methods"].setdefault(method, {})[metric] = iv
+                    continue
                 xs = [_method_value(r, method, metric) for r in rs]
                 xs = [x for x in xs if x is not None]
                 if xs:

@@ -156,6 +156,8 @@ UP, DOWN, NOT_ABOVE_BLIND = "▲", "▼", "†"
 def _mean_sd(v: dict[str, Any] | None) -> str | None:
     if v is None:
         return None
+    if "low" in v:  # the half-sample noise floor: an interval around the detector
+        return f"[{pct(v['low'])}, {pct(v['high'])}]"
     if v["sd"] is None:
         return pct(v["mean"])
     return f"{pct(v['mean'])} ± {100 * v['sd']:.1f}"
@@ -191,6 +193,9 @@ def _cell_record(
         f"delta_{metric}_low": None if d is None else _pp(d.low),
         f"delta_{metric}_high": None if d is None else _pp(d.high),
         "verdict": None if d is None else int(d.verdict),
+        # the half-sample noise floor's interval around the detector (None for other methods)
+        f"{metric}_low": _pp(v.get("low")),
+        f"{metric}_high": _pp(v.get("high")),
     }
 
 
@@ -216,13 +221,17 @@ def _main_table(
     bold: set[tuple[int, int]] = set()
 
     def add_row(label: str, vals: list[dict[str, Any] | None], marks: list[str]) -> None:
-        means = [v["mean"] for v, a in zip(vals, in_avg, strict=True) if v is not None and a]
-        avg = sum(means) / len(means) if means else None
+        kept = [v for v, a in zip(vals, in_avg, strict=True) if v is not None and a]
+        avg = sum(v["mean"] for v in kept) / len(kept) if kept else None
+        shown = pct(avg)
+        if kept and all("low" in v for v in kept):  # an interval row: the intervals' average
+            lo, hi = (sum(v[e] for v in kept) / len(kept) for e in ("low", "high"))
+            shown = _mean_sd({"low": lo, "high": hi})
         cells = [
             None if s is None else s + mk
             for s, mk in zip((_mean_sd(v) for v in vals), marks, strict=True)
         ]
-        rows.append([label, *cells, pct(avg)])
+        rows.append([label, *cells, shown])
 
     records: list[dict[str, Any]] = []
     blind_vals: list[dict[str, Any] | None] = [None] * len(cols)
@@ -279,8 +288,13 @@ def _main_table(
             "difference from the detector (hierarchical bootstrap over seeds and texts) lies "
             "above/below 0; unmarked = not resolved. †: the detector does not beat the blind "
             "baseline (paired ΔAUC interval vs the blind baseline not above 0). Placebo: a "
-            "random basis of CalibDCD's size; noise floor: the classifier retrained on a "
-            "bootstrap resample; centred (around the non-members' mean), abstaining (no "
+            "random basis of CalibDCD's size; noise floor (half-sample interval): the "
+            "detector's value ± 1.96 × the classifier's spread at its training set's size "
+            "(retrained on stratified halves without replacement, scaled to n: "
+            "docs/interpretations.md), the root mean square over seeds; noise floor (bootstrap "
+            "retrain, earlier runs or analyses.noise_floor: bootstrap): the classifier retrained "
+            "on a bootstrap resample (a smaller training set, one-sided); centred (around the "
+            "non-members' mean), abstaining (no "
             "correction when the best J ≤ 0) and normalised space (corrected after the "
             "classifier's normalisation): variants beyond the paper, one setting changed each; "
             "blind baseline: TF-IDF + "
