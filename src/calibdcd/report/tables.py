@@ -288,13 +288,8 @@ def _main_table(
             "difference from the detector (hierarchical bootstrap over seeds and texts) lies "
             "above/below 0; unmarked = not resolved. †: the detector does not beat the blind "
             "baseline (paired ΔAUC interval vs the blind baseline not above 0). Placebo: a "
-            "random basis of CalibDCD's size; noise floor (half-sample interval): the "
-            "detector's value ± 1.96 × the classifier's spread at its training set's size "
-            "(retrained on stratified halves without replacement, scaled to n: "
-            "docs/interpretations.md), the root mean square over seeds; noise floor (bootstrap "
-            "retrain, earlier runs or analyses.noise_floor: bootstrap): the classifier retrained "
-            "on a bootstrap resample (a smaller training set, one-sided); centred (around the "
-            "non-members' mean), abstaining (no "
+            f"random basis of CalibDCD's size; {_noise_floor_note(results)}; centred (around "
+            "the non-members' mean), abstaining (no "
             "correction when the best J ≤ 0) and normalised space (corrected after the "
             "classifier's normalisation): variants beyond the paper, one setting changed each; "
             "blind baseline: TF-IDF + "
@@ -302,6 +297,27 @@ def _main_table(
             "shown on its own is a control, outside Avg. when post-trained targets are present."
         ),
     )
+
+
+def _noise_floor_note(results: list[SettingResult]) -> str:
+    """The table note's words on the noise floors its settings computed (a run before the
+    half-sample floor keeps its note as it was written)."""
+    methods = {
+        (c.get("method") or "bootstrap")
+        for r in results
+        if (c := r.controls.get("noise_floor")) is not None
+    }
+    half = (
+        "noise floor (half-sample interval): the detector's value ± z × the classifier's spread "
+        "at its training set's size (retrained on stratified halves without replacement: "
+        "docs/interpretations.md), the root mean square over seeds"
+    )
+    boot = "noise floor: the classifier retrained on a bootstrap resample"
+    if methods == {"half_sample"}:
+        return half
+    if "half_sample" in methods:
+        return f"{half}; {boot} (a smaller training set, one-sided)"
+    return boot
 
 
 def _paired_table(
