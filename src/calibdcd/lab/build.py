@@ -154,6 +154,111 @@ def _load_base(store: Path, tmp: Path):
     return model, json.loads((store / "calibdcd.json").read_text())["training"]
 
 
+def _pretrained_base(
+    tmp: Path,
+    cfg: LabConfig,
+    tok,
+    docs: list[list[int]],
+    special: dict[str, int],
+    seed: int,
+    device,
+    progress: bool,
+    base_store: Path | None,
+) -> tuple[Any, dict[str, Any], bool]:
+    """The pre-trained base saved as ``tmp/base`` (copied from ``base_store`` when a build with
+    the same pre-training config left it there, else trained and stored there): the model,
+    its training stats and whether it was reused."""
+    from calibdcd.lab.train import build_model, pretrain
+
+    if base_store is not None and (base_store / "calibdcd.json").is_file():
+        model, stats = _load_base(base_store, tmp)
+        return model, stats, True
+    vocab_padded = ((len(tok) + 63) // 64) * 64
+    model = build_model(cfg.model, vocab_padded, special, seed)
+    st = pretrain(
+        model, docs, special["eos"], cfg.pretrain, seed=seed, device=device, progress=progress
+    )
+    stats = st.as_dict()
+    model.to("cpu")
+    _save_model(model, tok, tmp / "base", None, {"training": stats})
+    if base_store is not None:
+        with atomic_directory(base_store) as store_tmp:
+            shutil.copytree(tmp / "base", store_tmp, dirs_exist_ok=True)
+    return model, stats, False
+
+
+def _post_train(
+    tmp: Path,
+    cfg: LabConfig,
+    model,
+    tok,
+    bg: list[PoolText],
+    pad_id: int,
+    seed: int,
+    device,
+    progress: bool,
+) -> tuple[dict[str, Any], dict[str, float], dict[str, float]]:
+    """One chat model per style of ``cfg.styles``, each post-trained from a copy of the base
+    and saved as ``tmp/<style dir>``: their training stats, seconds and peak memory."""
+    from calibdcd.lab.sftdata import make_conversations, tokenize_conversations
+    from calibdcd.lab.train import init_new_token_embeddings, sft
+
+    stats: dict[str, Any] = {}
+    timings: dict[str, float] = {}
+    peak: dict[str, float] = {}
+    convs_all = make_conversations(bg, cfg.sft.n_examples, seed)
+    replay = bg[: round(cfg.sft.replay_fraction * cfg.sft.n_examples)]
+    # chat tokens never occur in pre-training (padding rows of the vocabulary are never used)
+    new_token_ids = [
+        tok.convert_tokens_to_ids(t)
+        for t in (*SPECIAL_TOKENS, "<think>", "</think>")
+        if t not in (ENDOFTEXT, PAD)
+    ]
+    for i, style_name in enumerate(cfg.styles):
+        style = get_style(style_name)
+        examples = tokenize_conversations(convs_all, replay, style, tok, cfg.sft.max_len)
+        chat_model = copy.deepcopy(model)
+        init_new_token_embeddings(chat_model, new_token_ids, seed + 1000 * (i + 1))
+        st = sft(
+            chat_model,
+            examples,
+            pad_id,
+            cfg.sft,
+            seed=seed + 1000 * (i + 1),
+            device=device,
+            progress=progress,
+            desc=f"sft {style.dirname}",
+        )
+        stats[style.dirname] = {**st.as_dict(), "examples": len(examples)}
+        timings[f"sft_{style.dirname}"] = st.seconds
+        chat_model.to("cpu")
+        _save_model(
+            chat_model,
+            tok,
+            tmp / style.dirname,
+            style_name,
+            {"training": stats[style.dirname], "post_trained_from": "base"},
+        )
+        del chat_model
+        peak[f"sft_{style.dirname}"] = _peak_rss_mb()
+    return stats, timings, peak
+
+
+def _write_ground_truth(path: Path, split: Split, repeats: int) -> None:
+    """The lab's candidates with their labels: members (``m0000``...) then non-members."""
+    with path.open("w", encoding="utf-8") as fh:
+        rows = [(x, 1, repeats) for x in split.members] + [(x, 0, 0) for x in split.nonmembers]
+        for k, (x, label, reps) in enumerate(rows):
+            rec = {
+                "id": f"{'m' if label else 'n'}{k if label else k - len(split.members):04d}",
+                "text": x.text,
+                "label": label,
+                "repeats": reps,
+                "source": x.source,
+            }
+            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+
+
 def _build_into(
     tmp: Path,
     cfg: LabConfig,
@@ -166,14 +271,7 @@ def _build_into(
     import torch
 
     from calibdcd.device import torch_device
-    from calibdcd.lab.sftdata import make_conversations, tokenize_conversations
     from calibdcd.lab.tokenizer import train_tokenizer
-    from calibdcd.lab.train import (
-        build_model,
-        init_new_token_embeddings,
-        pretrain,
-        sft,
-    )
 
     timings: dict[str, float] = {}
     t_all = time.perf_counter()
@@ -195,82 +293,25 @@ def _build_into(
     member_ids = [enc(x.text) for x in split.members]
     docs = [ids for ids in member_ids for _ in range(pt.repeats)] + [enc(x.text) for x in pre_bg]
 
-    vocab = len(tok)
-    vocab_padded = ((vocab + 63) // 64) * 64
     special = {
         "bos": tok.convert_tokens_to_ids(ENDOFTEXT),
         "eos": tok.convert_tokens_to_ids(ENDOFTEXT),
         "pad": tok.convert_tokens_to_ids(PAD),
     }
-    stats: dict[str, Any] = {}
-    reused = base_store is not None and (base_store / "calibdcd.json").is_file()
-    if reused:
-        assert base_store is not None
-        model, stats["base"] = _load_base(base_store, tmp)
-        timings["pretrain"] = 0.0
-    else:
-        model = build_model(cfg.model, vocab_padded, special, seed)
-        st = pretrain(model, docs, special["eos"], pt, seed=seed, device=device, progress=progress)
-        stats["base"] = st.as_dict()
-        timings["pretrain"] = st.seconds
-        model.to("cpu")
-        _save_model(model, tok, tmp / "base", None, {"training": stats["base"]})
-        if base_store is not None:
-            with atomic_directory(base_store) as store_tmp:
-                shutil.copytree(tmp / "base", store_tmp, dirs_exist_ok=True)
+    model, base_stats, reused = _pretrained_base(
+        tmp, cfg, tok, docs, special, seed, device, progress, base_store
+    )
+    timings["pretrain"] = 0.0 if reused else base_stats["seconds"]
     peak["pretrain"] = _peak_rss_mb()
-
-    convs_all = make_conversations(bg, cfg.sft.n_examples, seed)
-    n_replay = round(cfg.sft.replay_fraction * cfg.sft.n_examples)
-    replay = bg[:n_replay]
-    # chat tokens never occur in pre-training (padding rows of the vocabulary are never used)
-    new_token_ids = [
-        tok.convert_tokens_to_ids(t)
-        for t in (*SPECIAL_TOKENS, "<think>", "</think>")
-        if t not in (ENDOFTEXT, PAD)
-    ]
-    for i, style_name in enumerate(cfg.styles):
-        style = get_style(style_name)
-        examples = tokenize_conversations(convs_all, replay, style, tok, cfg.sft.max_len)
-        chat_model = copy.deepcopy(model)
-        init_new_token_embeddings(chat_model, new_token_ids, seed + 1000 * (i + 1))
-        st = sft(
-            chat_model,
-            examples,
-            special["pad"],
-            cfg.sft,
-            seed=seed + 1000 * (i + 1),
-            device=device,
-            progress=progress,
-            desc=f"sft {style.dirname}",
-        )
-        stats[style.dirname] = {**st.as_dict(), "examples": len(examples)}
-        timings[f"sft_{style.dirname}"] = st.seconds
-        chat_model.to("cpu")
-        _save_model(
-            chat_model,
-            tok,
-            tmp / style.dirname,
-            style_name,
-            {"training": stats[style.dirname], "post_trained_from": "base"},
-        )
-        del chat_model
-        peak[f"sft_{style.dirname}"] = _peak_rss_mb()
-
-    with (tmp / "ground_truth.jsonl").open("w", encoding="utf-8") as fh:
-        rows = [(x, 1, pt.repeats) for x in split.members] + [(x, 0, 0) for x in split.nonmembers]
-        for k, (x, label, reps) in enumerate(rows):
-            rec = {
-                "id": f"{'m' if label else 'n'}{k if label else k - len(split.members):04d}",
-                "text": x.text,
-                "label": label,
-                "repeats": reps,
-                "source": x.source,
-            }
-            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    chat_stats, chat_timings, chat_peak = _post_train(
+        tmp, cfg, model, tok, bg, special["pad"], seed, device, progress
+    )
+    timings.update(chat_timings)
+    peak.update(chat_peak)
+    _write_ground_truth(tmp / "ground_truth.jsonl", split, pt.repeats)
     timings["build"] = time.perf_counter() - t_all
     return {
-        "stats": stats,
+        "stats": {"base": base_stats, **chat_stats},
         "timings": {k: round(v, 2) for k, v in timings.items()},
         "device": str(device),
         # a base pre-trained by an earlier build with the same pre-training config (its
@@ -284,8 +325,8 @@ def _build_into(
             "background_pretrain": len(pre_bg),
             "pretrain_tokens_per_epoch": sum(len(d) + 1 for d in docs),
             "sft_examples": cfg.sft.n_examples,
-            "sft_replay_documents": n_replay,
-            "vocab_size": vocab,
+            "sft_replay_documents": round(cfg.sft.replay_fraction * cfg.sft.n_examples),
+            "vocab_size": len(tok),
         },
     }
 
