@@ -224,3 +224,32 @@ def test_a_stored_run_rewrites_its_results_block(name, archive):
     with verdict.unpacked(path) as (run,):
         got = readme_block(run)
     assert got.strip("\n") == results_block(RESULTS.read_text(encoding="utf-8"), name)
+
+
+def test_the_time_to_a_verdict_in_scaling_md_is_the_generated_one():
+    """docs/scaling.md's time-to-verdict table is `benchmarks/time_to_verdict.py
+    configs/paper.yaml`'s output (its completions counted from the config's plan), never typed;
+    and its count is the dry run's rule: per text, VeilProbe's paper preset asks 3 sampled
+    suffixes for the text and its perturbation (6), DPDLLM one continuation."""
+    from calibdcd.report.readme import results_block
+
+    if not (REPO.parent / "shared" / "data" / "BookTection").is_dir():
+        pytest.skip("the shared benchmark copies are absent: paper.yaml's sizes cannot be read")
+    spec = importlib.util.spec_from_file_location(
+        "time_to_verdict", REPO / "benchmarks" / "time_to_verdict.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["time_to_verdict"] = mod  # (its dataclass looks its module up)
+    spec.loader.exec_module(mod)
+    rate = mod._measured_rate()
+    if rate is None:
+        pytest.skip("benchmarks/results/engine_throughput.json is absent")
+    table = mod.table(REPO / "configs" / "paper.yaml", [rate], mod.STORED_RUN)
+    doc = (REPO / "docs" / "scaling.md").read_text(encoding="utf-8")
+    assert results_block(doc, "time-to-verdict") == table.strip("\n"), (
+        "docs/scaling.md's time-to-verdict block is stale: rerun "
+        "`python benchmarks/time_to_verdict.py configs/paper.yaml --write docs/scaling.md`"
+    )
+    work = {w.label: w for w in mod.count_work(REPO / "configs" / "paper.yaml")}
+    assert work["VeilProbe"].completions == 6 * work["VeilProbe"].texts
+    assert work["DPDLLM"].completions == work["DPDLLM"].texts
