@@ -271,3 +271,37 @@ def test_cached_real_model_equals_fresh_generation(tmp_path):
         assert cached.stats.misses == 12 + 6  # only sample index 2 was generated
         assert more == target.generate(prompts, dataclasses.replace(params, n=3))
         assert cached.tokenizer is target.tokenizer  # wrapped attributes pass through
+
+
+def test_two_caches_streaming_from_one_server_generate_each_completion_once(tmp_path):
+    """Two generation caches on one file (two owners, as two processes), each streaming from a
+    real loopback server, asked for overlapping prompts at the same time: every completion is
+    requested exactly once, and both get every text."""
+    import threading
+
+    from calibdcd.targets.openai import OpenAITarget, request_seed
+    from test_openai_target import FaultServer, expected_text
+
+    params = GenerationParams(max_new_tokens=5, temperature=1.0, n=2, seed=4)
+    a_prompts = [f"prompt-{i}" for i in range(30)]
+    b_prompts = [f"prompt-{i}" for i in range(15, 45)]
+    got: dict[str, list[list[str]]] = {}
+    with FaultServer(lambda p, a: "ok", ok_delay=0.02, served_model="tiny") as srv:
+
+        def run(who: str, prompts: list[str]) -> None:
+            t = OpenAITarget(srv.url, "tiny", concurrency=4, dialect="vllm")
+            with CachedTarget(t, tmp_path / "g.sqlite", poll=0.05) as c:
+                got[who] = c.generate(prompts, params)
+
+        threads = [
+            threading.Thread(target=run, args=("a", a_prompts)),
+            threading.Thread(target=run, args=("b", b_prompts)),
+        ]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(60)
+    seeds = [request_seed(params.seed, i) for i in range(params.n)]
+    for who, prompts in (("a", a_prompts), ("b", b_prompts)):
+        assert got[who] == [[expected_text(p, s, 5) for s in seeds] for p in prompts]
+    assert len(srv.successes) == 2 * 45 and set(srv.successes.values()) == {1}

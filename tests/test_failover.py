@@ -190,3 +190,30 @@ def test_empty_completions_are_counted_by_the_target_and_its_cache(tmp_path):
     )
     assert empty_completions_warning(64, 31) is None and empty_completions_warning(0, 0) is None
     assert completion_counts(object()) == (0, 0)
+
+
+def test_a_server_that_is_down_stops_the_run_in_seconds_with_one_line(tmp_path):
+    """Every connection refused (nothing listens on the port): the call stops within seconds
+    with one line naming the URL and what to do, not after the whole backoff of every retry;
+    with retries left, ``down_after`` seconds of refusals end it."""
+    import socket
+
+    with socket.socket() as s:  # a real loopback port that refuses connections
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+    t = OpenAITarget(url, "tiny", concurrency=4)  # the defaults: 8 retries, backoff to 30 s
+    t0 = time.monotonic()
+    with CachedTarget(t, tmp_path / "g.sqlite") as c, pytest.raises(OpenAITargetError) as err:
+        c.generate(PROMPTS, SAMPLED)
+    took = time.monotonic() - t0
+    msg = str(err.value)
+    assert took < 20, took
+    assert "\n" not in msg and redact_url(url + "/v1/completions") in msg
+    assert "The server is down: every replica refused connections" in msg
+    assert "Start it (or fix the target's base_url) and run the same command again" in msg
+    t = OpenAITarget(url, "tiny", max_retries=1000, backoff_base=0.01)
+    t.down_after = 1.0
+    t0 = time.monotonic()
+    with pytest.raises(OpenAITargetError, match="The server is down"):
+        t.generate(["prompt-0"], SAMPLED)
+    assert time.monotonic() - t0 < 5 and t.retries < 1000

@@ -34,7 +34,9 @@ def _detector_config(name: str) -> type:
         from calibdcd.detectors.dpdllm.detector import DPDLLMConfig
 
         return DPDLLMConfig
-    raise AssertionError(f"no options class known for detector {name!r}")
+    from calibdcd.detectors.registry import create_detector_config
+
+    return type(create_detector_config(name))  # any registered detector's config class
 
 
 def _unwrap(tp: typing.Any) -> list[typing.Any]:

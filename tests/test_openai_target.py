@@ -754,3 +754,44 @@ def test_a_run_through_a_replica_that_fails_or_hangs_gives_the_one_replica_table
     ).read_text()
     tables = [(write_report(tmp_path / d).parent / "tables.md").read_text() for d in ("one", "two")]
     assert tables[0] == tables[1]
+
+
+def test_the_cache_streams_misses_without_a_barrier(tmp_path):
+    """Through a generation cache, a slow request holds one slot only: the other slots keep
+    the server busy with the rest (no chunk waits for its slowest request), and each
+    completion is committed as it arrives, long before the slow one lands."""
+
+    def answer(req):
+        if req["prompt"] == "prompt-0":
+            time.sleep(1.5)
+        return expected_text(req["prompt"], req["seed"], req["max_tokens"])
+
+    prompts = [f"prompt-{i}" for i in range(40)]
+    params = GenerationParams(max_new_tokens=5, temperature=1.0, n=1, seed=9)
+    with FaultServer(lambda p, a: "ok", answer=answer, ok_delay=0.02) as srv:
+        t = OpenAITarget(srv.url, "tiny", concurrency=4)
+        with CachedTarget(t, tmp_path / "g.sqlite", chunk_size=4) as c:
+            out = c.generate(prompts, params)
+            assert c.stats.target_calls == 1 and c.stats.misses == 40
+        assert srv.max_inflight == 4
+    seeds = request_seed(params.seed, 0)
+    assert out == [[expected_text(p, seeds, 5)] for p in prompts]
+    con = sqlite3.connect(tmp_path / "g.sqlite")
+    created = dict(con.execute("SELECT prompt, created FROM completions").fetchall())
+    con.close()
+    slow = created.pop("prompt-0")
+    # every other completion was stored (in several small commits) while prompt-0 ran
+    assert max(created.values()) < slow - 0.5
+    assert len(set(created.values())) > 3
+
+
+def test_a_stream_closed_early_cancels_what_is_in_flight():
+    with FaultServer(lambda p, a: "ok", ok_delay=0.05) as srv:
+        t = OpenAITarget(srv.url, "tiny", concurrency=2)
+        prompts = [f"prompt-{i}" for i in range(200)]
+        it = t.stream_indexed(prompts, [0] * len(prompts), SAMPLED)
+        first = next(it)
+        it.close()
+        sent = len(srv.log)
+        time.sleep(0.3)
+        assert len(srv.log) == sent < 20 and first

@@ -1,4 +1,5 @@
-"""The built-in detectors' registrations (VeilProbe, DPDLLM, continuation overlap).
+"""The built-in detectors' registrations (VeilProbe, DPDLLM, continuation overlap, and the
+field's standard attacks: LOSS, zlib, Min-K%, Min-K%++, SaMIA).
 
 Each is registered as parameters apart from construction: a ``params`` function turns a preset
 and option overrides into the detector's config dataclass (checked and fingerprinted without
@@ -109,5 +110,70 @@ register_detector(
     build=_build_overlap,
     description="continuation overlap with the true second half, logistic regression",
     module="calibdcd.detectors.overlap",
+    uses_torch=False,
+)
+
+
+def _attack_params(statistic: str) -> Any:
+    """The params function of the gray-box attack ``statistic`` (its config: AttackConfig)."""
+
+    def params(
+        preset: str | None, options: Mapping[str, Any], benchmark: str | None, cache_dir: str
+    ) -> Any:
+        from calibdcd.detectors.attacks.common import AttackConfig
+
+        if preset not in (None, "paper"):
+            raise ValueError(f"preset: {statistic} has the preset 'paper' only, got {preset!r}")
+        opts = {k: v for k, v in options.items() if k != "progress"}
+        if opts.get("statistic", statistic) != statistic:
+            raise ValueError(f"statistic: detector {statistic!r} computes {statistic!r} only")
+        return replace_nested(AttackConfig(statistic=statistic), opts)  # type: ignore[arg-type]
+
+    return params
+
+
+def _build_attack(config: Any) -> Any:
+    from calibdcd.detectors.attacks.common import LogprobAttack
+
+    return LogprobAttack(config)
+
+
+def _samia(
+    preset: str | None, options: Mapping[str, Any], benchmark: str | None, cache_dir: str
+) -> Any:
+    from calibdcd.detectors.attacks.samia import SamiaConfig
+
+    if preset not in (None, "paper"):
+        raise ValueError(f"preset: SaMIA has the preset 'paper' only, got {preset!r}")
+    opts = {k: v for k, v in options.items() if k != "progress"}
+    return replace_nested(SamiaConfig(), opts)
+
+
+def _build_samia(config: Any) -> Any:
+    from calibdcd.detectors.attacks.samia import SaMIA
+
+    return SaMIA(config)
+
+
+for _name, _what in (
+    ("loss", "LOSS: mean token log-likelihood (gray-box, score-only)"),
+    ("zlib", "zlib: log-perplexity over zlib entropy (gray-box, score-only)"),
+    ("mink", "Min-K%: mean of the lowest k% token log-probabilities (gray-box, score-only)"),
+    ("mink++", "Min-K%++: lowest k% of normalised token log-probabilities (gray-box, score-only)"),
+):
+    register_detector(
+        _name,
+        params=_attack_params(_name),
+        build=_build_attack,
+        description=_what,
+        module="calibdcd.detectors.attacks.common",
+        uses_torch=False,
+    )
+register_detector(
+    "samia",
+    params=_samia,
+    build=_build_samia,
+    description="SaMIA: ROUGE-1 of sampled continuations with the true second half (score-only)",
+    module="calibdcd.detectors.attacks.samia",
     uses_torch=False,
 )

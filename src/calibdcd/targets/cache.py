@@ -6,25 +6,32 @@ top_k, seed, (repetition_penalty,) sample index])`` of the parameters *as the ta
 from its checkpoint's generation config, so a changed generation config is a different key; a
 server target keeps ``"inherit"``, which is what its request says (the field is left out). The
 repetition penalty enters the key only when it is not 1.0, so keys of runs without it are the
-same as before it existed. Only the misses go to the wrapped target, in chunks of
-``chunk_size`` completions; each chunk is committed in its own transaction, so a run killed at any
-point (even ``kill -9``) keeps every finished chunk and never leaves a corrupt file (SQLite's WAL
-journal is atomic). Several processes can share one file: WAL mode lets readers run during a
-write, writers wait up to ``timeout`` seconds for each other, and the first completion stored wins.
+same as before it existed. Only the misses go to the wrapped target. A target that streams
+(``stream_indexed``: the OpenAI backend) gets them all at once and keeps its bounded number of
+requests in flight until the last one (no barrier at which a server's batch drains); each
+handful of completions is committed as it arrives. Any other target gets them in chunks of
+``chunk_size`` completions (the in-process backend: one batch each), each chunk committed in its
+own transaction. Either way a run killed at any point (even ``kill -9``) keeps every completion
+committed and never leaves a corrupt file (SQLite's WAL journal is atomic).
+
+Several processes can share one file: WAL mode lets readers run during a write, writers wait up
+to ``timeout`` seconds for each other, and the first completion stored wins.
 Processes that need the same completions at the same time do not both generate them: before
 generating, a process *claims* its missing keys (table ``claims``: owner, host, pid, expiry), skips
 keys another live process has claimed, generates its own, and then waits for the others' keys to
 land (polling the file). A claim is dead, and taken over, when its process is gone (same host: the
 pid no longer runs, so a run resumed after ``kill -9`` does not wait) or its lease (``claim_ttl``
-seconds, renewed after every stored chunk) has run out (another host sharing the file).
+seconds, renewed with the stored completions, at most every ``claim_ttl / 10`` seconds) has run
+out (another host sharing the file).
 
 Greedy decoding (``temperature == 0``) ignores top-p, top-k, the seed and the sample index (not
 the repetition penalty), so those are normalised out of its key: the ``n`` greedy samples of
 a prompt are one entry.
 
-Wrapped targets that offer ``generate_indexed(prompts, sample_indices, params)`` (the built-in
-backends do) are asked for exactly the missing samples; for any other target the cache asks for
-``n = 1 + the largest missing index`` and stores every sample it gets back.
+Wrapped targets that offer ``stream_indexed`` or ``generate_indexed(prompts, sample_indices,
+params)`` (the built-in backends do) are asked for exactly the missing samples; for any other
+target the cache asks for ``n = 1 + the largest missing index`` and stores every sample it gets
+back.
 
 The API key of a remote target never reaches the cache: only ``target.name``, prompts, parameters
 and completions are stored.
@@ -54,6 +61,7 @@ from calibdcd.targets.base import (
     resolve_params,
     validate_prompts,
 )
+from calibdcd.targets.logprobs import LogprobQuery, TextLogprobs, check_logprob_inputs
 
 __all__ = [
     "EMPTY_RATE",
@@ -62,6 +70,7 @@ __all__ = [
     "cache_key",
     "completion_counts",
     "empty_completions_warning",
+    "logprob_key",
 ]
 
 _SCHEMA_VERSION = 1
@@ -165,6 +174,19 @@ def _retry_locked(fn: Any, timeout: float) -> Any:
             delay = min(0.5, delay * 2)
 
 
+#: what a stored row of token log-probabilities records as its prompt and decoding (its key
+#: carries the prefix, the text and top_k: :func:`logprob_key`)
+_LOGPROB_MARK = "<token_logprobs>"
+_LOGPROB_PARAMS = LogprobQuery()
+
+
+def logprob_key(target_name: str, prefix: str, text: str, top_k: int) -> str:
+    """The cache key of the token log-probabilities of ``text`` after ``prefix`` (with
+    ``top_k`` alternatives) for target ``target_name``: never a completion's key."""
+    blob = json.dumps(["token_logprobs/v1", target_name, prefix, text, top_k], ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def cache_key(target_name: str, prompt: str, params: GenerationParams, sample: int) -> str:
     """The cache key of sample ``sample`` of ``prompt`` under ``params`` for target ``name``
     (``params`` as the target resolved them: see :func:`~calibdcd.targets.base.resolve_params`)."""
@@ -201,6 +223,7 @@ class CachedTarget:
         self._owner = f"{self._host}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         self._lock = threading.Lock()
         self._stats = CacheStats()
+        self._renewed = 0.0  # time.monotonic() of the last renewal of this cache's claims
         if self.path.parent and not self.path.parent.exists():
             self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -312,11 +335,14 @@ class CachedTarget:
                 "DELETE FROM claims WHERE key = ? AND owner = ?",
                 [(k, self._owner) for k, *_ in rows],
             )
-            # the lease of the claims still being worked on starts again
-            self._conn.execute(
-                "UPDATE claims SET expires = ? WHERE owner = ?",
-                (now + self.claim_ttl, self._owner),
-            )
+            # the lease of the claims still being worked on starts again (not at every one of
+            # a stream's small commits: that would rewrite every claim each time)
+            if time.monotonic() - self._renewed >= self.claim_ttl / 10:
+                self._renewed = time.monotonic()
+                self._conn.execute(
+                    "UPDATE claims SET expires = ? WHERE owner = ?",
+                    (now + self.claim_ttl, self._owner),
+                )
 
     def _claim_alive(self, host: str, pid: int, expires: float, now: float) -> bool:
         if expires <= now:
@@ -354,6 +380,7 @@ class CachedTarget:
                 "INSERT OR REPLACE INTO claims VALUES (?, ?, ?, ?, ?)",
                 [(k, self._owner, self._host, pid, now + self.claim_ttl) for k in mine],
             )
+        self._renewed = time.monotonic()
         return mine, stored
 
     def _release(self) -> None:
@@ -367,6 +394,21 @@ class CachedTarget:
     def _generate_missing(
         self, missing: list[tuple[str, int]], params: GenerationParams
     ) -> Iterator[list[tuple[str, str, GenerationParams, int, str]]]:
+        """The rows to store for ``missing`` (prompt, sample index): as they stream from a
+        target that streams, else chunk by chunk."""
+        stream = getattr(self.target, "stream_indexed", None)
+        if callable(stream):
+            # one call: the target keeps its requests in flight until the last; whatever
+            # arrived while the previous handful was committed is the next transaction
+            self._stats.target_calls += 1
+            ps, ss = [p for p, _ in missing], [s for _, s in missing]
+            with contextlib.closing(stream(ps, ss, params)) as answers:
+                for got in answers:
+                    yield [
+                        (cache_key(self.name, ps[j], params, ss[j]), ps[j], params, ss[j], t)
+                        for j, t in got
+                    ]
+            return
         indexed = getattr(self.target, "generate_indexed", None)
         if callable(indexed):
             # an indexed target's samples do not depend on the batch they are drawn in, so the
@@ -452,8 +494,11 @@ class CachedTarget:
                         time.sleep(self.poll)  # the rest is being generated elsewhere
                         continue
                     work = [pending[k] for k in mine]
-                    with self._one_bar(len(work)) as bar:
-                        for stored in self._generate_missing(work, params):
+                    with (
+                        self._one_bar(len(work)) as bar,
+                        contextlib.closing(self._generate_missing(work, params)) as rows_in,
+                    ):
+                        for stored in rows_in:
                             self._store(stored)
                             wanted = [k for k, *_ in stored if pending.pop(k, None) is not None]
                             self._stats.misses += len(wanted)
@@ -481,6 +526,53 @@ class CachedTarget:
             if shown:
                 self.target.progress = True
             bar.close()
+
+    # -- token log-probabilities (calibdcd.targets.logprobs.TokenLogprobs) --
+
+    def token_logprobs(
+        self, texts: Sequence[str], prefixes: Sequence[str] | None = None, top_k: int = 0
+    ) -> list[TextLogprobs]:
+        """The wrapped target's ``token_logprobs``, remembered in the same file as completions
+        (rows of the ``completions`` table under their own keys, :func:`logprob_key`) with the
+        same cross-process claims: a key another live process is computing is waited for, and a
+        killed process's claims end with it."""
+        pairs = check_logprob_inputs(texts, prefixes, top_k)
+        inner = getattr(self.target, "token_logprobs", None)
+        if not callable(inner):
+            raise ValueError(f"{self.name}: this target does not return token log-probabilities")
+        with self._lock:
+            keys = [logprob_key(self.name, p, t, top_k) for p, t in pairs]
+            found = self._lookup(keys)
+            self._stats.hits += sum(k in found for k in keys)
+            pending = {k: pt for k, pt in zip(keys, pairs, strict=True) if k not in found}
+            try:
+                while pending:
+                    mine, landed = self._claim(list(pending))
+                    for k in landed:
+                        pending.pop(k)
+                    found.update(landed)
+                    if not mine:
+                        time.sleep(self.poll)  # the rest is being computed elsewhere
+                        continue
+                    for i in range(0, len(mine), self.chunk_size):
+                        part = mine[i : i + self.chunk_size]
+                        todo = [pending[k] for k in part]
+                        self._stats.target_calls += 1
+                        rows = inner([t for _, t in todo], [p for p, _ in todo], top_k)
+                        self._store(
+                            [
+                                (k, _LOGPROB_MARK, _LOGPROB_PARAMS, 0, json.dumps(r.as_json()))
+                                for k, r in zip(part, rows, strict=True)
+                            ]
+                        )
+                        self._stats.misses += len(part)
+                        found.update(self._lookup(part))  # first writer wins
+                        for k in part:
+                            pending.pop(k)
+            except BaseException:
+                self._release()
+                raise
+        return [TextLogprobs.from_json(json.loads(found[k])) for k in keys]
 
     # -- misc --
 

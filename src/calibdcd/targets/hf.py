@@ -64,6 +64,7 @@ from calibdcd.targets.base import (
     resolve_params,
     validate_prompts,
 )
+from calibdcd.targets.logprobs import TextLogprobs, causal_lm_logprobs, check_logprob_inputs
 
 __all__ = [
     "HFTarget",
@@ -535,6 +536,24 @@ class HFTarget:
         if full.startswith(head):
             return full[len(head) :]
         return self.tokenizer.decode(new_ids, skip_special_tokens=skip)
+
+    # -- token log-probabilities (calibdcd.targets.logprobs.TokenLogprobs) --
+
+    def token_logprobs(
+        self, texts: Sequence[str], prefixes: Sequence[str] | None = None, top_k: int = 0
+    ) -> list[TextLogprobs]:
+        """The log-probability of every token of each text after its prefix (teacher forcing,
+        ``batch_size`` texts a forward pass); with ``top_k > 0`` the exact per-position mean and
+        variance of the next-token log-probability too (:mod:`calibdcd.targets.logprobs`)."""
+        pairs = check_logprob_inputs(texts, prefixes, top_k)
+        return causal_lm_logprobs(
+            self.model,
+            self.tokenizer,
+            pairs,
+            batch_size=self.batch_size,
+            moments=top_k > 0,
+            progress=self.progress,
+        )
 
 
 def _check_params(params: GenerationParams) -> None:

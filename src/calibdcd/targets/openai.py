@@ -33,7 +33,12 @@
   sent: that is how a detector inherits the served model's decoding.
   :meth:`OpenAITarget.generation_record` says exactly which fields a request carries.
   ``extra_body`` adds server-specific fields (and overrides the ones above).
-* Bounded concurrency (``asyncio`` + ``httpx``, ``concurrency`` requests in flight).
+* Bounded concurrency (``asyncio`` + ``httpx``): ``concurrency`` workers per replica, each
+  sending the next request as soon as its last is answered, so the server's batch stays full
+  until the last request; each worker keeps its own keep-alive connection (one shared pool of
+  many connections costs httpx more per request than the request itself).
+  :meth:`OpenAITarget.stream_indexed` hands the completions over as they arrive (a generation
+  cache commits them meanwhile).
 * ``timeout`` is a total deadline per attempt (connect, send, wait and read the whole answer),
   enforced with ``asyncio.wait_for``: a server that drips its answer byte by byte times out too.
 * Retries (at most ``max_retries`` per request) with exponential backoff and jitter on 429
@@ -45,6 +50,10 @@
   When a request's retries are exhausted, the one-line error names every replica that failed,
   quotes its last HTTP answers (status and message, truncated) and says whether it still
   answers ``GET /v1/models`` (asked once, with a deadline of ``min(timeout, 5)`` s).
+  A refused connection (nothing listens: the server is down) is retried after at most 2 s, and
+  when every replica has refused connections for ``down_after`` seconds (30) or the retries are
+  exhausted, the same error says the server is down and what to do: a dead server stops a run
+  within seconds, not after the whole backoff of every request.
 * Replicas (``base_url`` a list: one model served by several servers): each holds at most
   ``concurrency`` requests in flight, and a request goes to the live replica with the fewest;
   a retry goes to another replica than the one that just failed it, when one is free. A replica
@@ -80,22 +89,30 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import dataclasses
 import email.utils
 import hashlib
 import json
 import logging
 import os
+import queue
 import random
 import threading
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlparse
 
 from calibdcd.progress import inner_bar
 from calibdcd.targets.base import INHERIT, GenerationParams, register_backend, validate_prompts
+from calibdcd.targets.logprobs import (
+    LogprobQuery,
+    TextLogprobs,
+    check_logprob_inputs,
+    echo_logprobs,
+)
 
 __all__ = ["DIALECTS", "OpenAITarget", "OpenAITargetError", "PreflightError", "request_seed"]
 
@@ -120,12 +137,18 @@ class _Retryable(Exception):
     one (status and message, truncated)."""
 
     def __init__(
-        self, reason: str, retry_after: float | None = None, answer: str | None = None
+        self,
+        reason: str,
+        retry_after: float | None = None,
+        answer: str | None = None,
+        refused: bool = False,
     ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.retry_after = retry_after
         self.answer = answer
+        #: the connection could not be opened (refused, unreachable): nothing listens there
+        self.refused = refused
 
     @property
     def kind(self) -> str:
@@ -136,6 +159,9 @@ class _Retryable(Exception):
 _ANSWER_CHARS = 200
 #: the deadline of the ``GET /v1/models`` probe after retries are exhausted (at most)
 _PROBE_TIMEOUT = 5.0
+#: the longest wait before retrying a connection that could not be opened: a server that is
+#: down is found out within seconds, not after the full backoff
+_REFUSED_BACKOFF = 2.0
 
 
 @dataclasses.dataclass(eq=False)
@@ -152,6 +178,7 @@ class _Replica:
     )  # its last failed HTTP answers, oldest first
     out: str | None = None  # why it is taken out (None: in)
     out_at: float = 0.0  # time.monotonic() when it was taken out
+    refused_since: float | None = None  # time.monotonic() of the first refusal in a row
 
 
 def request_seed(seed: int, sample: int) -> int:
@@ -268,6 +295,10 @@ class OpenAITarget:
         self.readmit_after = max(300.0, 10 * self.timeout)
         #: one line per replica taken out (which, when in the session, why)
         self.replica_events: list[str] = []
+
+    #: seconds after which a server whose every replica refuses connections stops the call
+    #: (one error line), even with retries left
+    down_after: float = 30.0
 
     def __repr__(self) -> str:
         return f"OpenAITarget(url={self.where!r}, model={self.model!r}, name={self.name!r})"
@@ -423,45 +454,82 @@ class OpenAITarget:
             raise box["err"]
         return box["out"]
 
-    async def _arun(self, rows: list[tuple[str, int]], params: GenerationParams) -> list[str]:
+    async def _arun(
+        self,
+        rows: list[tuple[str, int]],
+        params: GenerationParams,
+        emit: Callable[[tuple[str, int], str], None] | None = None,
+    ) -> list[str]:
+        """Every row's completion, ``concurrency`` requests in flight per replica from the
+        first to the last (workers that each take the next row as soon as theirs is answered:
+        the server's batch never drains between rows). ``emit(row, text)`` (when given) is
+        called in the event loop as each distinct row is answered."""
         import httpx
 
         eff = [(p, 0) if params.greedy else (p, i) for p, i in rows]
         unique = list(dict.fromkeys(eff))
         self._readmit()
         total = self.concurrency * len(self.urls)
-        sem = asyncio.Semaphore(total)
         pool = _ReplicaPool(self, self.concurrency)
-        limits = httpx.Limits(max_connections=total, max_keepalive_connections=total)
+        # each worker has its own client, one keep-alive connection per replica: one shared
+        # pool of ``total`` connections costs httpcore O(connections) per request, which
+        # bounded the client at a few hundred requests/s (benchmarks/client_throughput.py)
+        lanes = httpx.Limits(max_connections=len(self.urls), max_keepalive_connections=None)
+        tls = httpx.create_ssl_context()  # built once: the workers' clients share it
         bar = inner_bar(total=len(unique), desc="requests", unit="request", enabled=self.progress)
-        async with httpx.AsyncClient(
-            timeout=self.timeout, limits=limits, follow_redirects=False
-        ) as client:
+        got: dict[tuple[str, int], str] = {}
+        todo = iter(unique)
 
-            async def one(row: tuple[str, int]) -> str:
-                async with sem:
+        async def worker() -> None:
+            async with httpx.AsyncClient(
+                timeout=self.timeout, limits=lanes, follow_redirects=False, verify=tls
+            ) as client:
+                for row in todo:  # shared: each row goes to exactly one worker
                     text = await self._request(client, row[0], row[1], params, pool)
-                bar.update(1)
-                return text
+                    got[row] = text
+                    if emit is not None:
+                        emit(row, text)
+                    bar.update(1)
 
-            tasks = [asyncio.ensure_future(one(r)) for r in unique]
-            try:
-                texts = await asyncio.gather(*tasks)
-            except BaseException:
-                for t in tasks:
-                    t.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
-                raise
-            finally:
-                bar.close()
-        got = dict(zip(unique, texts, strict=True))
+        tasks = [asyncio.ensure_future(worker()) for _ in range(min(total, len(unique)))]
+        try:
+            await asyncio.gather(*tasks)
+        except BaseException:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        finally:
+            bar.close()
         out = [got[r] for r in eff]
         with self._count_lock:
             self.served += len(out)
             self.empty += sum(not t.strip() for t in out)
         return out
 
+    def stream_indexed(
+        self, prompts: Sequence[str], sample_indices: Sequence[int], params: GenerationParams
+    ) -> Iterator[list[tuple[int, str]]]:
+        """``generate_indexed`` as the answers arrive: lists of ``(j, completion of row j)``
+        holding whatever was answered since the last list (every row exactly once), while
+        ``concurrency`` requests per replica stay in flight until the last one. The requests
+        run in a worker thread's event loop, so the consumer's work between lists (a
+        generation cache's commits) never stalls them; closing the iterator early (or an
+        error in it) cancels the requests still in flight."""
+        prompts = validate_prompts(prompts)
+        _check_params(params)
+        idx = list(sample_indices)
+        if len(idx) != len(prompts) or any(not isinstance(i, int) or i < 0 for i in idx):
+            raise ValueError("sample_indices must hold one integer >= 0 per prompt")
+        rows = list(zip(prompts, idx, strict=True))
+        where: dict[tuple[str, int], list[int]] = collections.defaultdict(list)
+        for j, (p, i) in enumerate(rows):
+            where[(p, 0) if params.greedy else (p, i)].append(j)
+        return _stream(self, rows, params, where)
+
     def _body(self, prompt: str, sample: int, params: GenerationParams) -> dict[str, Any]:
+        if isinstance(params, LogprobQuery):  # scores the prompt (token_logprobs)
+            return {**params.body(self.model, prompt), **self.extra_body}
         body: dict[str, Any] = {"prompt": prompt, "seed": request_seed(params.seed, sample)}
         body.update(self.request_fields(params))
         return body
@@ -568,11 +636,14 @@ class OpenAITarget:
             if rerouted:  # ``url`` is out: the request goes to the others (not a retry)
                 self._count("replica down")
                 continue
-            if attempt == self.max_retries:
-                raise await self._exhausted(pool, err, url)
+            down_for = self._down_for()
+            if attempt == self.max_retries or (down_for or 0.0) >= self.down_after:
+                raise await self._exhausted(pool, err, url, attempt)
             self._count(err.kind)
             avoid = url
             delay = min(self.backoff_max, self.backoff_base * 2**attempt)
+            if err.refused:  # nothing listens: ask again soon, the run stops if it stays so
+                delay = min(delay, _REFUSED_BACKOFF)
             delay *= 0.5 + random.random() / 2  # jitter: spread simultaneous retries
             if err.retry_after is not None:
                 delay = max(delay, min(err.retry_after, 10 * self.backoff_max))
@@ -593,6 +664,7 @@ class OpenAITarget:
             if r.last is not None:  # it answers again: its failures are history
                 r.in_row, r.last, r.last_was_answer = 0, None, False
                 r.answers.clear()
+                r.refused_since = None
 
     def _failed(self, url: str, err: _Retryable) -> bool:
         """Record a failed attempt on replica ``url``; True when ``url`` is out (taken out now,
@@ -604,6 +676,10 @@ class OpenAITarget:
             r.last, r.last_was_answer = err.reason, err.answer is not None
             if err.answer is not None:
                 r.answers.append(err.answer)
+            if not err.refused:
+                r.refused_since = None
+            elif r.refused_since is None:
+                r.refused_since = time.monotonic()
             if err.kind in ("5xx", "malformed"):
                 r.in_row += 1
             if r.out is not None:
@@ -630,6 +706,15 @@ class OpenAITarget:
         # one line on the command line (its warning display); recorded by ``replica_events``
         warnings.warn(msg, RuntimeWarning, stacklevel=2)
         return True
+
+    def _down_for(self) -> float | None:
+        """Seconds every replica has been refusing connections (None: one answers, or
+        failed otherwise last): the server is down, or ``base_url`` is wrong."""
+        with self._count_lock:
+            since = [r.refused_since for r in self._replicas.values()]
+        if any(t is None for t in since):
+            return None
+        return time.monotonic() - max(t for t in since if t is not None)
 
     def _readmit(self) -> None:
         """Replicas out for ``readmit_after`` seconds are tried again (from this call on)."""
@@ -658,9 +743,14 @@ class OpenAITarget:
             return f"GET /v1/models gets no answer ({type(exc).__name__}): it stopped answering"
         return f"it still answers GET /v1/models (HTTP {r.status_code})"
 
-    async def _exhausted(self, pool: _ReplicaPool, err: _Retryable, url: str) -> OpenAITargetError:
-        """The one-line error of a request whose retries are exhausted: every replica that
-        failed, its last answers, and whether it still answers ``GET /v1/models``."""
+    async def _exhausted(
+        self, pool: _ReplicaPool, err: _Retryable, url: str, retries: int
+    ) -> OpenAITargetError:
+        """The one-line error of a request whose retries are exhausted (or of a server that
+        refused every connection for ``down_after`` seconds): every replica that failed, its
+        last answers, whether it still answers ``GET /v1/models``, and what to do when the
+        server is down."""
+        down_for = self._down_for()
         probes = await pool.probe_all()
         parts = []
         with self._count_lock:
@@ -685,9 +775,18 @@ class OpenAITarget:
             if n_out and n_out == len(self.urls) - 1
             else (f" ({n_out} replica(s) taken out)" if n_out else "")
         )
+        down = (
+            ""
+            if down_for is None
+            else (
+                f". The server is down: every replica refused connections for {down_for:.0f} s."
+                " Start it (or fix the target's base_url) and run the same command again: the "
+                "completions already generated are kept in the generation cache"
+            )
+        )
         return OpenAITargetError(
-            f"{self.name}: giving up after {self.max_retries} retries{left} (last failure: "
-            f"{err.reason}): " + "; ".join(parts)
+            f"{self.name}: giving up after {retries} retries{left} (last failure: "
+            f"{err.reason}): " + "; ".join(parts) + down
         )
 
     async def _attempt(self, client: Any, body: dict[str, Any], url: str) -> str:
@@ -704,7 +803,9 @@ class OpenAITarget:
             raise _Retryable(f"timeout: no complete answer within {self.timeout:g} s") from None
         except httpx.TimeoutException as e:
             raise _Retryable(f"timeout: {type(e).__name__}") from None
-        except httpx.TransportError as e:  # connection refused/reset, dropped, protocol errors
+        except httpx.ConnectError as e:  # refused, unreachable: nothing listens there
+            raise _Retryable(f"connection: {type(e).__name__}", refused=True) from None
+        except httpx.TransportError as e:  # connection reset, dropped, protocol errors
             raise _Retryable(f"connection: {type(e).__name__}") from None
         status = resp.status_code
         said = _quote(resp.text)
@@ -750,6 +851,8 @@ class OpenAITarget:
                 f"{where} answered as model {served!r}, not {self.model!r}; if the server "
                 f"reports its own name for this model, add it to the target's model_aliases"
             )
+        if body.get("echo") and isinstance(choices[0], dict):  # a LogprobQuery: its logprobs
+            return self._echoed(choices[0], where, said)
         text = choices[0].get("text") if isinstance(choices[0], dict) else None
         if not isinstance(text, str):
             raise _Retryable(
@@ -757,6 +860,101 @@ class OpenAITarget:
                 answer=f"{status} (no text) {short}",
             )
         return text
+
+    # -- token log-probabilities (calibdcd.targets.logprobs.TokenLogprobs) --
+
+    def token_logprobs(
+        self, texts: Sequence[str], prefixes: Sequence[str] | None = None, top_k: int = 0
+    ) -> list[TextLogprobs]:
+        """The log-probability of every token of each text after its prefix, from the server's
+        echoed prompt log-probabilities (one request per prompt through the same request path
+        as completions: retries, replicas); with ``top_k > 0`` the per-position mean and
+        variance approximated from ``top_k`` alternatives (:mod:`calibdcd.targets.logprobs`)."""
+        pairs = check_logprob_inputs(texts, prefixes, top_k)
+        answers = self._run([(p + t, 0) for p, t in pairs], LogprobQuery(alternatives=top_k))
+        return [
+            echo_logprobs(json.loads(a), t, top_k > 0)
+            for a, (_, t) in zip(answers, pairs, strict=True)
+        ]
+
+    def logprob_preflight(self, top_k: int = 0) -> None:
+        """Check that the server returns prompt log-probabilities (one short scoring request):
+        :class:`PreflightError` in one line when it does not."""
+        try:
+            self.token_logprobs(["Hello world"], top_k=top_k)
+        except (OpenAITargetError, ValueError) as exc:
+            raise PreflightError(
+                f"{self.where}: the server does not return prompt log-probabilities "
+                f"(completions with echo, max_tokens 0, logprobs {top_k}), which gray-box "
+                f"detectors need: {str(exc).splitlines()[0]}"
+            ) from None
+
+    def _echoed(self, choice: Mapping[str, Any], where: str, said: str) -> str:
+        """The ``logprobs`` object of a scoring answer as JSON text (the request path's
+        answers are strings)."""
+        lp = choice.get("logprobs")
+        if not isinstance(lp, dict) or not isinstance(lp.get("token_logprobs"), list):
+            raise OpenAITargetError(
+                f"{where} answered an echo request without prompt log-probabilities: {said}"
+            )
+        return json.dumps(lp)
+
+
+_DONE = object()  # the end of a stream's queue
+
+
+def _stream(
+    target: OpenAITarget,
+    rows: list[tuple[str, int]],
+    params: GenerationParams,
+    where: Mapping[tuple[str, int], list[int]],
+) -> Iterator[list[tuple[int, str]]]:
+    """:meth:`OpenAITarget.stream_indexed`'s generator: the event loop runs in a thread and
+    hands each answer over a queue; each list yielded drains what the queue holds."""
+    answers: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    state: dict[str, Any] = {}
+    started = threading.Event()
+
+    async def main() -> None:
+        state["loop"], state["task"] = asyncio.get_running_loop(), asyncio.current_task()
+        started.set()
+        await target._arun(rows, params, emit=lambda row, text: answers.put((row, text)))
+
+    def work() -> None:
+        try:
+            asyncio.run(main())
+        except BaseException as e:  # handed to the consumer (cancellation too)
+            state["err"] = e
+        finally:
+            started.set()
+            answers.put(_DONE)
+
+    thread = threading.Thread(target=work, name="calibdcd-stream", daemon=True)
+    thread.start()
+    done = False
+    try:
+        while not done:
+            batch = [answers.get()]
+            while True:  # whatever else has arrived meanwhile
+                try:
+                    batch.append(answers.get_nowait())
+                except queue.Empty:
+                    break
+            done = batch[-1] is _DONE
+            answered = batch[:-1] if done else batch
+            out = [(j, text) for row, text in answered for j in where[row]]
+            if out:  # (also those answered before an error: the cache keeps them)
+                yield out
+            if done and "err" in state:
+                raise state["err"]
+    finally:
+        if thread.is_alive():  # the consumer stopped early: cancel what is in flight
+            started.wait()
+            loop, task = state.get("loop"), state.get("task")
+            if loop is not None and task is not None:
+                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                    loop.call_soon_threadsafe(task.cancel)
+            thread.join()
 
 
 def _completions_url(base_url: str) -> str:
