@@ -49,7 +49,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -481,36 +481,48 @@ class CachedTarget:
             for k, (p, s) in zip(keys, rows, strict=True):
                 if k not in found and k not in missing_keys:
                     missing_keys[k] = (p, 0) if params.greedy else (p, s)
-            pending = dict(missing_keys)
-            try:
-                while pending:
-                    mine, landed = self._claim(list(pending))
-                    for k in landed:  # stored by another process since the first lookup
-                        pending.pop(k)
-                        self._stats.waited += 1
-                        self._stats.hits += 1
-                    found.update(landed)
-                    if not mine:
-                        time.sleep(self.poll)  # the rest is being generated elsewhere
-                        continue
-                    work = [pending[k] for k in mine]
-                    with (
-                        self._one_bar(len(work)) as bar,
-                        contextlib.closing(self._generate_missing(work, params)) as rows_in,
-                    ):
-                        for stored in rows_in:
-                            self._store(stored)
-                            wanted = [k for k, *_ in stored if pending.pop(k, None) is not None]
-                            self._stats.misses += len(wanted)
-                            found.update(self._lookup(wanted))  # first writer wins
-                            bar.update(len(stored))
-            except BaseException:
-                self._release()
-                raise
+            self._fill(dict(missing_keys), found, lambda work: self._generate_missing(work, params))
             out = [found[k] for k in keys]
             self._stats.served += len(out)
             self._stats.empty += sum(not t.strip() for t in out)
             return out
+
+    def _fill(
+        self,
+        pending: dict[str, Any],
+        found: dict[str, str],
+        produce: Callable[[list[Any]], Iterator[list[tuple[str, str, Any, int, str]]]],
+    ) -> None:
+        """Every ``pending`` key (-> its work item) into ``found``: claimed across processes,
+        waited for while another live process computes it, else computed by ``produce(work)``
+        (rows to store as they come), each batch committed and read back (first writer wins);
+        the claims released if anything fails. The one loop behind completions and token
+        log-probabilities."""
+        try:
+            while pending:
+                mine, landed = self._claim(list(pending))
+                for k in landed:  # stored by another process since the first lookup
+                    pending.pop(k)
+                    self._stats.waited += 1
+                    self._stats.hits += 1
+                found.update(landed)
+                if not mine:
+                    time.sleep(self.poll)  # the rest is being computed elsewhere
+                    continue
+                work = [pending[k] for k in mine]
+                with (
+                    self._one_bar(len(work)) as bar,
+                    contextlib.closing(produce(work)) as rows_in,
+                ):
+                    for stored in rows_in:
+                        self._store(stored)
+                        wanted = [k for k, *_ in stored if pending.pop(k, None) is not None]
+                        self._stats.misses += len(wanted)
+                        found.update(self._lookup(wanted))  # first writer wins
+                        bar.update(len(stored))
+        except BaseException:
+            self._release()
+            raise
 
     @contextlib.contextmanager
     def _one_bar(self, total: int) -> Iterator[Any]:
@@ -544,34 +556,19 @@ class CachedTarget:
             keys = [logprob_key(self.name, p, t, top_k) for p, t in pairs]
             found = self._lookup(keys)
             self._stats.hits += sum(k in found for k in keys)
-            pending = {k: pt for k, pt in zip(keys, pairs, strict=True) if k not in found}
-            try:
-                while pending:
-                    mine, landed = self._claim(list(pending))
-                    for k in landed:
-                        pending.pop(k)
-                    found.update(landed)
-                    if not mine:
-                        time.sleep(self.poll)  # the rest is being computed elsewhere
-                        continue
-                    for i in range(0, len(mine), self.chunk_size):
-                        part = mine[i : i + self.chunk_size]
-                        todo = [pending[k] for k in part]
-                        self._stats.target_calls += 1
-                        rows = inner([t for _, t in todo], [p for p, _ in todo], top_k)
-                        self._store(
-                            [
-                                (k, _LOGPROB_MARK, _LOGPROB_PARAMS, 0, json.dumps(r.as_json()))
-                                for k, r in zip(part, rows, strict=True)
-                            ]
-                        )
-                        self._stats.misses += len(part)
-                        found.update(self._lookup(part))  # first writer wins
-                        for k in part:
-                            pending.pop(k)
-            except BaseException:
-                self._release()
-                raise
+            pending = {k: (k, *pt) for k, pt in zip(keys, pairs, strict=True) if k not in found}
+
+            def produce(work: list[tuple[str, str, str]]) -> Iterator[list[tuple]]:
+                for i in range(0, len(work), self.chunk_size):
+                    part = work[i : i + self.chunk_size]
+                    self._stats.target_calls += 1
+                    rows = inner([t for _, _, t in part], [p for _, p, _ in part], top_k)
+                    yield [
+                        (k, _LOGPROB_MARK, _LOGPROB_PARAMS, 0, json.dumps(r.as_json()))
+                        for (k, _, _), r in zip(part, rows, strict=True)
+                    ]
+
+            self._fill(pending, found, produce)
         return [TextLogprobs.from_json(json.loads(found[k])) for k in keys]
 
     # -- misc --
