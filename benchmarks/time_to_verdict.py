@@ -86,45 +86,33 @@ def _sizes(plan: Any) -> dict[str, tuple[int, int, bool]]:
 
 
 def count_work(config: Path) -> list[DetectorWork]:
-    """Each detector's settings, texts and completions under ``config``'s plan."""
-    from calibdcd.detectors.base import completions_per_text
+    """Each detector's settings, texts and completions under ``config``'s plan, counted as the
+    dry run counts them (:func:`calibdcd.experiment.runner.count_requests`)."""
     from calibdcd.experiment import load_config
     from calibdcd.experiment.plan import resolve
+    from calibdcd.experiment.runner import count_requests
 
     plan = resolve(load_config(config))
-    cfg = plan.config
-    n_views = 0 if cfg.view_system == "none" else cfg.calibration.n_views
     sizes = _sizes(plan)
-    work: dict[str, dict[str, Any]] = {}
-    for p in plan.settings:
-        size = sizes.get(p.setting.benchmark.label)
-        det = p.detector.build()
-        per = completions_per_text(det)
-        if size is None or per is None:
-            continue
-        texts = size[0] + size[1] * n_views
-        w = work.setdefault(
-            p.setting.detector.label,
-            {"name": p.setting.detector.name, "settings": 0, "texts": 0, "completions": 0,
-             "per_text": f"{per[0]} ({per[1]})", "assumed": False,
-             "tokens": max(g.max_new_tokens for g in det.generation_kinds.values())},
-        )  # fmt: skip
-        w["settings"] += 1
-        w["texts"] += texts
-        w["completions"] += per[0] * texts
-        w["assumed"] = w["assumed"] or size[2]
+    assumed = {label for label, (_, _, guess) in sizes.items() if guess}
+    counted, _ = count_requests(plan, {k: v[:2] for k, v in sizes.items()})
+    detectors = {p.setting.detector.label: p for p in plan.settings}
     return [
         DetectorWork(
-            k,
-            v["name"],
-            v["settings"],
-            v["texts"],
-            v["completions"],
-            v["per_text"],
-            v["tokens"],
-            v["assumed"],
+            r.label,
+            detectors[r.label].setting.detector.name,
+            r.settings,
+            r.texts,
+            r.completions,
+            f"{r.per_text[0]} ({r.per_text[1]})",
+            max(g.max_new_tokens for g in r.detector.generation_kinds.values()),
+            any(
+                p.setting.benchmark.label in assumed
+                for p in plan.settings
+                if p.setting.detector.label == r.label
+            ),
         )
-        for k, v in work.items()
+        for r in counted.values()
     ]
 
 

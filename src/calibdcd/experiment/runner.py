@@ -31,6 +31,7 @@ so each target model is loaded once.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -72,6 +73,8 @@ from calibdcd.redact import redact_tree
 from calibdcd.results import SettingResult
 
 __all__ = [
+    "DetectorRequests",
+    "count_requests",
     "describe_grid",
     "dry_run",
     "environment",
@@ -670,17 +673,34 @@ def _check_benchmark(
     problems.extend(f"{key}: {m}" for m in split_size_problems(sz, seed))
 
 
-def _requests_estimate(plan: RunPlan, sizes: dict[str, tuple[int, int]]) -> list[str]:
-    """The dry run's estimate of the targets' work: per detector, at most (subsample texts +
-    calibration non-members x views) x the completions a text costs it
-    (:func:`calibdcd.detectors.base.completions_per_text`), summed over this process's
-    settings; settings whose benchmark was not read (a lab not built) are counted apart."""
+@dataclasses.dataclass
+class DetectorRequests:
+    """One config detector's share of a plan's target work (:func:`count_requests`): its
+    settings, the texts they extract (a text under a view counted again), the completions they
+    ask for at most, the completions a text costs and why, and the built detector."""
+
+    label: str
+    settings: int = 0
+    texts: int = 0
+    completions: int = 0
+    per_text: tuple[int, str] = (0, "")
+    detector: Any = None
+
+
+def count_requests(
+    plan: RunPlan, sizes: dict[str, tuple[int, int]]
+) -> tuple[dict[str, DetectorRequests], int]:
+    """Per detector label, at most (subsample texts + calibration non-members x views) x the
+    completions a text costs it (:func:`calibdcd.detectors.base.completions_per_text`), summed
+    over this process's settings (``sizes``: benchmark label -> subsample, calibration texts);
+    and how many settings could not be counted (a benchmark not read, a detector that states
+    no decoding or does not build). What the dry run prints and
+    ``benchmarks/time_to_verdict.py`` prices."""
     from calibdcd.detectors.base import completions_per_text
 
     cfg = plan.config
     n_views = 0 if cfg.view_system == "none" else cfg.calibration.n_views
-    per_detector: dict[str, int] = {}
-    how: dict[str, str] = {}
+    out: dict[str, DetectorRequests] = {}
     unknown = 0
     built: dict[tuple[str, str, int], Any] = {}
     for p in plan.settings:
@@ -688,16 +708,29 @@ def _requests_estimate(plan: RunPlan, sizes: dict[str, tuple[int, int]]) -> list
         det = p.detector
         if det is not None and det.key not in built:
             try:
-                built[det.key] = completions_per_text(det.build())
+                d = det.build()
+                built[det.key] = (d, completions_per_text(d))
             except Exception:  # the detector's check names why it does not build
-                built[det.key] = None
-        per = None if det is None else built[det.key]
+                built[det.key] = (None, None)
+        d, per = (None, None) if det is None else built[det.key]
         if size is None or per is None:
             unknown += 1
             continue
         label = p.setting.detector.label
-        per_detector[label] = per_detector.get(label, 0) + per[0] * (size[0] + size[1] * n_views)
-        how[label] = f"{per[0]} per text: {per[1]}"
+        texts = size[0] + size[1] * n_views
+        r = out.setdefault(label, DetectorRequests(label, per_text=per, detector=d))
+        r.settings += 1
+        r.texts += texts
+        r.completions += per[0] * texts
+    return out, unknown
+
+
+def _requests_estimate(plan: RunPlan, sizes: dict[str, tuple[int, int]]) -> list[str]:
+    """The dry run's estimate of the targets' work (:func:`count_requests`) in lines."""
+    counted, unknown = count_requests(plan, sizes)
+    n_views = 0 if plan.config.view_system == "none" else plan.config.calibration.n_views
+    per_detector = {k: r.completions for k, r in counted.items()}
+    how = {k: f"{r.per_text[0]} per text: {r.per_text[1]}" for k, r in counted.items()}
     if not per_detector:
         return (
             []
