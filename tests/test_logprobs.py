@@ -185,6 +185,7 @@ def test_a_server_gives_the_hf_logprobs_through_the_request_path(target):
         for g, w in zip(got, want, strict=True):
             np.testing.assert_allclose(g.logprobs, w.logprobs, atol=1e-5)
         assert remote.retries >= len(TEXTS)  # the 500s were retried by the one request path
+        assert remote.served == 0 and remote.scored >= len(TEXTS)  # scores, not completions
         # every alternative asked for: the server's moments are the exact ones up to the
         # tokens whose decoded strings coincide (the answer keys alternatives by their text, as
         # vLLM's does, so their mass goes to the lumped tail): measured <= 0.007 here
@@ -266,3 +267,55 @@ def test_a_killed_process_leaves_no_claim_that_blocks(tmp_path):
     with CachedTarget(Scores(), path, timeout=5) as cached:
         (row,) = cached.token_logprobs(["abc"])  # the dead claim is taken over at once
     assert list(row.logprobs) == [-1.0, -2.0]
+
+
+def _served_config(tmp_path, url: str, detectors: list):
+    from calibdcd.experiment import parse_config
+
+    bench = tmp_path / "bench.jsonl"
+    rows = [
+        {"text": f"text number {i} about the sea and the shore", "label": i % 2} for i in range(8)
+    ]
+    bench.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return parse_config(
+        {
+            "name": "served-graybox",
+            "benchmarks": [{"name": "b", "path": str(bench)}],
+            "targets": [
+                {"name": "remote", "backend": "openai", "model": "tiny", "family": "qwen2.5",
+                 "options": {"base_url": url + "/v1"}}
+            ],
+            "detectors": detectors,
+            "cache_dir": str(tmp_path / "cache"),
+        }
+    )  # fmt: skip
+
+
+def test_a_dry_run_asks_a_served_target_for_logprobs_only_when_a_detector_reads_them(
+    target, tmp_path
+):
+    """The run's preflight (here its dry run) sends one scoring request when a gray-box
+    detector will read the target's token log-probabilities, with the alternatives Min-K%++
+    asks; a server that cannot answer it is one problem line, before any work; a run of
+    black-box detectors only never asks."""
+    from calibdcd.experiment import dry_run
+
+    mute = EchoServer(target, no_logprobs=True)
+    good = EchoServer(target)
+    try:
+        _, problems = dry_run(_served_config(tmp_path, mute.url, ["overlap"]))
+        assert not any("log-probabilities" in p for p in problems), problems
+        assert mute.seen == {}  # nothing was scored
+
+        _, problems = dry_run(_served_config(tmp_path, mute.url, ["overlap", "mink"]))
+        (bad,) = [p for p in problems if "log-probabilities" in p]
+        assert "does not return prompt log-probabilities" in bad and "\n" not in bad
+        assert bad.startswith("targets[0] (remote)")
+
+        lines, problems = dry_run(_served_config(tmp_path, good.url, ["mink", "mink++"]))
+        assert not any("log-probabilities" in p for p in problems), problems
+        (said,) = [x for x in lines if "returns prompt log-probabilities" in x]
+        assert "20 alternatives a position" in said  # Min-K%++'s default top_k, the most asked
+    finally:
+        mute.close()
+        good.close()

@@ -100,13 +100,14 @@ def _target_entry(section: Any) -> Any:
     )  # fmt: skip
 
 
-def _preflight(section: Any) -> None:
-    """A served target's server answers and serves the model, before any work (one line if
+def _preflight(section: Any, spec: Mapping[str, Any], cache: Path) -> None:
+    """A served target's server answers and serves the model (and returns token
+    log-probabilities when the detector of ``spec`` reads them), before any work (one line if
     not: exit 2)."""
     from calibdcd.experiment.target_entries import preflight_target
 
     try:
-        said = preflight_target(_target_entry(section))
+        said = preflight_target(_target_entry(section), _planned_detector(spec, cache).logprobs)
     except ValueError as exc:
         typer.echo(f"error: target: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -248,6 +249,7 @@ def fit_dry_run(cfg: Any, source: Path, out: Path, cache: Path) -> tuple[list[st
 
     lines = [f"fit config {source}: cache {cache}; bundle: {out}"]
     problems: list[str] = []
+    planned = _planned_detector(_section_spec(cfg.detector), cache)
     codes: list[str] | None = None
     t, d = cfg.target, cfg.detector
     unbuilt = {
@@ -274,7 +276,7 @@ def fit_dry_run(cfg: Any, source: Path, out: Path, cache: Path) -> tuple[list[st
     else:
         lines.append(f"  target: {t.backend} {t.model}" + (f" (lab {t.lab})" if t.lab else ""))
         try:
-            said = preflight_target(_target_entry(t))
+            said = preflight_target(_target_entry(t), planned.logprobs)
         except ValueError as exc:
             problems.append(f"target: {exc}")
         else:
@@ -295,7 +297,6 @@ def fit_dry_run(cfg: Any, source: Path, out: Path, cache: Path) -> tuple[list[st
                     "  views: "
                     + (" ".join(codes) if codes else "from the checkpoint, once it is here")
                 )
-    planned = _planned_detector(_section_spec(d), cache)
     lines.append(f"  {planned.describe()}" + (f" (preset {d.preset})" if d.preset else ""))
     if planned.problem is not None:
         problems.append(f"detector: {planned.problem}")
@@ -444,7 +445,7 @@ def _fit(cfg: Any, cache_dir: Path, progress: bool) -> Any:
     from calibdcd.fitted import fit_detector
     from calibdcd.targets.server_template import ServerTemplateError
 
-    _preflight(cfg.target)
+    _preflight(cfg.target, _section_spec(cfg.detector), cache_dir)
     texts = _fit_texts(cfg, cache_dir)
     try:
         target, record, views = _target_parts(cfg, cache_dir, progress=progress)
@@ -533,7 +534,7 @@ def score_command(
     check_output(page, "file", inputs=[texts, out], protected=[bundle], option="--report")
     header, tsec = _bundle_target(bundle, model=model, base_url=base_url)
     cache = cache_root(cache_dir)  # the one rule: --cache-dir, $CALIBDCD_CACHE, user cache
-    _preflight(tsec)
+    _preflight(tsec, header["detector"], cache)
     if dry_run:  # every check of a real score, nothing built, generated or written
         record = _target_record(tsec, cache)
     else:

@@ -168,6 +168,7 @@ for _name, _what in (
         description=_what,
         module="calibdcd.detectors.attacks.common",
         uses_torch=False,
+        needs_logprobs=True,
     )
 register_detector(
     "samia",

@@ -53,6 +53,9 @@ class DetectorRegistration:
     params: ParamsFactory | None = None
     #: the detector from its parameters (given with ``params``); None: factory only
     construct: Callable[[Any], Detector] | None = None
+    #: it reads the target's token log-probabilities (gray-box): a served target is asked
+    #: before any work whether its server returns them (``logprob_preflight``)
+    needs_logprobs: bool = False
 
     def build(self, entry: Any, benchmark: str | None, cache_dir: str) -> Detector:
         """The detector of a config entry (anything with ``preset`` and ``options``)."""
@@ -82,6 +85,7 @@ def register_detector(
     model_fields: tuple[tuple[str, str], ...] = (),
     progress: bool = False,
     uses_torch: bool = True,
+    needs_logprobs: bool = False,
     replace: bool = False,
 ) -> None:
     """Make detector ``name`` buildable by configs and :func:`create_detector`.
@@ -93,7 +97,8 @@ def register_detector(
     the module that implements it (a dry run checks it is importable without importing it);
     ``progress``: its options take a ``progress`` flag (inner bars), which runs set to their own
     unless a config sets it; ``uses_torch``: it runs torch models (False lets a run with no
-    torch model leave torch unimported).
+    torch model leave torch unimported); ``needs_logprobs``: it reads the target's token
+    log-probabilities (a served target's server is checked for them before any work).
     """
     if not name or not isinstance(name, str):
         raise ValueError("a detector name must be a non-empty string")
@@ -106,7 +111,16 @@ def register_detector(
     elif build is not None or params is not None:
         raise ValueError(f"detector {name!r}: give a factory or params + build, not both")
     _FACTORIES[name] = DetectorRegistration(
-        name, factory, description, module, model_fields, progress, uses_torch, params, build
+        name,
+        factory,
+        description,
+        module,
+        model_fields,
+        progress,
+        uses_torch,
+        params,
+        build,
+        needs_logprobs,
     )
 
 

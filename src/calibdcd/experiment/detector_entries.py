@@ -141,6 +141,15 @@ class PlannedDetector:
         shifted = ", ".join(f"{k}={v}" for k, v in flat.items())
         return f"{head}: " + (f"options {shifted}" if shifted else "as configured")
 
+    @property
+    def logprobs(self) -> int | None:
+        """The top-k alternatives per position it asks of the target's token log-probabilities
+        (0: the tokens' own only); None when it reads none (not gray-box), or when its
+        parameters could not be resolved here."""
+        if self.config is None or not detector_registration(self.entry.name).needs_logprobs:
+            return None
+        return int(getattr(self.config, "alternatives", 0) or 0)
+
     def build_config(self) -> Any:
         """The resolved parameters; one that could not be resolved raises its ``problem``."""
         if self.config is None:

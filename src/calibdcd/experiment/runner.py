@@ -57,7 +57,7 @@ from calibdcd.experiment.rundir import (
     write_inputs,
 )
 from calibdcd.experiment.setting import run_setting
-from calibdcd.experiment.target_entries import preflight_target
+from calibdcd.experiment.target_entries import logprobs_needed, preflight_target
 from calibdcd.integrity import checkpoint_problems
 from calibdcd.model_refs import (
     MissingModelError,
@@ -389,7 +389,7 @@ def _preflight(plan: RunPlan, log: Callable[[str], None] | None) -> None:
     found now, not after the work of every target before it (an in-process target's views come
     with its checkpoint)."""
     for t in plan.targets:
-        line = preflight_target(t.entry)
+        line = preflight_target(t.entry, _logprobs_asked(plan, t))
         if line is not None and log is not None:
             log(f"target {t.entry.name}: {line}")
         if t.entry.backend != "hf":
@@ -399,6 +399,15 @@ def _preflight(plan: RunPlan, log: Callable[[str], None] | None) -> None:
                 raise ValueError(
                     f"target {t.entry.name}: cannot build CalibDCD's views: {exc}"
                 ) from None
+
+
+def _logprobs_asked(plan: RunPlan, t: Any) -> int | None:
+    """What this process's settings on target ``t`` ask of its token log-probabilities
+    (:func:`~calibdcd.experiment.target_entries.logprobs_needed`)."""
+    name = t.entry.name
+    return logprobs_needed(
+        s.detector for s in plan.settings if s.target is not None and s.target.entry.name == name
+    )
 
 
 def _run_locked(
@@ -835,7 +844,7 @@ def _check_target(
         if not option_problems(e.backend, e.options) and (
             value_problem_of(e.backend, e.model, e.options) is None
         ):
-            said = preflight_target(e)
+            said = preflight_target(e, _logprobs_asked(plan, t))
     except ValueError as exc:  # reported; the target's other checks still run
         problems.append(f"{key}: {exc}")
     if said is not None:

@@ -6,6 +6,7 @@ where a target's chat template - CalibDCD's views - comes from."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ __all__ = [
     "cached_target",
     "describe_views",
     "lab_model_problem",
+    "logprobs_needed",
     "model_path",
     "preflight_target",
     "server_template",
@@ -122,10 +124,12 @@ def cached_target(
     return CachedTarget(target, cache_path, chunk_size=max(64, 2 * in_flight))
 
 
-def preflight_target(entry: TargetEntry) -> str | None:
+def preflight_target(entry: TargetEntry, logprobs: int | None = None) -> str | None:
     """Check a served target before any work (its backend's ``preflight``: the OpenAI backend
-    asks the server which models it serves). Returns one line to report, None for a backend
-    without a server; raises :class:`calibdcd.targets.openai.PreflightError` in one line."""
+    asks the server which models it serves; with ``logprobs`` not None, a gray-box detector
+    will read token log-probabilities with that many alternatives, so one short scoring request
+    checks the server returns them). Returns one line to report, None for a backend without a
+    server; raises :class:`calibdcd.targets.openai.PreflightError` in one line."""
     from calibdcd.targets.base import create_target
 
     if entry.backend != "openai":
@@ -137,8 +141,21 @@ def preflight_target(entry: TargetEntry) -> str | None:
     target = create_target(entry.backend, **kwargs)
     served = target.preflight()
     if served is None:
-        return f"{target.where}: the server does not list its models (not checked)"
-    return f"{target.where}: serves {entry.model!r} (of {len(served)} model(s))"
+        line = f"{target.where}: the server does not list its models (not checked)"
+    else:
+        line = f"{target.where}: serves {entry.model!r} (of {len(served)} model(s))"
+    if logprobs is not None:
+        target.logprob_preflight(logprobs)
+        alts = f", {logprobs} alternatives a position" if logprobs else ""
+        line += f"; returns prompt log-probabilities{alts}"
+    return line
+
+
+def logprobs_needed(detectors: Iterable[Any]) -> int | None:
+    """The most alternatives a position any of these planned detectors asks of a target's
+    token log-probabilities (their :attr:`PlannedDetector.logprobs`); None when none reads them."""
+    asks = [d.logprobs for d in detectors if d is not None and d.logprobs is not None]
+    return max(asks) if asks else None
 
 
 #: ``tokenizer: server`` on a served target: its chat template is rendered by the server

@@ -102,7 +102,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlparse
 
 from calibdcd.progress import inner_bar
@@ -287,6 +287,8 @@ class OpenAITarget:
         #: completions returned by this target, and the empty (whitespace-only) ones
         self.served = 0
         self.empty = 0
+        #: texts scored (token log-probabilities: :meth:`token_logprobs`)
+        self.scored = 0
         # the replicas' health, kept across calls (a take-out lasts for the session)
         from calibdcd.redact import redact_url
 
@@ -320,6 +322,7 @@ class OpenAITarget:
             "retry_reasons": dict(self.retry_reasons),
             "served": self.served,
             "empty": self.empty,
+            "scored": self.scored,
             "replicas_out": self.replicas_out,
         }
 
@@ -466,6 +469,7 @@ class OpenAITarget:
         called in the event loop as each distinct row is answered."""
         import httpx
 
+        ask = self._ask(params)
         eff = [(p, 0) if params.greedy else (p, i) for p, i in rows]
         unique = list(dict.fromkeys(eff))
         self._readmit()
@@ -485,7 +489,7 @@ class OpenAITarget:
                 timeout=self.timeout, limits=lanes, follow_redirects=False, verify=tls
             ) as client:
                 for row in todo:  # shared: each row goes to exactly one worker
-                    text = await self._request(client, row[0], row[1], params, pool)
+                    text = await self._request(client, row[0], row[1], ask, pool)
                     got[row] = text
                     if emit is not None:
                         emit(row, text)
@@ -503,8 +507,11 @@ class OpenAITarget:
             bar.close()
         out = [got[r] for r in eff]
         with self._count_lock:
-            self.served += len(out)
-            self.empty += sum(not t.strip() for t in out)
+            if ask.completions:
+                self.served += len(out)
+                self.empty += sum(not t.strip() for t in out)
+            else:
+                self.scored += len(out)
         return out
 
     def stream_indexed(
@@ -527,12 +534,22 @@ class OpenAITarget:
             where[(p, 0) if params.greedy else (p, i)].append(j)
         return _stream(self, rows, params, where)
 
-    def _body(self, prompt: str, sample: int, params: GenerationParams) -> dict[str, Any]:
-        if isinstance(params, LogprobQuery):  # scores the prompt (token_logprobs)
-            return {**params.body(self.model, prompt), **self.extra_body}
-        body: dict[str, Any] = {"prompt": prompt, "seed": request_seed(params.seed, sample)}
-        body.update(self.request_fields(params))
-        return body
+    def _ask(self, params: GenerationParams) -> _Ask:
+        """How a request of ``params`` is asked and its answer read: a completion (the sampled
+        text), or a scoring request (:class:`LogprobQuery`: the echoed prompt log-probabilities
+        as JSON text). The one place the request path tells the two apart."""
+        if isinstance(params, LogprobQuery):
+            return _Ask(
+                lambda prompt, sample: {**params.body(self.model, prompt), **self.extra_body},
+                _read_echoed,
+                completions=False,
+            )
+        fields = self.request_fields(params)
+
+        def body(prompt: str, sample: int) -> dict[str, Any]:
+            return {"prompt": prompt, "seed": request_seed(params.seed, sample), **fields}
+
+        return _Ask(body, _read_text, completions=True)
 
     def _headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json"}
@@ -612,17 +629,17 @@ class OpenAITarget:
         client: Any,
         prompt: str,
         sample: int,
-        params: GenerationParams,
+        ask: _Ask,
         pool: _ReplicaPool | None = None,
     ) -> str:
-        body = self._body(prompt, sample, params)
+        body = ask.body(prompt, sample)
         pool = pool or _ReplicaPool(self, self.concurrency)
         attempt = 0
         avoid: str | None = None  # the replica that failed this request last
         while True:
             url = await pool.acquire(avoid)
             try:
-                text = await self._attempt(client, body, url)
+                text = await self._attempt(client, body, url, ask.read)
             except _Retryable as e:
                 err = e
                 # judged before the slot is released: no waiting request then takes the slot
@@ -789,7 +806,9 @@ class OpenAITarget:
             f"{err.reason}): " + "; ".join(parts) + down
         )
 
-    async def _attempt(self, client: Any, body: dict[str, Any], url: str) -> str:
+    async def _attempt(
+        self, client: Any, body: dict[str, Any], url: str, read: Callable[..., str]
+    ) -> str:
         import httpx
 
         self._count(None)
@@ -851,15 +870,7 @@ class OpenAITarget:
                 f"{where} answered as model {served!r}, not {self.model!r}; if the server "
                 f"reports its own name for this model, add it to the target's model_aliases"
             )
-        if body.get("echo") and isinstance(choices[0], dict):  # a LogprobQuery: its logprobs
-            return self._echoed(choices[0], where, said)
-        text = choices[0].get("text") if isinstance(choices[0], dict) else None
-        if not isinstance(text, str):
-            raise _Retryable(
-                f"malformed: choices[0].text is not a string: {short}",
-                answer=f"{status} (no text) {short}",
-            )
-        return text
+        return read(choices[0], where, said, f"{status}", short)
 
     # -- token log-probabilities (calibdcd.targets.logprobs.TokenLogprobs) --
 
@@ -889,15 +900,38 @@ class OpenAITarget:
                 f"detectors need: {str(exc).splitlines()[0]}"
             ) from None
 
-    def _echoed(self, choice: Mapping[str, Any], where: str, said: str) -> str:
-        """The ``logprobs`` object of a scoring answer as JSON text (the request path's
-        answers are strings)."""
-        lp = choice.get("logprobs")
-        if not isinstance(lp, dict) or not isinstance(lp.get("token_logprobs"), list):
-            raise OpenAITargetError(
-                f"{where} answered an echo request without prompt log-probabilities: {said}"
-            )
-        return json.dumps(lp)
+
+class _Ask(NamedTuple):
+    """One kind of request (:meth:`OpenAITarget._ask`): ``body(prompt, sample)`` is what is
+    posted, ``read(choice, where, said, status, short)`` the answer as text (raising
+    :class:`_Retryable` or :class:`OpenAITargetError` as the request path does);
+    ``completions``: its answers are completions (counted as served / empty), else scores."""
+
+    body: Callable[[str, int], dict[str, Any]]
+    read: Callable[..., str]
+    completions: bool
+
+
+def _read_text(choice: Any, where: str, said: str, status: str, short: str) -> str:
+    """A completion's text (a choice without one is a malformed, retried answer)."""
+    text = choice.get("text") if isinstance(choice, dict) else None
+    if not isinstance(text, str):
+        raise _Retryable(
+            f"malformed: choices[0].text is not a string: {short}",
+            answer=f"{status} (no text) {short}",
+        )
+    return text
+
+
+def _read_echoed(choice: Any, where: str, said: str, status: str, short: str) -> str:
+    """The ``logprobs`` object of a scoring answer as JSON text (the request path's answers
+    are strings); a server that answers without prompt log-probabilities cannot score."""
+    lp = choice.get("logprobs") if isinstance(choice, dict) else None
+    if not isinstance(lp, dict) or not isinstance(lp.get("token_logprobs"), list):
+        raise OpenAITargetError(
+            f"{where} answered an echo request without prompt log-probabilities: {said}"
+        )
+    return json.dumps(lp)
 
 
 _DONE = object()  # the end of a stream's queue
