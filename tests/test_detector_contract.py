@@ -215,6 +215,7 @@ def test_features_have_the_declared_blocks(name, tmp_path, model_dir, target):
     else:
         det = _build(name, tmp_path, _extraction_options(name, str(model_dir), tmp_path))
     adapter = DetectorAdapter(det)
+    adapter.use_nonmembers(texts)  # known non-members (ReCaLL's prefix); a no-op for the rest
     adapter.prepare(texts, target)
     feats = adapter.extract(texts[:4], target, None, adapter.reference_texts(texts[:4], texts))
     values = np.asarray(feats.values)

@@ -4,10 +4,12 @@ A detector is a :class:`~calibdcd.detectors.base.Detector`; some also train part
 on the texts they score (:class:`~calibdcd.detectors.base.PoolTrained`, VeilProbe's mapping
 models), train a reference model on texts passed with ``extract``
 (:class:`~calibdcd.detectors.base.ReferenceTrained`, DPDLLM), keep per-step timings
-(:class:`~calibdcd.detectors.base.Timed`) or need a minimum of supervised texts
-(:class:`~calibdcd.detectors.base.NeedsSupervised`). The experiment runner, its dry run and the
-fitted detector all go through :class:`DetectorAdapter`, so a capability is handled the same way
-by each, and a new detector needs only its module and its registration.
+(:class:`~calibdcd.detectors.base.Timed`), need a minimum of supervised texts
+(:class:`~calibdcd.detectors.base.NeedsSupervised`) or known non-member texts before any
+extraction (:class:`~calibdcd.detectors.base.NeedsNonMembers`, ReCaLL's prefix). The experiment
+runner, its dry run and the fitted detector all go through :class:`DetectorAdapter`, so a
+capability is handled the same way by each, and a new detector needs only its module and its
+registration.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 from calibdcd.detectors.base import (
     Detector,
     Features,
+    NeedsNonMembers,
     NeedsSupervised,
     PoolTrained,
     ReferenceTrained,
@@ -35,6 +38,7 @@ class DetectorAdapter:
         self.detector = detector
         self.pool_trained = isinstance(detector, PoolTrained)
         self.takes_reference = isinstance(detector, ReferenceTrained)
+        self.takes_nonmembers = isinstance(detector, NeedsNonMembers)
         self._prepared_on: tuple[int, int] | None = None
 
     @property
@@ -54,6 +58,13 @@ class DetectorAdapter:
         if not self.takes_reference:
             return None
         return self.detector.reference_texts_for(list(texts), list(pool))  # type: ignore[attr-defined]
+
+    def use_nonmembers(self, texts: Sequence[str]) -> None:
+        """Hand it the known non-member texts its features need (before any ``extract``; the
+        caller passes labelled non-members that are never evaluated); a no-op for a detector
+        that takes none."""
+        if self.takes_nonmembers:
+            self.detector.use_nonmembers(list(texts))  # type: ignore[attr-defined]
 
     def prepare(self, pool: Sequence[str], target: Any) -> None:
         """Train its pool-learnt parts on ``pool`` for ``target`` (once per pool and target; a

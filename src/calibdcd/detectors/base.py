@@ -22,6 +22,9 @@ the protocols it implements, and the runner and :mod:`calibdcd.fitted` test ``is
 * :class:`ReferenceTrained`: a reference model trained without labels on texts passed with every
   ``extract`` call (``reference_texts``; DPDLLM's reference LM, ``reference_texts_for`` says which
   texts a split gets under its ``reference.arrangement``);
+* :class:`NeedsNonMembers`: features that need known non-member texts, handed once before any
+  ``extract`` (``use_nonmembers``; ReCaLL's prefix): the supervised split's non-members, never
+  an evaluation text;
 * :class:`Timed`: per-step wall seconds kept on the detector (``timings``);
 * :class:`NormalizedClassifier`: a classifier with its own normalised space (``transform``, a
   score on transformed features ``score_transformed``, optionally ``inverse_transform``), in
@@ -52,6 +55,7 @@ __all__ = [
     "Classifier",
     "Detector",
     "Features",
+    "NeedsNonMembers",
     "NeedsSupervised",
     "NormalizedClassifier",
     "PersistableClassifier",
@@ -136,8 +140,8 @@ class Detector(Protocol):
     its cached artefacts changes without an option changing (None: never). ``generation_kinds``:
     the decoding of each kind of target query it sends (a run records what the target used).
     The optional capabilities (:class:`PoolTrained`, :class:`ReferenceTrained`,
-    :class:`Timed`, :class:`NeedsSupervised`) are dispatched in one place,
-    :class:`calibdcd.detectors.adapter.DetectorAdapter`."""
+    :class:`Timed`, :class:`NeedsSupervised`, :class:`NeedsNonMembers`) are dispatched in one
+    place, :class:`calibdcd.detectors.adapter.DetectorAdapter`."""
 
     name: str
     #: names of the feature blocks CalibDCD may correct; None = the whole vector
@@ -187,6 +191,18 @@ class NeedsSupervised(Protocol):
 
     @property
     def min_supervised_per_class(self) -> int: ...
+
+
+@runtime_checkable
+class NeedsNonMembers(Protocol):
+    """A detector whose features need known non-member texts (ReCaLL's prefix of non-member
+    context). ``use_nonmembers(texts)`` hands them before any ``extract``; every later
+    ``extract`` uses what they made, so they are part of what the features depend on (the
+    feature cache's key). The caller passes labelled non-members that are never scored for
+    evaluation: the supervised split's (an experiment) or the fit's supervised ones (a fitted
+    detector, from its bundle's texts)."""
+
+    def use_nonmembers(self, texts: list[str]) -> None: ...
 
 
 @runtime_checkable

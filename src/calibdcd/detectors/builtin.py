@@ -1,5 +1,5 @@
 """The built-in detectors' registrations (VeilProbe, DPDLLM, continuation overlap, and the
-field's standard attacks: LOSS, zlib, Min-K%, Min-K%++, SaMIA).
+field's standard attacks: LOSS, zlib, Min-K%, Min-K%++, SaMIA, ReCaLL).
 
 Each is registered as parameters apart from construction: a ``params`` function turns a preset
 and option overrides into the detector's config dataclass (checked and fingerprinted without
@@ -138,6 +138,12 @@ def _build_attack(config: Any) -> Any:
     return LogprobAttack(config)
 
 
+def _build_recall(config: Any) -> Any:
+    from calibdcd.detectors.attacks.recall import ReCaLL
+
+    return ReCaLL(config)
+
+
 def _samia(
     preset: str | None, options: Mapping[str, Any], benchmark: str | None, cache_dir: str
 ) -> Any:
@@ -178,3 +184,13 @@ register_detector(
     module="calibdcd.detectors.attacks.samia",
     uses_torch=False,
 )
+register_detector(
+    "recall",
+    params=_attack_params("recall"),
+    build=_build_recall,
+    description="ReCaLL: LL(x | non-member prefix) / LL(x) (gray-box, score-only)",
+    module="calibdcd.detectors.attacks.recall",
+    uses_torch=False,
+    needs_logprobs=True,
+)
+

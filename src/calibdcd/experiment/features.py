@@ -1,6 +1,7 @@
 """One setting's features, each cached on disk under a key of everything it depends on
-(detector fingerprint, target identity, view, texts, the detector's reference and pool texts);
-the target is asked only on a miss, through the generation cache."""
+(detector fingerprint, target identity, view, texts, the detector's reference and pool texts,
+the known non-members it was handed); the target is asked only on a miss, through the
+generation cache."""
 
 from __future__ import annotations
 
@@ -37,6 +38,9 @@ class FeatureExtractor:
         self.adapter = DetectorAdapter(detector)
         self.takes_reference = self.adapter.takes_reference
         self.has_prepare = self.adapter.pool_trained
+        self.takes_nonmembers = self.adapter.takes_nonmembers
+        #: the known non-members handed to the detector (:meth:`use_nonmembers`)
+        self.nonmembers: list[str] | None = None
         self.blocks: dict[str, slice] | None = None
         self.seconds = 0.0
         self.extracted = 0
@@ -48,6 +52,13 @@ class FeatureExtractor:
         #: every completion the features used (``--log-samples``; empty otherwise)
         self.samples: list[dict[str, Any]] = []
 
+    def use_nonmembers(self, texts: list[str]) -> None:
+        """Hand the detector the known non-members its features need (through the adapter; a
+        no-op for a detector that takes none); they key every later extraction."""
+        if self.takes_nonmembers:
+            self.adapter.use_nonmembers(texts)
+            self.nonmembers = list(texts)
+
     def __call__(self, texts: list[str], view: Any | None, reference: list[str]) -> np.ndarray:
         key = digest(
             "features/v1",
@@ -57,6 +68,8 @@ class FeatureExtractor:
             texts,
             reference if self.takes_reference else None,
             self.pool if self.has_prepare else None,
+            # only a detector that takes them: every other detector's keys stay as they were
+            *([self.nonmembers] if self.takes_nonmembers else []),
         )
         hit = self.inputs.arrays.load_arrays("features", key, require=("values",))
         if hit is not None and self.inputs.log_samples and "samples" not in hit:

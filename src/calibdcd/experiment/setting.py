@@ -18,8 +18,11 @@ the setting computes. It does, in order:
    (DPDLLM's reference LM) get, per part, ``detector.reference_texts_for(part texts, subsample)``
    when they have it (DPDLLM: the whole subsample when ``reference.arrangement`` is ``shared``),
    else the supervised texts for the supervised split and the rest of the subsample for
-   everything else. A detector's ``generation`` record (what the target decoded with, per kind
-   of query) is kept with its features and written to ``result.json``;
+   everything else. Detectors that need known non-members (ReCaLL's prefix) get the supervised
+   split's non-members before any extraction: labelled, and never in the evaluation pool under
+   either protocol (the calibration non-members are, under ``paper``). A detector's
+   ``generation`` record (what the target decoded with, per kind of query) is kept with its
+   features and written to ``result.json``;
 3. the original classifier on the supervised split (cached), CalibDCD on the calibration
    non-members (correctable block = the detector's ``calibration_blocks``), the retrained
    classifier, AUC and TPR@FPR with bootstrap CIs before and after on the evaluation pool;
@@ -134,12 +137,15 @@ def _features(
     inputs: SettingInputs, split: Any, say: Callable[[str], None]
 ) -> tuple[FeatureExtractor, np.ndarray, np.ndarray, list[Any], dict[str, np.ndarray]]:
     """The setting's features (cached): e0 of the supervised texts and of the rest of the
-    subsample, and the calibration non-members' under each view; with the extractor."""
+    subsample, and the calibration non-members' under each view; with the extractor. A detector
+    that needs known non-members gets the supervised split's first (never an evaluation text)."""
     texts = inputs.benchmark.texts
     sup = np.asarray(split.supervised)
     rest = np.setdiff1d(np.asarray(split.subsample), sup)
     pool = [texts[i] for i in split.subsample]
     ext = FeatureExtractor(inputs, pool)
+    sup_labels = np.asarray(inputs.benchmark.labels)[sup]
+    ext.use_nonmembers([texts[i] for i in sup[sup_labels == 0]])
     sup_texts = [texts[i] for i in sup]
     rest_texts = [texts[i] for i in rest]
     cal_texts = [texts[i] for i in np.asarray(split.calibration)]

@@ -44,7 +44,9 @@ threshold, settings), ``classifier.npz`` and ``retrained.npz`` (the classifiers'
 experiment's MODEL_FORMAT), ``calibration.npz`` + its JSON in ``bundle.json`` (the full basis,
 centre, block and diagnostics), ``null.npz`` (held-out non-members' scores), ``texts.json`` (the
 fit texts: transductive scoring refits on them, inductive restores VeilProbe's perturbation pool
-from them) and ``learnt/<part>/`` (the learnt parts' files). No pickle anywhere.
+from them, and a detector that needs known non-members, ReCaLL's prefix, gets the supervised
+non-members from them at fit and at every score, so the same prefix) and ``learnt/<part>/``
+(the learnt parts' files). No pickle anywhere.
 """
 
 from __future__ import annotations
@@ -263,6 +265,12 @@ class FitTexts:
             **split,
         )
 
+    def supervised_nonmembers(self) -> list[str]:
+        """The supervised texts labelled non-member, in order: the known non-members a
+        detector's features may use (ReCaLL's prefix; never the held-out ones, which stand for
+        new texts)."""
+        return [t for t, y in zip(self.supervised, self.labels, strict=True) if y == 0]
+
     def part_of(self, texts: Sequence[str]) -> list[str | None]:
         """For each text, the labelled fit part that holds it: ``supervised``, ``calibration``
         (known non-members) or ``heldout`` (the null itself); None otherwise (texts compared
@@ -296,6 +304,12 @@ class FitTexts:
 def _extract(detector: Any, target: Any, texts: Sequence[str], view: Any, pool: list[str]) -> Any:
     adapter = DetectorAdapter(detector)
     return adapter.extract(texts, target, view, adapter.reference_texts(texts, pool))
+
+
+def _use_nonmembers(detector: Any, texts: FitTexts) -> None:
+    """Hand a detector that needs known non-members the fit's supervised ones (a no-op for
+    others): at fit and at every score, from the same texts (the bundle's ``texts.json``)."""
+    DetectorAdapter(detector).use_nonmembers(texts.supervised_nonmembers())
 
 
 def _prepare(detector: Any, target: Any, pool: list[str], mode: Mode) -> None:
@@ -545,7 +559,9 @@ class FittedDetector:
 
     # -- scoring ---------------------------------------------------------------------------
     def attach(self, detector: Any, target: Any) -> Any:
-        """Install the frozen learnt parts (inductive) into a freshly built ``detector``."""
+        """Install what the fit froze into a freshly built ``detector``: the known non-members
+        (a detector that needs them) and the learnt parts (inductive)."""
+        _use_nonmembers(detector, self.texts)
         if self.mode != "inductive" or not self.learnt:
             return detector
         pool = self.texts.fit_pool("inductive")
@@ -584,6 +600,7 @@ class FittedDetector:
         say = _Steps(status, n_steps)
         if self.mode == "transductive":
             pool = list(dict.fromkeys([*self.texts.fit_pool("transductive"), *new]))
+            _use_nonmembers(detector, self.texts)
             if DetectorAdapter(detector).pool_trained:
                 say(f"refitting the learnt parts on {_texts_n(len(pool), 'text')} (transductive)")
             _prepare(detector, target, pool, "transductive")
@@ -1033,6 +1050,7 @@ def fit_detector(
     if adapter.pool_trained:
         say(f"training the learnt parts on {_texts_n(len(pool), 'unlabelled fit-pool text')}")
     served0, empty0 = completion_counts(target)
+    _use_nonmembers(detector, texts)
     _prepare(detector, target, pool, mode)
     fit = _fit_pipeline(
         detector, target, texts, pool, views=views, calibration=calibration, space=space,

@@ -1,7 +1,8 @@
 """The field's standard membership-inference attacks as calibdcd detectors (issue 49).
 
 Gray-box (the target's :class:`~calibdcd.targets.logprobs.TokenLogprobs`): LOSS (``loss.py``),
-zlib (``zlib_ratio.py``), Min-K% (``mink.py``), Min-K%++ (``minkpp.py``);
+zlib (``zlib_ratio.py``), Min-K% (``mink.py``), Min-K%++ (``minkpp.py``), ReCaLL (``recall.py``:
+its prefix from known non-members, handed through the detector adapter);
 black-box: SaMIA (``samia.py``, the sampled mode of the overlap baseline). Each is score-only:
 its features are one column, the attack's statistic signed so that higher = member, and its
 classifier (:class:`~calibdcd.detectors.attacks.common.ScoreClassifier`) learns nothing, so

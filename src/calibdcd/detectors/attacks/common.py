@@ -23,11 +23,21 @@ from calibdcd.detectors.attacks.zlib_ratio import zlib_score
 from calibdcd.detectors.base import Features, PersistableClassifier
 from calibdcd.targets.logprobs import LogprobQuery, TextLogprobs, TokenLogprobs
 
-__all__ = ["GRAYBOX", "AttackConfig", "LogprobAttack", "ScoreClassifier", "truncate_words"]
+__all__ = [
+    "GRAYBOX",
+    "STATISTICS",
+    "AttackConfig",
+    "LogprobAttack",
+    "ScoreClassifier",
+    "truncate_words",
+]
 
-Statistic = Literal["loss", "zlib", "mink", "mink++"]
-#: the gray-box attacks (registered names)
+Statistic = Literal["loss", "zlib", "mink", "mink++", "recall"]
+#: the one-pass gray-box attacks (registered names): one statistic of one scoring request a text
 GRAYBOX: tuple[str, ...] = ("loss", "zlib", "mink", "mink++")
+#: every statistic an :class:`AttackConfig` names: the one-pass ones and ReCaLL's ratio of two
+#: passes (:mod:`calibdcd.detectors.attacks.recall`)
+STATISTICS: tuple[str, ...] = (*GRAYBOX, "recall")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,8 +50,8 @@ class AttackConfig:
     * ``k``: Min-K% and Min-K%++'s fraction of lowest tokens (their papers' 20%);
     * ``top_k``: alternatives a server lists per position for Min-K%++'s moments (``hf``:
       exact, whatever it is);
-    * ``shots``, ``seed``: ReCaLL's number of non-member texts in its prefix and their draw
-      (ReCaLL is not registered yet: it needs the calibration non-members handed to it).
+    * ``shots``, ``seed``: ReCaLL's number of known non-member texts in its prefix and their
+      draw (:mod:`calibdcd.detectors.attacks.recall`).
     """
 
     statistic: Statistic = "loss"
@@ -52,9 +62,9 @@ class AttackConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.statistic not in GRAYBOX:
+        if self.statistic not in STATISTICS:
             raise ValueError(
-                f"statistic must be one of {', '.join(GRAYBOX)}, got {self.statistic!r}"
+                f"statistic must be one of {', '.join(STATISTICS)}, got {self.statistic!r}"
             )
         for name in ("max_words", "top_k", "shots"):
             v = getattr(self, name)
@@ -112,6 +122,24 @@ class ScoreClassifier(PersistableClassifier):
         return clf
 
 
+def token_rows(
+    name: str, target: Any, texts: Sequence[str], prefixes: Sequence[str], alternatives: int
+) -> list[TextLogprobs]:
+    """Gray-box detector ``name``'s one way to ask a target for the token log-probabilities of
+    ``texts`` after ``prefixes`` (``alternatives`` top-k per position): a ValueError naming the
+    detector when the target cannot give them, or gives another number of rows."""
+    if not isinstance(target, TokenLogprobs):
+        raise ValueError(
+            f"detector {name!r} needs a target that returns token log-probabilities "
+            f"(backend hf, or a server answering echo + logprobs); {type(target).__name__} "
+            "does not"
+        )
+    rows = target.token_logprobs(list(texts), list(prefixes), alternatives)
+    if len(rows) != len(texts):
+        raise ValueError(f"target returned {len(rows)} rows for {len(texts)} texts")
+    return rows
+
+
 def statistic(cfg: AttackConfig, row: TextLogprobs, text: str) -> float:
     """The attack's score of one text from its token log-probabilities (higher = member)."""
     if not row.logprobs.size:
@@ -135,9 +163,16 @@ class LogprobAttack:
 
     calibration_blocks: tuple[str, ...] | None = None
     cache_version: int | None = None
+    #: the statistics this class computes (ReCaLL's is its own class)
+    statistics: tuple[str, ...] = GRAYBOX
 
     def __init__(self, config: AttackConfig | None = None) -> None:
-        self.config = config or AttackConfig()
+        self.config = config or AttackConfig(statistic=self.statistics[0])  # type: ignore[arg-type]
+        if self.config.statistic not in self.statistics:
+            raise ValueError(
+                f"{type(self).__name__} computes {', '.join(self.statistics)}, not "
+                f"{self.config.statistic!r}"
+            )
         self.name = self.config.statistic
 
     @property
@@ -159,16 +194,7 @@ class LogprobAttack:
         self, texts: Sequence[str], target: Any, prefixes: Sequence[str]
     ) -> list[TextLogprobs]:
         """The target's token log-probabilities of ``texts`` after ``prefixes``."""
-        if not isinstance(target, TokenLogprobs):
-            raise ValueError(
-                f"detector {self.name!r} needs a target that returns token log-probabilities "
-                f"(backend hf, or a server answering echo + logprobs); {type(target).__name__} "
-                "does not"
-            )
-        rows = target.token_logprobs(list(texts), list(prefixes), self.config.alternatives)
-        if len(rows) != len(texts):
-            raise ValueError(f"target returned {len(rows)} rows for {len(texts)} texts")
-        return rows
+        return token_rows(self.name, target, texts, prefixes, self.config.alternatives)
 
     def extract(self, texts: Sequence[str], target: Any, view: Any | None = None) -> Features:
         if isinstance(texts, str) or not texts:
