@@ -194,3 +194,31 @@ register_detector(
     needs_logprobs=True,
 )
 
+
+def _logprofile(
+    preset: str | None, options: Mapping[str, Any], benchmark: str | None, cache_dir: str
+) -> Any:
+    from calibdcd.detectors.attacks.profile import ProfileConfig
+
+    if preset not in (None, "default"):
+        raise ValueError(f"preset: the logprofile detector has no presets, got {preset!r}")
+    opts = {k: v for k, v in options.items() if k != "progress"}
+    return replace_nested(ProfileConfig(), opts)
+
+
+def _build_logprofile(config: Any) -> Any:
+    from calibdcd.detectors.attacks.profile import LogProfile
+
+    return LogProfile(config)
+
+
+register_detector(
+    "logprofile",
+    params=_logprofile,
+    build=_build_logprofile,
+    description="log-probability profile: Min-K% at several k, moments, zlib, per-segment "
+    "means; logistic regression (gray-box, ours)",
+    module="calibdcd.detectors.attacks.profile",
+    uses_torch=False,
+    needs_logprobs=True,
+)

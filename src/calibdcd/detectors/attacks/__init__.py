@@ -7,6 +7,10 @@ black-box: SaMIA (``samia.py``, the sampled mode of the overlap baseline). Each 
 its features are one column, the attack's statistic signed so that higher = member, and its
 classifier (:class:`~calibdcd.detectors.attacks.common.ScoreClassifier`) learns nothing, so
 CalibDCD, the reports, the controls and ``calibdcd fit``/``score`` treat it like any detector.
+
+Beyond them, ours: the log-probability profile (``profile.py``, registered ``logprofile``), a
+feature-based gray-box detector (Min-K% at several k, moments, zlib, per-segment means; logistic
+regression) whose features CalibDCD can calibrate.
 """
 
 from calibdcd.detectors.attacks.common import AttackConfig, LogprobAttack, ScoreClassifier
