@@ -703,6 +703,7 @@ def test_models_export_writes_the_packaged_smollm2_as_a_loadable_checkpoint(tmp_
     assert tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)
 
 
+@pytest.mark.slow  # converts and loads a 135M-parameter GGUF model (16 s of the fast suite)
 def test_a_packaged_model_is_one_checkpoint_for_every_detector_that_reads_it():
     """VeilProbe's proxies and DPDLLM's reference read ``packaged:<name>`` through one function
     (``targets.packaged.checkpoint_dir``): the converted checkpoint the packaged target uses,
