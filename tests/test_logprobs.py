@@ -319,3 +319,50 @@ def test_a_dry_run_asks_a_served_target_for_logprobs_only_when_a_detector_reads_
     finally:
         mute.close()
         good.close()
+
+
+def test_fit_and_score_a_gray_box_attack_through_a_server(target, tmp_path, monkeypatch):
+    """``calibdcd fit --detector mink++`` against a served model writes a bundle that ``score``
+    uses through the same server (issue 49): the server is asked first whether it returns
+    prompt log-probabilities, with Min-K%++'s 20 alternatives; a server that cannot stops
+    ``fit`` in one line before any work."""
+    import random
+
+    from typer.testing import CliRunner
+
+    from calibdcd.cli import app
+
+    rng = random.Random(3)
+    words = "the sea a ship sails over water and wind at dawn to the harbour of old".split()
+    texts = [" ".join(rng.choice(words) for _ in range(12)) for _ in range(150)]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m.txt").write_text("".join(t + "\n" for t in texts[:50]))
+    (tmp_path / "n.txt").write_text("".join(t + "\n" for t in texts[50:120]))
+    (tmp_path / "suspect.txt").write_text("".join(t + "\n" for t in texts[120:]))
+    runner = CliRunner()
+    mute, good = EchoServer(target, no_logprobs=True), EchoServer(target)
+    try:
+        fit = ["fit", "--members", "m.txt", "--nonmembers", "n.txt", "--detector", "mink++",
+               "--cache-dir", "cache", "--no-progress"]  # fmt: skip
+        spec = "openai:base_url={}/v1,model=tiny,family=qwen2.5,dialect=vllm"
+        res = runner.invoke(app, [*fit, "--target", spec.format(mute.url), "-o", "b0"])
+        assert res.exit_code == 2, res.output
+        (line,) = [x for x in res.output.splitlines() if "log-probabilities" in x]
+        assert line.startswith("error: target:") and "does not return prompt" in line
+        assert not (tmp_path / "b0").exists()
+
+        res = runner.invoke(app, [*fit, "--target", spec.format(good.url), "-o", "bundle"])
+        assert res.exit_code == 0, res.output
+        assert "returns prompt log-probabilities, 20 alternatives a position" in res.output
+        asked = len(good.seen)
+        res = runner.invoke(
+            app, ["score", "bundle", "suspect.txt", "--cache-dir", "cache", "--no-progress",
+                  "-o", "s.jsonl"],
+        )  # fmt: skip
+        assert res.exit_code == 0, res.output
+        rows = [json.loads(x) for x in (tmp_path / "s.jsonl").read_text().splitlines()[1:]]
+        assert len(rows) == 30 and all(math.isfinite(r["score"]) for r in rows)
+        assert len(good.seen) > asked  # the suspect texts were scored through the server
+    finally:
+        mute.close()
+        good.close()

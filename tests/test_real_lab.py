@@ -126,6 +126,7 @@ def test_a_packaged_model_is_checked_by_the_dry_run(wikimia24, tmp_path):
         assert not problems and any("SmolLM2-135M-Instruct.Q4_1.gguf" in x for x in lines)
 
 
+@pytest.mark.slow  # converts the 135M GGUF (its cost moved here when test_models' went slow)
 def test_a_packaged_model_serves_as_dpdllm_reference(tmp_path):
     from calibdcd.detectors.dpdllm.reference import _base_dir
     from calibdcd.model_refs import MissingModelError
