@@ -27,6 +27,7 @@ __all__ = [
     "GRAYBOX",
     "STATISTICS",
     "AttackConfig",
+    "GrayBoxDetector",
     "LogprobAttack",
     "ScoreClassifier",
     "truncate_words",
@@ -157,12 +158,53 @@ def statistic(cfg: AttackConfig, row: TextLogprobs, text: str) -> float:
     raise ValueError(f"statistic {cfg.statistic!r} is not a one-pass statistic")
 
 
-class LogprobAttack:
-    """A gray-box attack: features = one column, its statistic of each text's token
-    log-probabilities from the target (:class:`~calibdcd.targets.logprobs.TokenLogprobs`)."""
+class GrayBoxDetector:
+    """What every gray-box detector shares (the score-only attacks, ReCaLL, logprofile): its
+    query is the text's first ``config.max_words`` words, scored by the target after the view's
+    prefix (one scoring request a text, ``config.alternatives`` top-k per position); a subclass
+    gives ``name``, ``config``, ``blocks`` and :meth:`row_features`, the features of the texts
+    from their token log-probabilities."""
 
     calibration_blocks: tuple[str, ...] | None = None
     cache_version: int | None = None
+    name: str
+    config: Any
+
+    @property
+    def blocks(self) -> dict[str, slice]:  # pragma: no cover - every subclass gives its own
+        raise NotImplementedError
+
+    @property
+    def generation_kinds(self) -> dict[str, LogprobQuery]:
+        """One scoring request a text (a server: echo, no new token)."""
+        return {"score": LogprobQuery(alternatives=self.config.alternatives)}
+
+    def query(self, text: str) -> str:
+        return truncate_words(text, self.config.max_words)
+
+    def token_rows(
+        self, texts: Sequence[str], target: Any, prefixes: Sequence[str]
+    ) -> list[TextLogprobs]:
+        """The target's token log-probabilities of ``texts`` after ``prefixes``."""
+        return token_rows(self.name, target, texts, prefixes, self.config.alternatives)
+
+    def row_features(self, rows: Sequence[TextLogprobs], scored: Sequence[str]) -> np.ndarray:
+        """The ``(n, d)`` features of the scored texts from their rows."""
+        raise NotImplementedError  # pragma: no cover - every subclass gives its own
+
+    def extract(self, texts: Sequence[str], target: Any, view: Any | None = None) -> Features:
+        if isinstance(texts, str) or not texts:
+            raise ValueError("texts must be a non-empty sequence of strings")
+        scored = [self.query(t) for t in texts]
+        prefix = "" if view is None else view.prefix
+        rows = self.token_rows(scored, target, [prefix] * len(scored))
+        return Features(self.row_features(rows, scored), dict(self.blocks))
+
+
+class LogprobAttack(GrayBoxDetector):
+    """A gray-box attack: features = one column, its statistic of each text's token
+    log-probabilities from the target (:class:`~calibdcd.targets.logprobs.TokenLogprobs`)."""
+
     #: the statistics this class computes (ReCaLL's is its own class)
     statistics: tuple[str, ...] = GRAYBOX
 
@@ -179,28 +221,9 @@ class LogprobAttack:
     def blocks(self) -> dict[str, slice]:
         return {"score": slice(0, 1)}
 
-    @property
-    def generation_kinds(self) -> dict[str, LogprobQuery]:
-        """One scoring request a text (a server: echo, no new token)."""
-        return {"score": LogprobQuery(alternatives=self.config.alternatives)}
-
-    def query(self, text: str) -> str:
-        return truncate_words(text, self.config.max_words)
-
     def new_classifier(self, seed: int = 0) -> ScoreClassifier:
         return ScoreClassifier()
 
-    def token_rows(
-        self, texts: Sequence[str], target: Any, prefixes: Sequence[str]
-    ) -> list[TextLogprobs]:
-        """The target's token log-probabilities of ``texts`` after ``prefixes``."""
-        return token_rows(self.name, target, texts, prefixes, self.config.alternatives)
-
-    def extract(self, texts: Sequence[str], target: Any, view: Any | None = None) -> Features:
-        if isinstance(texts, str) or not texts:
-            raise ValueError("texts must be a non-empty sequence of strings")
-        scored = [self.query(t) for t in texts]
-        prefix = "" if view is None else view.prefix
-        rows = self.token_rows(scored, target, [prefix] * len(scored))
+    def row_features(self, rows: Sequence[TextLogprobs], scored: Sequence[str]) -> np.ndarray:
         vals = [statistic(self.config, r, t) for r, t in zip(rows, scored, strict=True)]
-        return Features(np.asarray(vals, dtype=np.float64)[:, None], dict(self.blocks))
+        return np.asarray(vals, dtype=np.float64)[:, None]

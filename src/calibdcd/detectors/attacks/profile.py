@@ -41,14 +41,13 @@ from typing import Any
 
 import numpy as np
 
-from calibdcd.detectors.attacks.common import token_rows, truncate_words
+from calibdcd.detectors.attacks.common import GrayBoxDetector
 from calibdcd.detectors.attacks.loss import loss_score
 from calibdcd.detectors.attacks.mink import mink_score
 from calibdcd.detectors.attacks.minkpp import minkpp_score
 from calibdcd.detectors.attacks.zlib_ratio import zlib_score
-from calibdcd.detectors.base import Features
 from calibdcd.detectors.overlap import LogisticClassifier
-from calibdcd.targets.logprobs import LogprobQuery, TextLogprobs
+from calibdcd.targets.logprobs import TextLogprobs
 
 __all__ = ["LogProfile", "ProfileConfig", "profile_features", "segment_means"]
 
@@ -151,13 +150,11 @@ def profile_features(row: TextLogprobs, text: str, config: ProfileConfig) -> np.
     return np.asarray(feats, dtype=np.float64)
 
 
-class LogProfile:
-    """The log-probability profile detector (see the module docstring)."""
+class LogProfile(GrayBoxDetector):
+    """The log-probability profile detector (see the module docstring); every feature is
+    derived from the target's output, so CalibDCD may correct them all."""
 
     name = "logprofile"
-    #: every feature is derived from the target's output: CalibDCD may correct them all
-    calibration_blocks: tuple[str, ...] | None = None
-    cache_version: int | None = None
 
     def __init__(self, config: ProfileConfig | None = None) -> None:
         self.config = config or ProfileConfig()
@@ -166,28 +163,10 @@ class LogProfile:
     def blocks(self) -> dict[str, slice]:
         return self.config.blocks
 
-    @property
-    def generation_kinds(self) -> dict[str, LogprobQuery]:
-        """One scoring request a text (a server: echo, no new token)."""
-        return {"score": LogprobQuery(alternatives=self.config.alternatives)}
-
-    def query(self, text: str) -> str:
-        return truncate_words(text, self.config.max_words)
-
     def new_classifier(self, seed: int = 0) -> LogisticClassifier:
         return LogisticClassifier(l2=float(self.config.l2))
 
-    def token_rows(
-        self, texts: Sequence[str], target: Any, prefixes: Sequence[str]
-    ) -> list[TextLogprobs]:
-        """The target's token log-probabilities of ``texts`` after ``prefixes``."""
-        return token_rows(self.name, target, texts, prefixes, self.config.alternatives)
-
-    def extract(self, texts: Sequence[str], target: Any, view: Any | None = None) -> Features:
-        if isinstance(texts, str) or not texts:
-            raise ValueError("texts must be a non-empty sequence of strings")
-        scored = [self.query(t) for t in texts]
-        prefix = "" if view is None else view.prefix
-        rows = self.token_rows(scored, target, [prefix] * len(scored))
-        values = [profile_features(r, t, self.config) for r, t in zip(rows, scored, strict=True)]
-        return Features(np.vstack(values), self.blocks)
+    def row_features(self, rows: Sequence[TextLogprobs], scored: Sequence[str]) -> np.ndarray:
+        return np.vstack(
+            [profile_features(r, t, self.config) for r, t in zip(rows, scored, strict=True)]
+        )
