@@ -29,6 +29,7 @@ Backends:
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -144,31 +145,46 @@ def causal_lm_logprobs(
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     order = sorted(range(len(prompts)), key=lambda i: -len(ids[i]))
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    # only the positions that predict a scored token go through the LM head (transformers'
+    # ``logits_to_keep`` as a boolean mask): a text scored after a long prefix (ReCaLL's) would
+    # otherwise project every prefix position onto the vocabulary, (batch x length x vocab)
+    # floats (6 GB for 64 x 500 tokens of SmolLM2), to keep a fifth of them
+    sliced = "logits_to_keep" in inspect.signature(model.forward).parameters
     out: dict[int, TextLogprobs] = {}
     with torch.inference_mode():
         for batch in inner_bar(batches, desc="logprobs", unit="batch", enabled=progress):
             width = max(len(ids[i]) for i in batch)
             x = torch.full((len(batch), width), pad, dtype=torch.long)
             attn = torch.zeros((len(batch), width), dtype=torch.long)
+            want = torch.zeros((len(batch), width), dtype=torch.bool)
             for r, i in enumerate(batch):
                 x[r, : len(ids[i])] = torch.tensor(ids[i])
                 attn[r, : len(ids[i])] = 1
-            logits = model(input_ids=x.to(dev), attention_mask=attn.to(dev)).logits
+                want[r, [p - 1 for p in keep[i]]] = True
+            kwargs = {"logits_to_keep": want.to(dev)} if sliced and want.any() else {}
+            logits = model(input_ids=x.to(dev), attention_mask=attn.to(dev), **kwargs).logits
+            start = 0
             for r, i in enumerate(batch):
-                pos = torch.tensor(keep[i], dtype=torch.long, device=logits.device)
-                out[i] = _row_logprobs(logits[r], x[r].to(logits.device), pos, moments)
+                pos = torch.tensor(keep[i], dtype=torch.long)
+                if kwargs:  # the kept positions, row after row, in order
+                    at = logits.reshape(-1, logits.shape[-1])[start : start + len(keep[i])]
+                    start += len(keep[i])
+                else:
+                    at = logits[r][pos.to(logits.device) - 1]
+                out[i] = _row_logprobs(at, x[r][pos].to(at.device), moments)
     return [out[i] for i in range(len(prompts))]
 
 
-def _row_logprobs(logits: Any, ids: Any, pos: Any, moments: bool) -> TextLogprobs:
-    """Log-probabilities of tokens ``ids[pos]`` from the logits at ``pos - 1`` (one row)."""
+def _row_logprobs(logits: Any, targets: Any, moments: bool) -> TextLogprobs:
+    """Log-probabilities of the scored tokens ``targets`` from the logits that predict them
+    (one text: ``(n, vocab)`` and ``(n,)``)."""
     import torch
 
-    if len(pos) == 0:
+    if len(targets) == 0:
         empty = np.zeros(0)
         return TextLogprobs(empty, empty if moments else None, empty if moments else None)
-    lsm = torch.log_softmax(logits[pos - 1].float(), dim=-1)
-    lp = lsm.gather(-1, ids[pos][:, None]).squeeze(-1)
+    lsm = torch.log_softmax(logits.float(), dim=-1)
+    lp = lsm.gather(-1, targets[:, None]).squeeze(-1)
     if not moments:
         return TextLogprobs(lp.double().cpu().numpy())
     p = lsm.exp()
