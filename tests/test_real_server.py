@@ -138,3 +138,48 @@ def test_vllm_renders_the_chat_template_the_local_tokenizer_renders(smollm2, vll
         assert views is not None
         assert [v.as_dict() for v in views[-2:]] == local
         assert len(views) == 10
+
+
+TEXTS = [
+    "The committee met in March to review the budget for the coming year and its priorities.",
+    "A small village on the coast was known for its fishing boats and its annual festival.",
+    "Researchers reported that the new vaccine reduced hospital admissions by a third.",
+    "The museum reopened after two years of renovation with a new wing for modern art.",
+]
+
+
+#: Min-K%++ from vLLM's top-20 alternatives against the exact moments: measured 0.42-0.60 on
+#: these four texts, whose exact scores span -2.30 to -0.57 (two of them swap places)
+MINKPP_TOP20_GAP = 1.0
+
+
+def test_vllm_gives_the_in_process_token_logprobs_and_attack_scores(smollm2, vllm_url):
+    """Issue 49: vLLM's echoed prompt log-probabilities of a real model equal the in-process
+    backend's teacher-forced ones within float32 kernel differences, so LOSS and Min-K% agree
+    to 0.01 nats; Min-K%++'s moments from vLLM's top-20 alternatives are an approximation
+    (docs/interpretations.md), whose gap to the exact scores is measured here."""
+    import numpy as np
+
+    from calibdcd.detectors.attacks.loss import loss_score
+    from calibdcd.detectors.attacks.mink import mink_score
+    from calibdcd.detectors.attacks.minkpp import minkpp_score
+    from calibdcd.targets.hf import HFTarget
+    from calibdcd.targets.openai import OpenAITarget
+
+    local = HFTarget(smollm2, device="cpu", batch_size=8)
+    server = OpenAITarget(vllm_url, "smollm2", concurrency=4, timeout=600, dialect="vllm")
+    server.logprob_preflight(20)
+    prefixes = ["", "Read this: "] * 2
+    want = local.token_logprobs(TEXTS, prefixes, top_k=20)
+    got = server.token_logprobs(TEXTS, prefixes, top_k=20)
+    for g, w in zip(got, want, strict=True):
+        assert g.logprobs.shape == w.logprobs.shape
+        np.testing.assert_allclose(g.logprobs, w.logprobs, atol=0.05)
+        assert abs(loss_score(g.logprobs) - loss_score(w.logprobs)) < 0.01
+        assert abs(mink_score(g.logprobs) - mink_score(w.logprobs)) < 0.01
+    pp_hf = [minkpp_score(w.logprobs, w.mean, w.var, 0.2) for w in want]
+    pp_vllm = [minkpp_score(g.logprobs, g.mean, g.var, 0.2) for g in got]
+    gap = np.abs(np.subtract(pp_vllm, pp_hf))
+    print("Min-K%++ hf (exact):", np.round(pp_hf, 4), "vLLM (top-20):", np.round(pp_vllm, 4))
+    print("Min-K%++ |vLLM - hf|:", np.round(gap, 4))
+    assert gap.max() < MINKPP_TOP20_GAP
