@@ -254,7 +254,9 @@ def pooled_rows() -> tuple[list[Row], list[str]]:
 def run_rows(study: str, archive: Path, pool: str) -> list[Row]:
     """A stored run's "X + CalibDCD vs X" rows, by the report's own paired_cells."""
     with unpacked(archive) as (run,):
-        results = _slim(agg.load_results(run))
+        # the table's detectors only (a run may carry others, e.g. the gray-box attacks:
+        # their rows are in its docs/results.md block)
+        results = _slim([r for r in agg.load_results(run) if r.detector in DETECTORS])
         _paper_method(agg.calibdcd_method(results), archive.name)
         paired = agg.paired_cells(results)
         main = agg.main_cells(results)
