@@ -19,6 +19,11 @@ from typing import Annotated, Any
 
 import typer
 
+from calibdcd.detectors.registry import registered_detectors
+
+#: ``--detector``'s choices, as registered (the paper's, the overlap baseline, the attacks)
+_DETECTORS = " / ".join(registered_detectors())
+
 __all__ = ["fit_command", "fit_dry_run", "score_command"]
 
 
@@ -341,9 +346,7 @@ def fit_command(
     nonmembers: Annotated[
         Path | None, typer.Option(help="without a config: known non-members (.jsonl or .txt)")
     ] = None,
-    detector: Annotated[
-        str, typer.Option(help="without a config: veilprobe / dpdllm / overlap")
-    ] = "overlap",
+    detector: Annotated[str, typer.Option(help=f"without a config: {_DETECTORS}")] = "overlap",
     preset: Annotated[
         str | None, typer.Option(help="without a config: the detector's preset")
     ] = None,

@@ -184,4 +184,4 @@ def create_detector_config(
 
 
 def _ensure_builtins() -> None:
-    from calibdcd.detectors import builtin  # noqa: F401  (registers veilprobe, dpdllm, overlap)
+    from calibdcd.detectors import builtin  # noqa: F401  (the built-in registrations)

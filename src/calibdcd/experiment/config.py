@@ -317,8 +317,9 @@ class TargetEntry:
 
 @pydantic_dataclass(frozen=True, config=_ENTRY)
 class DetectorEntry:
-    """One detector: ``name`` in the detector registry (veilprobe, dpdllm, overlap), ``preset``
-    (detector-specific, e.g. VeilProbe ``paper``/``cpu``), ``options`` (config overrides).
+    """One detector: ``name`` in the detector registry (veilprobe, dpdllm, overlap, the
+    attacks), ``preset`` (detector-specific, e.g. VeilProbe ``paper``/``cpu``), ``options``
+    (config overrides).
     In the file a bare name (``- overlap``) is ``{name: overlap}``."""
 
     name: Text
