@@ -490,7 +490,11 @@ def test_one_mistake_of_each_kind_is_reported_at_once_with_lines(tmp_path):
         ("lab-v2-paper-lab2", 24),  # the same, re-run with the paper's CalibDCD (2026-11-27)
         ("lab-v2-paper-lab0", 36),  # the full study on lab seed 0: three detectors, controls
         ("real-regime", 18),  # three detectors on the real LM's base and chat, three seeds
-        ("real-wikimia24-paper", 18),  # WikiMIA-24 on SmolLM2 and Gemma-3, the paper's CalibDCD
+        # WikiMIA-24 on SmolLM2 and Gemma-3, the paper's CalibDCD: three detectors (2026-11-27),
+        # then five gray-box ones resumed into the same run directory (2026-11-28)
+        ("real-wikimia24-paper", 48),
+        # lab seed 1: DPDLLM with every control, six gray-box detectors, four targets (2026-11-28)
+        ("lab-v2-lab1-dpdllm-controls", 84),
     ],
 )
 def test_a_stored_run_resolves_to_its_own_setting_hashes(tmp_path, name, n_settings, request):
