@@ -192,13 +192,17 @@ class GrayBoxDetector:
         """The ``(n, d)`` features of the scored texts from their rows."""
         raise NotImplementedError  # pragma: no cover - every subclass gives its own
 
+    def features_of(self, scored: Sequence[str], target: Any, head: str) -> np.ndarray:
+        """The ``(n, d)`` features of the scored texts, each scored after ``head`` (the view's
+        prefix): one scoring request a text, then :meth:`row_features`."""
+        return self.row_features(self.token_rows(scored, target, [head] * len(scored)), scored)
+
     def extract(self, texts: Sequence[str], target: Any, view: Any | None = None) -> Features:
         if isinstance(texts, str) or not texts:
             raise ValueError("texts must be a non-empty sequence of strings")
         scored = [self.query(t) for t in texts]
-        prefix = "" if view is None else view.prefix
-        rows = self.token_rows(scored, target, [prefix] * len(scored))
-        return Features(self.row_features(rows, scored), dict(self.blocks))
+        head = "" if view is None else view.prefix
+        return Features(self.features_of(scored, target, head), dict(self.blocks))
 
 
 class LogprobAttack(GrayBoxDetector):

@@ -25,7 +25,7 @@ import numpy as np
 
 from calibdcd.detectors.attacks.common import AttackConfig, LogprobAttack
 from calibdcd.detectors.attacks.loss import loss_score
-from calibdcd.detectors.base import Features, NeedsNonMembers
+from calibdcd.detectors.base import NeedsNonMembers
 
 __all__ = ["ReCaLL", "build_prefix", "recall_score"]
 
@@ -69,17 +69,14 @@ class ReCaLL(LogprobAttack, NeedsNonMembers):
         cfg = self.config
         self.prefix = build_prefix([self.query(t) for t in texts], cfg.shots, cfg.seed)
 
-    def extract(self, texts: Sequence[str], target: Any, view: Any | None = None) -> Features:
-        if isinstance(texts, str) or not texts:
-            raise ValueError("texts must be a non-empty sequence of strings")
+    def features_of(self, scored: Sequence[str], target: Any, head: str) -> np.ndarray:
+        """The ratio column: each text scored after ``head`` and after ``head`` then P."""
         if self.prefix is None:
             raise ValueError(
                 "ReCaLL has no non-member prefix: hand it known non-members first "
                 "(DetectorAdapter.use_nonmembers)"
             )
-        scored = [self.query(t) for t in texts]
-        head = "" if view is None else view.prefix
         plain = self.token_rows(scored, target, [head] * len(scored))
         cond = self.token_rows(scored, target, [head + self.prefix] * len(scored))
         vals = [recall_score(c.logprobs, p.logprobs) for c, p in zip(cond, plain, strict=True)]
-        return Features(np.asarray(vals, dtype=np.float64)[:, None], dict(self.blocks))
+        return np.asarray(vals, dtype=np.float64)[:, None]
