@@ -1,7 +1,7 @@
 """Does calibdcd keep a serving engine as busy as a plain client would? One vLLM server, one set
 of prompts, several clients in turn, run with nothing else on the CPU:
 
-    flock /tmp/calibdcd-torch.lock python benchmarks/engine_throughput.py \
+    python benchmarks/engine_throughput.py \
         [--model DIR] [--requests 240] [--concurrency 32] [--max-new-tokens 48] [--seed 0] \
         [--out benchmarks/results/engine_throughput.json]
 
