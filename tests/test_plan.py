@@ -42,6 +42,32 @@ def test_resolve_builds_nothing_and_names_what_a_run_would_build(tmp_path, monke
         plan.run_dir = tmp_path  # type: ignore[misc]
 
 
+def test_a_resumed_run_s_plan_counts_its_complete_settings(tmp_path, monkeypatch):
+    """A stored run (lab seed 2 of the lab-v2 study, 24 settings) with a detector added to its
+    config: the plan says how many settings are complete and how many it will compute; a
+    result.json of another setting hash is not counted."""
+    import tarfile
+
+    monkeypatch.delenv("CALIBDCD_LAB_ROOT", raising=False)
+    tar = REPO / "benchmarks" / "results" / "runs" / "lab-v2-paper-lab2.tar.xz"
+    with tarfile.open(tar) as fh:
+        fh.extractall(tmp_path / "runs", filter="data")
+    run = next((tmp_path / "runs").rglob("grid.json")).parent
+    text = (run / "config.yaml").read_text()
+    cfg = load_config(run / "config.yaml")
+    assert f"plan: 24 of 24 setting(s) into {run}: 24 complete" in resolve(cfg, run).describe()[0]
+    added = text.replace("\ndetectors:\n", "\ndetectors:\n- {name: loss, label: LOSS}\n", 1)
+    assert added != text
+    (tmp_path / "added.yaml").write_text(added)
+    one = run / "settings" / "lab__base__DPDLLM__s0" / "result.json"
+    one.write_text(one.read_text().replace('"setting_hash": "', '"setting_hash": "x', 1))
+    plan = resolve(load_config(tmp_path / "added.yaml"), run)
+    assert plan.describe()[0] == (
+        f"plan: 36 of 36 setting(s) into {run}: 23 complete (kept unless their inputs "
+        "changed), 13 to compute"
+    )
+
+
 def test_a_shard_plans_only_its_settings_and_their_artefacts(tmp_path, monkeypatch):
     """A shard builds no lab that only another shard's targets use."""
     monkeypatch.delenv("CALIBDCD_LAB_ROOT", raising=False)

@@ -55,6 +55,8 @@ __all__ = [
 ]
 
 RESULT_SCHEMA_VERSION = 1
+#: a setting's result file in its directory (``settings/<id>/``)
+RESULT_FILE = "result.json"
 
 
 class ResultError(ValueError):
@@ -294,6 +296,18 @@ def read_result(path: str | Path) -> SettingResult:
     except ValueError as exc:
         raise ResultError(str(exc)) from None
     return parse_result(data, str(path))
+
+
+def stored_setting_hash(path: str | Path) -> str | None:
+    """The ``setting_hash`` a ``result.json`` records, or None when there is none to read (no
+    file, not JSON). A hint only (the dry run's count of complete settings): whether the result
+    is current is decided when the setting runs (its inputs hash and digests)."""
+    try:
+        data = read_json(Path(path))
+    except (OSError, ValueError):
+        return None
+    value = data.get("setting_hash") if isinstance(data, dict) else None
+    return value if isinstance(value, str) else None
 
 
 def write_result(path: str | Path, result: SettingResult) -> None:

@@ -42,6 +42,7 @@ from calibdcd.experiment.labs import resolve_lab, resolve_lab_refs, unbuilt_clea
 from calibdcd.experiment.target_entries import ViewSource, describe_views, model_path, view_source
 from calibdcd.keys import digest, key_dict
 from calibdcd.paths import cache_root, strip_locations
+from calibdcd.results import RESULT_FILE, stored_setting_hash
 
 __all__ = [
     "Artefact",
@@ -372,8 +373,18 @@ class RunPlan:
         """The plan as the dry run prints it: its settings, what it builds first, and every
         benchmark, target and detector (per benchmark and seed) as resolved."""
         part = "" if self.shard is None else f" (shard {self.shard[0]}/{self.shard[1]})"
+        stored = sum(
+            stored_setting_hash(p.directory / RESULT_FILE) == p.setting_hash for p in self.settings
+        )
+        resumed = (
+            f": {stored} complete (kept unless their inputs changed), "
+            f"{len(self.settings) - stored} to compute"
+            if stored
+            else ""
+        )
         lines = [
-            f"plan: {len(self.settings)} of {len(self.grid)} setting(s){part} into {self.run_dir}"
+            f"plan: {len(self.settings)} of {len(self.grid)} setting(s){part} into "
+            f"{self.run_dir}{resumed}"
         ]
         lines += [f"  {a.describe()}" for a in self.artefacts]
         lines += [f"  {b.describe()}" for b in self.benchmarks]

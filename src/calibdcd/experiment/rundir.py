@@ -30,6 +30,8 @@ import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from calibdcd.results import RESULT_FILE
+
 __all__ = [
     "INPUTS_NAME",
     "LOCK_NAME",
@@ -51,7 +53,7 @@ STALE_DIR = ".stale"
 #: ``settings/<id>/digests.json``: the digest of each file of a setting that the report reads
 SETTING_DIGESTS = "digests.json"
 #: the files of a setting whose digests ``digests.json`` records
-DIGESTED = ("result.json", "scores.csv")
+DIGESTED = (RESULT_FILE, "scores.csv")
 #: ``RUN_DIR/inputs.json``: the digests of the targets' models and the detectors' configurations
 INPUTS_NAME = "inputs.json"
 
@@ -390,7 +392,7 @@ def run_progress(run_dir: str | Path) -> RunProgress:
         grid = [(i, None) for i in found]
     done, missing, outdated, unverified = [], [], [], []
     for sid, shash in grid:
-        res = settings / sid / "result.json"
+        res = settings / sid / RESULT_FILE
         if not res.is_file():
             missing.append(sid)
             continue

@@ -70,7 +70,7 @@ from calibdcd.model_refs import (
 from calibdcd.options import OptionsError
 from calibdcd.provenance import record_start, setting_provenance, start_record
 from calibdcd.redact import redact_tree
-from calibdcd.results import SettingResult
+from calibdcd.results import RESULT_FILE, SettingResult
 
 __all__ = [
     "DetectorRequests",
@@ -132,7 +132,7 @@ def merge_runs(
     found: dict[str, Path] = {}
     for d in run_dirs:
         for sid in ids:
-            res = d / "settings" / sid / "result.json"
+            res = d / "settings" / sid / RESULT_FILE
             if not res.is_file():
                 continue
             h = read_result(res).setting_hash
@@ -186,7 +186,7 @@ def merge_runs(
     write_json(out / "environment.json", env)
     for sid in ids:
         shutil.copytree(found[sid], out / "settings" / sid)
-    _write_summaries(out, [read_result(out / "settings" / sid / "result.json") for sid in ids])
+    _write_summaries(out, [read_result(out / "settings" / sid / RESULT_FILE) for sid in ids])
     return out
 
 

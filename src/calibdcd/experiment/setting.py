@@ -76,6 +76,7 @@ from calibdcd.metrics import Interval, TprAtFpr, auc, bootstrap_ci, tpr_at_fpr
 from calibdcd.provenance import build_environment, library_versions
 from calibdcd.redact import redact_tree
 from calibdcd.results import (
+    RESULT_FILE,
     RESULT_SCHEMA_VERSION,
     SettingResult,
     read_result,
@@ -89,7 +90,7 @@ __all__ = [
     "run_setting",
 ]
 
-RESULT = "result.json"
+RESULT = RESULT_FILE
 #: ``--log-samples``: every completion the setting's features used, one JSON line per prompt
 SAMPLES = "samples.jsonl"
 
