@@ -129,7 +129,8 @@ def test_lab_bands_reseeds_every_lab_and_bands_only_keeps_what_the_bands_read(tm
     for c in (full, cfg):
         assert {t.lab for t in c.targets} == {"v2@1"}
         assert [b.lab for b in c.benchmarks] == ["v2@1"]
-    assert [d.name for d in full.detectors] == ["veilprobe", "dpdllm", "overlap"]
+    assert [d.name for d in full.detectors][:3] == ["veilprobe", "dpdllm", "overlap"]
+    assert len(full.detectors) == 9  # and the six gray-box ones (issue 49)
     assert full.analyses.controls and full.analyses.blind
     assert [d.name for d in cfg.detectors] == ["veilprobe", "dpdllm"]
     dpdllm = cfg.detectors[1].options["reference"]["model_path"]
@@ -488,7 +489,9 @@ def test_one_mistake_of_each_kind_is_reported_at_once_with_lines(tmp_path):
     [
         ("lab-v2-lab2", 24),  # VeilProbe and DPDLLM on four targets, three seeds
         ("lab-v2-paper-lab2", 24),  # the same, re-run with the paper's CalibDCD (2026-11-27)
-        ("lab-v2-paper-lab0", 36),  # the full study on lab seed 0: three detectors, controls
+        # the full study on lab seed 0: three detectors, controls (2026-11-27), then six
+        # gray-box ones resumed into the same run directory (2026-11-28)
+        ("lab-v2-paper-lab0", 108),
         ("real-regime", 18),  # three detectors on the real LM's base and chat, three seeds
         # WikiMIA-24 on SmolLM2 and Gemma-3, the paper's CalibDCD: three detectors (2026-11-27),
         # then five gray-box ones resumed into the same run directory (2026-11-28)
