@@ -103,7 +103,7 @@ _USES_MICRO = re.compile(
     r"lab_micro|micro_run|micro_seeds_run|micro_config_text|lab-micro|lab: ?micro|"
     r"lab-clean-reference:micro|[\"']micro[\"']"
 )
-_builder: dict[str, object] = {}
+_builds: list[tuple[subprocess.Popen, str]] = []  # (process, its log)
 _NEEDS_MICRO = pytest.StashKey[bool]()
 _NEEDS_REFERENCE = pytest.StashKey[bool]()
 
@@ -142,6 +142,8 @@ def _uses_micro(item: pytest.Item, helpers: dict) -> bool:
     only runs after the build instead of during it."""
     if "lab_micro" in getattr(item, "fixturenames", ()):
         return True
+    if item.get_closest_marker("own_lab") is not None:  # "micro" names only its preset
+        return False
     funcs = [getattr(item, "function", None)]
     info = getattr(item, "_fixtureinfo", None)
     for defs in getattr(info, "name2fixturedefs", {}).values():
@@ -171,42 +173,70 @@ def pytest_collection_modifyitems(session, config, items):
     )
 
 
-def pytest_collection_finish(session):
-    """Start building the micro lab in a background process when a collected test uses it (not
-    for ``--collect-only``, nor in an xdist worker); :func:`lab_micro` waits for it."""
-    config = session.config
-    if (
-        config.option.collectonly
-        or not config.stash.get(_NEEDS_MICRO, False)
-        or os.environ.get("PYTEST_XDIST_WORKER")
-    ):
-        return
+def _start_build(reference: bool) -> None:
+    """A background process running :data:`_BUILD_MICRO` (``reference``: then DPDLLM's clean
+    reference on the lab), logging to a temporary file; :func:`lab_micro` waits for it."""
     log = tempfile.NamedTemporaryFile(prefix="calibdcd-lab-micro-", suffix=".log", delete=False)
     atexit.register(lambda: Path(log.name).unlink(missing_ok=True))
     src = str(Path(__file__).resolve().parents[1] / "src")
     path = os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)
-    _builder["log"] = log.name
-    _builder["proc"] = subprocess.Popen(
-        [sys.executable, "-c", _BUILD_MICRO]
-        + (["clean-reference"] if config.stash.get(_NEEDS_REFERENCE, False) else []),
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _BUILD_MICRO] + (["clean-reference"] if reference else []),
         # the code under test, as in-process; its idle threads sleep instead of spinning on the
         # cores the tests use (the waiting policy changes no result)
         env=dict(os.environ, PYTHONPATH=path, OMP_WAIT_POLICY="PASSIVE"),
         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     log.close()
+    _builds.append((proc, log.name))
+
+
+def _stop_builds() -> None:
+    while _builds:
+        proc, _ = _builds.pop()
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def pytest_sessionstart(session):
+    """A session over whole directories (``make test``: no file or test named) starts the micro
+    lab's build now, during collection (6-7 s of the cold suite's critical path, the tests after
+    the build); :func:`pytest_collection_finish` stops it when no collected test uses the lab.
+    Not for ``--collect-only``, nor in an xdist worker."""
+    config = session.config
+    if config.option.collectonly or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    here = config.invocation_params.dir
+    if config.args and all((here / a).is_dir() for a in config.args):
+        _start_build(reference=False)
+
+
+def pytest_collection_finish(session):
+    """Start building the micro lab in a background process when a collected test uses it (or
+    keep the one :func:`pytest_sessionstart` started, adding DPDLLM's clean reference when a test
+    uses it: a second process that waits for the lab's lock, then trains it); stop it when none
+    does."""
+    config = session.config
+    if config.option.collectonly or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    if not config.stash.get(_NEEDS_MICRO, False):
+        _stop_builds()
+        return
+    reference = config.stash.get(_NEEDS_REFERENCE, False)
+    if not _builds:
+        _start_build(reference)
+    elif reference:
+        _start_build(reference=True)
 
 
 def pytest_sessionfinish(session, exitstatus):
     """Stops a build no test waited for (a session ended by -x, -k or Ctrl-C)."""
-    proc = _builder.pop("proc", None)
-    if isinstance(proc, subprocess.Popen) and proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    _stop_builds()
 
 
 @pytest.fixture(scope="session")
@@ -219,8 +249,8 @@ def lab_micro() -> Path:
     when that failed, the build here says why."""
     from calibdcd.lab import ensure_lab
 
-    proc = _builder.get("proc")
-    if isinstance(proc, subprocess.Popen) and proc.wait() != 0:
-        tail = Path(str(_builder["log"])).read_text(errors="replace")[-3000:]
-        print(f"background build of the micro lab failed ({proc.returncode}):\n{tail}")
+    for proc, log in list(_builds):
+        if proc.wait() != 0:
+            tail = Path(log).read_text(errors="replace")[-3000:]
+            print(f"background build of the micro lab failed ({proc.returncode}):\n{tail}")
     return ensure_lab("micro", progress=False, check=False)

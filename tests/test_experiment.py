@@ -521,12 +521,14 @@ def test_fp_recovery_counts_are_consistent(run):
         assert int(((s0 >= pool["threshold_before"]) & (y == 0)).sum()) == pool["fp_before"]
 
 
-def test_resume_after_kill_recomputes_only_missing_settings(tmp_path):
-    """Kill a real `calibdcd run` subprocess after its first setting; the restart skips it."""
-    lab_micro()
+def test_resume_after_kill_recomputes_only_missing_settings(tmp_path, tmp_path_factory):
+    """Kill a real `calibdcd run` subprocess after its first setting; the restart skips it.
+    The generations come from the session's micro run where it has them (chat-qwen, base): what
+    is tested is the run directory, not the target."""
+    micro_cfg, _ = micro_run(tmp_path_factory)
     cfg_path = tmp_path / "resume.yaml"
     cfg_path.write_text(
-        micro_config_text(tmp_path / "cache", targets=("chat-qwen", "chat-llama", "base"))
+        micro_config_text(micro_cfg.parent / "cache", targets=("chat-qwen", "chat-llama", "base"))
     )
     run_dir = tmp_path / "run"
     import calibdcd

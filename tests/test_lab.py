@@ -85,6 +85,7 @@ def test_split_for_continuation():
 # --------------------------------------------------------------------------- pool and split
 
 
+@pytest.mark.own_lab
 def test_split_is_deterministic_iid_and_disjoint():
     cfg, s0, spec = prepare_split("micro", seed=0)
     _, s0b, spec_b = prepare_split("micro", seed=0)
@@ -138,6 +139,7 @@ def test_pool_files_and_errors(tmp_path, shared_data_dir):
     assert clean_pool([PoolText("too short", "c")], PoolConfig()) == []
 
 
+@pytest.mark.own_lab
 def test_config_overrides():
     cfg = resolve_config("micro", sft__lr=1e-4, pretrain={"epochs": 1}, check=False)
     assert cfg.sft.lr == 1e-4 and cfg.pretrain.epochs == 1 and cfg.check is False
@@ -147,6 +149,7 @@ def test_config_overrides():
         resolve_config("huge")
 
 
+@pytest.mark.own_lab
 def test_failed_build_leaves_nothing(tmp_path):
     out = tmp_path / "lab"
     with pytest.raises(ValueError, match="divisible"):
@@ -336,6 +339,7 @@ _TINY = {
 }
 
 
+@pytest.mark.own_lab
 def test_build_is_deterministic_for_a_seed(tmp_path):
     import hashlib
 
@@ -363,6 +367,7 @@ def test_build_is_deterministic_for_a_seed(tmp_path):
     }
 
 
+@pytest.mark.own_lab
 def test_post_training_variants_reuse_the_pretrained_base(tmp_path):
     import hashlib
 
@@ -396,6 +401,7 @@ def test_post_training_variants_reuse_the_pretrained_base(tmp_path):
     assert not json.loads((d / "lab.json").read_text())["base_reused"]
 
 
+@pytest.mark.own_lab
 def test_ensure_lab_builds_once(tmp_path):
     first = ensure_lab("micro", root=tmp_path, progress=False, **_TINY)
     stamp = (first / "lab.json").stat().st_mtime_ns

@@ -1,6 +1,9 @@
 """VeilProbe end to end on the contamination lab's base model (real tiny models throughout).
 
 Uses the ``lab_micro`` fixture (built once into the cache), or a prebuilt lab in ``$CALIBDCD_LAB``.
+The slow suite: VeilProbe's features on 100 lab texts take 16 s of the fast suite's critical path
+(the tests after the micro lab's build); the fast suite checks VeilProbe on the tiny LM
+(test_detector_contract.py, test_veilprobe_view_blocks.py, test_veilprobe_classifier.py).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from veilprobe_support import (
     make_target,
     split_supervised,
 )
+
+pytestmark = pytest.mark.slow
 
 
 def auc(y, s):
@@ -69,7 +74,6 @@ def test_veilprobe_separates_members_on_the_base_model(vp_run):
     assert np.mean(aucs) > 0.62, f"VeilProbe AUCs on the base model: {aucs}"
 
 
-@pytest.mark.slow
 def test_veilprobe_on_the_whole_lab_pool_is_strong(vp_lab, tmp_path_factory):
     """The benchmark's setting: the whole micro pool (300 texts), the cpu preset with half-text
     prompts, 50 + 50 supervised, 200 evaluated (benchmarks/veilprobe_lab.py measured 0.935)."""
