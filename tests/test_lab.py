@@ -139,6 +139,27 @@ def test_pool_files_and_errors(tmp_path, shared_data_dir):
     assert clean_pool([PoolText("too short", "c")], PoolConfig()) == []
 
 
+
+def test_the_default_pool_is_kept_in_the_cache_root_and_read_back_the_same(tmp_path, monkeypatch):
+    """The default pool (2-6 s of reading the standard library) is read once per cache root and
+    machine: a later process reads the stored copy, the same texts in the same order; a damaged
+    copy is read afresh from the sources and replaced."""
+    from calibdcd.lab import pool
+
+    monkeypatch.setenv("CALIBDCD_CACHE", str(tmp_path))
+    pool._default_pool.cache_clear()  # (one process: its own copy in memory)
+    try:
+        first = pool.default_pool()
+        (stored,) = (tmp_path / "lab-pool").glob("default-*.json")
+        pool._default_pool.cache_clear()
+        assert pool.default_pool() == first  # from the stored copy
+        stored.write_text("{not json")
+        pool._default_pool.cache_clear()
+        assert pool.default_pool() == first  # read afresh
+        assert json.loads(stored.read_text())[0] == [first[0].text, first[0].source]
+    finally:
+        pool._default_pool.cache_clear()
+
 @pytest.mark.own_lab
 def test_config_overrides():
     cfg = resolve_config("micro", sft__lr=1e-4, pretrain={"epochs": 1}, check=False)

@@ -23,8 +23,10 @@ import dataclasses
 import functools
 import hashlib
 import json
+import os
 import random
 import re
+import sys
 import sysconfig
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -84,12 +86,22 @@ def _paragraphs(text: str) -> list[str]:
     return [p for p in re.split(r"\n\s*\n", text) if p.strip()]
 
 
-def _stdlib_docstring_paragraphs() -> Iterable[tuple[str, str]]:
+def _stdlib_files() -> Iterable[tuple[str, Path]]:
+    """(relative name, path) of the standard library's modules the pool reads, in order."""
     root = Path(sysconfig.get_paths()["stdlib"])
-    for path in sorted(root.rglob("*.py")):
+    found = []
+    for here, dirs, names in os.walk(root):
+        if Path(here) == root:  # never descend into a skipped top-level directory
+            dirs[:] = [d for d in dirs if f"{d}/" not in _SKIP_DIRS]
+        found += [Path(here, n) for n in names if n.endswith(".py")]
+    for path in sorted(found):  # (the order of ``sorted(root.rglob("*.py"))``)
         rel = path.relative_to(root).as_posix()
-        if rel.startswith(_SKIP_DIRS) or "/test" in rel:
-            continue
+        if not (rel.startswith(_SKIP_DIRS) or "/test" in rel):
+            yield rel, path
+
+
+def _stdlib_docstring_paragraphs() -> Iterable[tuple[str, str]]:
+    for rel, path in _stdlib_files():
         try:
             tree = ast.parse(path.read_text(encoding="utf-8"))
         except (SyntaxError, UnicodeDecodeError, ValueError, OSError):
@@ -121,6 +133,42 @@ def default_pool(min_words: int = 40, max_words: int = 120) -> list[PoolText]:
 
 @functools.lru_cache(maxsize=4)
 def _default_pool(min_words: int, max_words: int) -> tuple[PoolText, ...]:
+    """:func:`_read_default_pool`, kept in the cache root (``lab-pool/``) under a key of what it
+    is read from: reading the standard library's sources takes about 6 s, and every process that
+    resolves a lab on the default pool (a run, its dry run, a test's subprocess) needs the pool
+    for the lab's key. The key is this module's source, the Python version, the standard
+    library's directory and the name, size and modification time of every file read, so an
+    edited or another standard library reads afresh; a damaged file is read afresh too."""
+    from calibdcd.atomic import atomic_write_text
+    from calibdcd.paths import cache_root
+
+    h = hashlib.sha256(Path(__file__).read_bytes())
+    h.update(f"{sys.version}|{sysconfig.get_paths()['stdlib']}|{min_words}|{max_words}".encode())
+    files = list(_stdlib_files())
+    try:
+        from pydoc_data import topics
+
+        files.append(("pydoc_data.topics", Path(topics.__file__)))
+    except ImportError:
+        pass
+    for rel, path in files:
+        st = path.stat()
+        h.update(f"|{rel}:{st.st_size}:{st.st_mtime_ns}".encode())
+    stored = cache_root(None) / "lab-pool" / f"default-{h.hexdigest()[:20]}.json"
+    try:
+        return tuple(PoolText(t, src) for t, src in json.loads(stored.read_text("utf-8")))
+    except (OSError, ValueError, TypeError):
+        pass
+    pool = _read_default_pool(min_words, max_words)
+    try:
+        stored.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(stored, json.dumps([[p.text, p.source] for p in pool]))
+    except OSError:  # a read-only cache: read the sources again next time
+        pass
+    return pool
+
+
+def _read_default_pool(min_words: int, max_words: int) -> tuple[PoolText, ...]:
     """Prose paragraphs of ``pydoc_data.topics`` and of stdlib docstrings.
 
     Consecutive prose paragraphs of one docstring / topic are joined until a text has at least
