@@ -139,7 +139,6 @@ def test_pool_files_and_errors(tmp_path, shared_data_dir):
     assert clean_pool([PoolText("too short", "c")], PoolConfig()) == []
 
 
-
 def test_the_default_pool_is_kept_in_the_cache_root_and_read_back_the_same(tmp_path, monkeypatch):
     """The default pool (2-6 s of reading the standard library) is read once per cache root and
     machine: a later process reads the stored copy, the same texts in the same order; a damaged
@@ -155,10 +154,13 @@ def test_the_default_pool_is_kept_in_the_cache_root_and_read_back_the_same(tmp_p
         assert pool.default_pool() == first  # from the stored copy
         stored.write_text("{not json")
         pool._default_pool.cache_clear()
-        assert pool.default_pool() == first  # read afresh
+        reads = []  # (the sources' texts are the ones just read: not read a third time)
+        monkeypatch.setattr(pool, "_read_default_pool", lambda *a: reads.append(a) or (*first,))
+        assert pool.default_pool() == first and reads == [(40, 120)]  # read afresh
         assert json.loads(stored.read_text())[0] == [first[0].text, first[0].source]
     finally:
         pool._default_pool.cache_clear()
+
 
 @pytest.mark.own_lab
 def test_config_overrides():
@@ -360,7 +362,7 @@ _TINY = {
 }
 
 
-@pytest.mark.own_lab
+@pytest.mark.slow  # two lab builds (5 s each, beside the suite's own)
 def test_build_is_deterministic_for_a_seed(tmp_path):
     import hashlib
 
@@ -388,7 +390,7 @@ def test_build_is_deterministic_for_a_seed(tmp_path):
     }
 
 
-@pytest.mark.own_lab
+@pytest.mark.slow  # two lab builds (5 s each, beside the suite's own)
 def test_post_training_variants_reuse_the_pretrained_base(tmp_path):
     import hashlib
 
