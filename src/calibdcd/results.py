@@ -49,6 +49,7 @@ __all__ = [
     "SettingResult",
     "Sizes",
     "TypedSettingResult",
+    "holds_setting",
     "read_result",
     "result_json_schema",
     "write_result",
@@ -298,16 +299,14 @@ def read_result(path: str | Path) -> SettingResult:
     return parse_result(data, str(path))
 
 
-def stored_setting_hash(path: str | Path) -> str | None:
-    """The ``setting_hash`` a ``result.json`` records, or None when there is none to read (no
-    file, not JSON). A hint only (the dry run's count of complete settings): whether the result
-    is current is decided when the setting runs (its inputs hash and digests)."""
+def holds_setting(path: str | Path, setting_hash: str) -> bool:
+    """Whether ``path`` is a readable ``result.json`` of the setting of ``setting_hash`` (False
+    for a missing or damaged file, or another setting's). Whether that result is current for
+    the run's inputs is decided when the setting runs (its inputs hash and digests)."""
     try:
-        data = read_json(Path(path))
+        return read_result(path).setting_hash == setting_hash
     except (OSError, ValueError):
-        return None
-    value = data.get("setting_hash") if isinstance(data, dict) else None
-    return value if isinstance(value, str) else None
+        return False
 
 
 def write_result(path: str | Path, result: SettingResult) -> None:

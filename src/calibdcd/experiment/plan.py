@@ -42,7 +42,7 @@ from calibdcd.experiment.labs import resolve_lab, resolve_lab_refs, unbuilt_clea
 from calibdcd.experiment.target_entries import ViewSource, describe_views, model_path, view_source
 from calibdcd.keys import digest, key_dict
 from calibdcd.paths import cache_root, strip_locations
-from calibdcd.results import RESULT_FILE, stored_setting_hash
+from calibdcd.results import RESULT_FILE, holds_setting
 
 __all__ = [
     "Artefact",
@@ -374,7 +374,7 @@ class RunPlan:
         benchmark, target and detector (per benchmark and seed) as resolved."""
         part = "" if self.shard is None else f" (shard {self.shard[0]}/{self.shard[1]})"
         stored = sum(
-            stored_setting_hash(p.directory / RESULT_FILE) == p.setting_hash for p in self.settings
+            holds_setting(p.directory / RESULT_FILE, p.setting_hash) for p in self.settings
         )
         resumed = (
             f": {stored} complete (kept unless their inputs changed), "

@@ -30,7 +30,7 @@ import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from calibdcd.results import RESULT_FILE
+from calibdcd.results import RESULT_FILE, holds_setting
 
 __all__ = [
     "INPUTS_NAME",
@@ -377,8 +377,6 @@ def run_progress(run_dir: str | Path) -> RunProgress:
     """The :class:`RunProgress` of ``run_dir``, every result verified against its
     ``digests.json`` (:func:`verify_setting`: an edited result raises ValueError naming it). A
     run directory without ``grid.json`` (older runs) counts the results it has."""
-    from calibdcd.results import read_result
-
     run = Path(run_dir)
     settings = run / "settings"
     grid_path = run / "grid.json"
@@ -388,7 +386,7 @@ def run_progress(run_dir: str | Path) -> RunProgress:
         except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"{grid_path}: not a valid grid file ({exc})") from None
     else:
-        found = sorted(p.parent.name for p in settings.glob("*/result.json"))
+        found = sorted(p.parent.name for p in settings.glob(f"*/{RESULT_FILE}"))
         grid = [(i, None) for i in found]
     done, missing, outdated, unverified = [], [], [], []
     for sid, shash in grid:
@@ -398,14 +396,9 @@ def run_progress(run_dir: str | Path) -> RunProgress:
             continue
         if not verify_setting(res.parent):
             unverified.append(sid)
-        if shash is not None:
-            try:
-                current = read_result(res).setting_hash == shash
-            except (OSError, ValueError):  # the report skips it, naming it
-                current = False
-            if not current:
-                outdated.append(sid)
-                continue
+        if shash is not None and not holds_setting(res, shash):  # (the report skips it, naming it)
+            outdated.append(sid)
+            continue
         done.append(sid)
     shard, part = None, ()
     spec = run / "shard.json"

@@ -90,7 +90,6 @@ __all__ = [
     "run_setting",
 ]
 
-RESULT = RESULT_FILE
 #: ``--log-samples``: every completion the setting's features used, one JSON line per prompt
 SAMPLES = "samples.jsonl"
 
@@ -407,7 +406,7 @@ def _stored(planned: PlannedSetting, inputs_key: str, log_samples: bool) -> Sett
     """The setting's stored result when it is complete and current (same setting and inputs
     hashes, digests as written, samples when asked for), else None."""
     out = planned.directory
-    done = out / RESULT
+    done = out / RESULT_FILE
     if not done.is_file() or (log_samples and not (out / SAMPLES).is_file()):
         return None
     try:
@@ -554,6 +553,6 @@ def run_setting(
             out / SAMPLES,
             "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in prep.samples),
         )
-    write_result(out / RESULT, typed)
+    write_result(out / RESULT_FILE, typed)
     record_setting_digests(out)  # what the report reads, as written: a merge checks it
     return typed
