@@ -33,17 +33,10 @@ from calibdcd.data import (
     subsample,
 )
 from calibdcd.data.benchmarks import PAPER_POOLS
-
+from conftest import shared_dir
 
 # --- where the shared benchmark copies are ---------------------------------------------------
-def _shared_dir() -> Path:
-    from calibdcd.experiment.config import default_shared
-
-    found = default_shared()
-    return Path(found) if found else Path("shared-data-not-found")
-
-
-DATA = _shared_dir() / "data"
+DATA = shared_dir() / "data"
 needs_data = pytest.mark.skipif(
     not DATA.is_dir(),
     reason=f"benchmark copies not found at {DATA} (set CALIBDCD_SHARED to the shared directory)",

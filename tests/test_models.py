@@ -371,14 +371,14 @@ def test_run_records_resolved_models(hub, tmp_path):
     assert str(tmp_path) not in (run_dir / "models.json").read_text()
 
 
-def test_paper_config_dry_run_names_every_missing_hub_model(tmp_path, monkeypatch):
-    from conftest import shared_dir
-
+def test_paper_config_dry_run_names_every_missing_hub_model(tmp_path, monkeypatch, shared_data_dir):
+    """(The paper's local benchmarks are read from the shared copies: skips without them.)"""
+    shared = str(shared_data_dir.parent)
     r = _cli(
         "run",
         "configs/paper.yaml",
         "--dry-run",
-        env={"HF_HUB_CACHE": str(tmp_path / "empty-hub"), "CALIBDCD_SHARED": str(shared_dir())},
+        env={"HF_HUB_CACHE": str(tmp_path / "empty-hub"), "CALIBDCD_SHARED": shared},
     )
     assert r.returncode == 1
     msg = r.stderr
@@ -400,7 +400,7 @@ def test_paper_config_dry_run_names_every_missing_hub_model(tmp_path, monkeypatc
     # and every model the presets add (e.g. VeilProbe's mapping tokenizer), each where it is used
     from calibdcd.experiment import load_config
 
-    monkeypatch.setenv("CALIBDCD_SHARED", os.environ.get("CALIBDCD_SHARED") or str(shared_dir()))
+    monkeypatch.setenv("CALIBDCD_SHARED", shared)
     uses = models_in_config(load_config(REPO / "configs" / "paper.yaml"))
     assert set(expected) <= {u.ref for u in uses}
     for u in uses:
