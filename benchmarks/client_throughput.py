@@ -26,8 +26,6 @@ import argparse
 import asyncio
 import json
 import multiprocessing as mp
-import os
-import platform
 import socket
 import sys
 import tempfile
@@ -35,6 +33,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from calibdcd.provenance import measured_on
 
 ANSWER = json.dumps(
     {"id": "cmpl-0", "model": "bench", "choices": [{"text": " a fixed completion", "index": 0}]}
@@ -73,20 +73,21 @@ def _server_main(port: int) -> None:
     asyncio.run(_serve(port))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def start_stub_server() -> tuple[mp.process.BaseProcess, str]:
+    """The instant OpenAI-compatible stub in a child process on a free loopback port, once it
+    accepts connections: (the process, its base URL). Stop it with ``terminate()``."""
+    from calibdcd.targets.serve import free_port
 
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    port = free_port()
+    proc = mp.get_context("spawn").Process(target=_server_main, args=(port,), daemon=True)
+    proc.start()
+    for _ in range(100):  # wait for the server
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    return proc, f"http://127.0.0.1:{port}/v1"
 
 
 def main() -> None:
@@ -100,16 +101,7 @@ def main() -> None:
     from calibdcd.targets.cache import CachedTarget
     from calibdcd.targets.openai import OpenAITarget
 
-    port = _free_port()
-    proc = mp.get_context("spawn").Process(target=_server_main, args=(port,), daemon=True)
-    proc.start()
-    url = f"http://127.0.0.1:{port}/v1"
-    for _ in range(100):  # wait for the server
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-            break
-        except OSError:
-            time.sleep(0.05)
+    proc, url = start_stub_server()
     params = GenerationParams(max_new_tokens=32, temperature=0.0, n=1, seed=0)
     rows = []
     try:
@@ -142,9 +134,7 @@ def main() -> None:
         proc.terminate()
         proc.join(5)
     record = {
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-        "cpu": cpu_model(),
-        "python": platform.python_version(),
+        **measured_on(),
         "command": "python benchmarks/client_throughput.py " + " ".join(sys.argv[1:]),
         "rows": rows,
     }

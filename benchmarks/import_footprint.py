@@ -15,11 +15,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
-import platform
 import random
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,7 +27,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "src"))
 
-from client_throughput import _free_port, _server_main  # noqa: E402
+from calibdcd.provenance import measured_on  # noqa: E402
+from client_throughput import start_stub_server  # noqa: E402
 
 _CHILD = """\
 import json, resource, sys
@@ -85,21 +83,13 @@ def main() -> None:
     ap.add_argument("--texts", type=int, default=240)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    port = _free_port()
-    proc = mp.get_context("spawn").Process(target=_server_main, args=(port,), daemon=True)
-    proc.start()
-    for _ in range(100):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-            break
-        except OSError:
-            time.sleep(0.05)
+    proc, url = start_stub_server()
     rows = []
     env = {**os.environ, "PYTHONPATH": str(HERE.parent / "src"), "HF_HUB_OFFLINE": "1"}
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for mode in ("as-run", "torch-first"):
-                cfg = _config(Path(tmp), f"http://127.0.0.1:{port}/v1", args.texts, mode)
+                cfg = _config(Path(tmp), url, args.texts, mode)
                 t0 = time.perf_counter()
                 res = subprocess.run(
                     [sys.executable, "-c", _CHILD, str(cfg), mode],
@@ -121,8 +111,7 @@ def main() -> None:
     ratio = rows[1]["peak_rss_mb"] / rows[0]["peak_rss_mb"]
     print(f"peak RSS with torch imported / as run: {ratio:.2f}x")
     record = {
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-        "python": platform.python_version(),
+        **measured_on(),
         "texts": args.texts,
         "rows": rows,
         "torch_first_over_as_run": round(ratio, 2),

@@ -45,6 +45,7 @@ from typing import Any
 import yaml
 
 from calibdcd.atomic import atomic_write_text
+from calibdcd.provenance import resumed_phrase
 from calibdcd.report.aggregate import (
     COMPARISONS,
     load_results,
@@ -52,7 +53,7 @@ from calibdcd.report.aggregate import (
     paired_cells,
     paired_cells_by_build,
 )
-from calibdcd.report.readme import replace_block
+from calibdcd.report.readme import replace_block, setting_provenances
 
 #: the issue's power criterion on the half-width of "X + CalibDCD vs X", in AUC points
 POWER_HALF_WIDTH = 1.5
@@ -167,11 +168,16 @@ def pooled(
 
 def provenance(runs: list[Path]) -> str:
     """Which runs the rows pool: each run's config name, commit, seeds, lab(s) and machine
-    (a lab build's weights depend on the CPU's kernel level: docs/reproducibility.md)."""
+    (a lab build's weights depend on the CPU's kernel level: docs/reproducibility.md), and,
+    for a run whose settings were not all computed at its latest start's commit, the run
+    report's own "resumed across N commits: ..." clause (from each setting's record)."""
     parts = []
     for run in runs:
         env = json.loads((run / "environment.json").read_text())
         commit = ((env.get("git") or {}).get("commit") or "unknown")[:12]
+        resumed = resumed_phrase(env, setting_provenances(load_results(run)))
+        if resumed:
+            commit += f", {resumed}"
         config = yaml.safe_load((run / "config.yaml").read_text()) or {}
         labs = sorted({t["lab"] for t in config.get("targets") or [] if t.get("lab")})
         lab = f", lab {', '.join(labs)}" if labs else ""

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import time
 from pathlib import Path
 from typing import Any
@@ -86,6 +85,7 @@ RECIPES: dict[str, tuple[str, dict[str, Any], str]] = {
 def run_recipe(name: str, seed: int, styles: tuple[str, ...] | None) -> dict[str, Any]:
     from calibdcd.lab.build import ensure_lab
     from calibdcd.lab.evaluate import check_lab
+    from calibdcd.provenance import measured_on
 
     preset, overrides, what = RECIPES[name]
     kw = dict(overrides)
@@ -119,7 +119,7 @@ def run_recipe(name: str, seed: int, styles: tuple[str, ...] | None) -> dict[str
         "wall_build_s": round(built, 1),
         "wall_check_s": round(time.perf_counter() - t1, 1),
         "models": models,
-        "machine": f"{platform.node()} {os.cpu_count()} cpu",
+        **measured_on(torch=True),
     }
 
 

@@ -25,7 +25,6 @@ import argparse
 import dataclasses
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -58,6 +57,7 @@ def profile(preset: str, device_name: str, steps: int, warmup: int, profile_step
         training_inputs,
     )
     from calibdcd.device import autocast, torch_device
+    from calibdcd.provenance import measured_on
 
     cfg = VeilProbeConfig.preset(preset).mapping
     tokenizer_note = cfg.tokenizer
@@ -132,8 +132,7 @@ def profile(preset: str, device_name: str, steps: int, warmup: int, profile_step
     return {
         "preset": preset,
         "device": str(device),
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-        f"kernel {platform.release()}",
+        **measured_on(torch=True),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "parameters": n_params,

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import time
 from pathlib import Path
 
@@ -66,6 +65,8 @@ def main() -> int:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
+    from calibdcd.provenance import measured_on
+
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     path = _model_dir(args.model)
@@ -100,9 +101,7 @@ def main() -> int:
         "tokens": args.tokens,
         "steps": args.steps,
         "threads": args.threads,
-        "torch": torch.__version__,
-        "platform": platform.platform(),
-        "processor": platform.processor(),
+        **measured_on(torch=True),
         "rows": rows,
     }
     if args.out:

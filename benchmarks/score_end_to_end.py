@@ -18,11 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
-import platform
 import random
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,7 +29,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from client_throughput import _free_port, _server_main  # noqa: E402
+from calibdcd.provenance import measured_on  # noqa: E402
+from client_throughput import start_stub_server  # noqa: E402
 
 
 def _texts(rng: random.Random, n: int, tag: str) -> list[str]:
@@ -69,19 +67,11 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10_000, 100_000])
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    port = _free_port()
-    proc = mp.get_context("spawn").Process(target=_server_main, args=(port,), daemon=True)
-    proc.start()
-    for _ in range(100):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-            break
-        except OSError:
-            time.sleep(0.05)
+    proc, url = start_stub_server()
     rng = random.Random(0)
     rows = []
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(HERE.parent / "src")}
-    spec = f"openai:base_url=http://127.0.0.1:{port}/v1,model=bench,family=qwen2.5,dialect=vllm,concurrency=64"
+    spec = f"openai:base_url={url},model=bench,family=qwen2.5,dialect=vllm,concurrency=64"
     try:
         with tempfile.TemporaryDirectory() as d:
             w = Path(d)
@@ -107,9 +97,7 @@ def main() -> None:
         proc.terminate()
         proc.join(5)
     record = {
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-        f"kernel {platform.release()}",
-        "python": platform.python_version(),
+        **measured_on(),
         "detector": "overlap (defaults), fitted on 150 + 150 texts",
         "goal": "peak RSS < 600 MB at 100,000 texts",
         "rows": rows,

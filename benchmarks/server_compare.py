@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import subprocess
 import sys
 import time
@@ -283,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is None:
         ap.error("--out is required")
 
+    from calibdcd.provenance import measured_on
     from calibdcd.targets.hf import HFTarget
     from calibdcd.targets.openai import OpenAITarget
     from calibdcd.targets.serve import (
@@ -305,10 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": args.model,
         "served_copy": served.name,  # (inside --out; no machine path in results)
         "n_prompts": len(prompts),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
-        "commit": subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-        ).stdout.strip(),
+        **measured_on(),
         "server": f"{'transformers serve' if args.engine == 'transformers' else 'vllm'} "
         + args.server_args,
     }

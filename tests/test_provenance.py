@@ -5,6 +5,7 @@ resumed across commits. Old results (without the new field) stay valid and uncha
 from __future__ import annotations
 
 import json
+import os
 import tarfile
 from pathlib import Path
 
@@ -151,3 +152,26 @@ def test_stored_environment_without_starts_reads_as_before():
     env = {"git": {"commit": A, "dirty": False}, "started": "T0", "config": "x", "seeds": [0]}
     line = provenance_line(Path("run"), env, 2, [None, None])
     assert "resumed" not in line and f"commit {A[:12]}" in line
+
+
+def test_measured_on_names_the_machine_and_the_commit_a_benchmark_ran():
+    """Every benchmarks/ record names its numbers by provenance.measured_on: one line with the
+    CPU, its cores and the kernel level (what a time figure must name), and the code's commit."""
+    import platform
+    import re
+    import subprocess
+
+    from calibdcd.provenance import measured_on
+
+    rec = measured_on()
+    assert rec["machine"] == f"{rec['cpu']}, {rec['cores']} cores, kernel {platform.release()}"
+    assert rec["cores"] == os.cpu_count() and rec["python"] == platform.python_version()
+    assert rec["memory_gb"] is None or rec["memory_gb"] > 0
+    head = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "HEAD"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    if re.fullmatch(r"[0-9a-f]{40}", head):  # (a checkout without git: nothing to compare)
+        assert rec["git"]["commit"] == head and isinstance(rec["git"]["dirty"], bool)
+    json.dumps(rec)  # a record the scripts write as it is

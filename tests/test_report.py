@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -230,6 +231,18 @@ def test_lab_pooled_pools_the_settings_of_several_runs(tmp_path_factory):
     env = json.loads((one / "environment.json").read_text())
     machine = env.get("cpu") or env.get("machine")
     assert f"; {machine}, {env['started'][:10]})" in where
+    assert "resumed" not in where  # every setting computed at its run's latest commit
+    # a run whose settings were computed at two commits says so, as its own report does
+    resumed = tmp_path_factory.mktemp("resumed") / one.name
+    shutil.copytree(one, resumed)
+    first = sorted((resumed / "settings").glob("*/result.json"))[0]
+    rec = json.loads(first.read_text())
+    rec["provenance"].update(commit="0" * 40, dirty=False)
+    first.write_text(json.dumps(rec))
+    where = lab_pooled.provenance([two, resumed])
+    n = len(list((resumed / "settings").glob("*/result.json")))
+    assert where.count("resumed across 2 commits: ") == 1 and "0000000 (1 setting)" in where
+    assert f" ({n - 1} settings)" in where
     assert "| Overlap + placebo vs Overlap | chat-qwen | 3 |" in lab_pooled.table(rows)
     # a cell whose scores are identical in every pool (CalibDCD corrected none) has a zero
     # half-width that resolves nothing: it is said so and does not meet the power criterion

@@ -42,6 +42,7 @@ __all__ = [
     "hardware_info",
     "hostname",
     "library_versions",
+    "measured_on",
     "record_start",
     "resumed_phrase",
     "run_environment",
@@ -158,6 +159,38 @@ def hardware_info(*, torch: bool = True) -> dict[str, Any]:
         "cpu": _cpu_model(),
         "cpu_count": os.cpu_count(),
         "cpu_capability": _cpu_capability() if torch or "torch" in sys.modules else None,
+    }
+
+
+def _memory_gb() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 2**20, 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def measured_on(*, torch: bool = False) -> dict[str, Any]:
+    """What a benchmark's record names its numbers by (the one description every script in
+    ``benchmarks/`` writes): ``machine``, one line (CPU model, cores, kernel level); the CPU
+    fields of :func:`hardware_info` (``arch`` for its ``machine``), the kernel, memory, Python,
+    torch's version when loaded, and the commit of the code measured (:func:`git_commit`).
+    ``torch``: read torch's CPU kernel level even when torch is not imported yet."""
+    hw = hardware_info(torch=torch)
+    kernel = platform.release()
+    return {
+        "machine": f"{hw['cpu']}, {hw['cpu_count']} cores, kernel {kernel}",
+        "cpu": hw["cpu"],
+        "cores": hw["cpu_count"],
+        "arch": hw["machine"],
+        "cpu_capability": hw["cpu_capability"],
+        "kernel": kernel,
+        "memory_gb": _memory_gb(),
+        "python": platform.python_version(),
+        "torch": library_versions(("torch",))["torch"] if "torch" in sys.modules else None,
+        "git": git_commit(),
     }
 
 
