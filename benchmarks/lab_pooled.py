@@ -24,6 +24,7 @@ interval is that build's own (split seeds, then texts), and says so.
 
     python benchmarks/lab_pooled.py runs/lab-v2 runs/lab-v2-bands/lab1 --out pooled.json \\
         --readme docs/results.md --name lab-v2-pooled   # rewrites that block from the runs
+        [--detectors VeilProbe DPDLLM Overlap]          # only these (default: every detector)
 
 The three runs behind those numbers are committed, trimmed to what this needs, in
 ``benchmarks/results/runs/`` (its README says how to unpack and re-run them).
@@ -68,7 +69,10 @@ def _pts(x: float) -> float:
 
 
 def pooled(
-    runs: list[Path], *, comparisons: tuple[str, ...] = ("calibdcd",)
+    runs: list[Path],
+    *,
+    comparisons: tuple[str, ...] = ("calibdcd",),
+    detectors: tuple[str, ...] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per (detector, target, comparison) over the settings of every run (each run one
     lab build). ``low``, ``high``, ``half_width`` and ``verdict`` are the verdict's interval, the
@@ -79,10 +83,12 @@ def pooled(
     :func:`~calibdcd.report.aggregate.paired_cells` over all the cell's settings as one level.
     A comparison is made where every pooled setting has both methods' scores (a
     ``--bands-only`` run has no placebo, so a placebo comparison is left to the full study's own
-    report)."""
+    report). ``detectors``: only these detector labels (None: every one in the runs)."""
     results, names, build = [], {}, {}
     for i, run in enumerate(runs):
         for r in load_results(run):
+            if detectors is not None and r.detector not in detectors:
+                continue
             results.append(r)
             names[id(r)] = f"{run.name}/s{r.seed}"
             build[id(r)] = i
@@ -263,8 +269,15 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
     ap.add_argument("--readme", type=Path, default=None, help="rewrite a results block here")
     ap.add_argument("--name", default="lab-v2-pooled", help="the results block's name")
+    ap.add_argument(
+        "--detectors",
+        nargs="+",
+        default=None,
+        help="only these detector labels (default: every one; lab seed 0's run also holds the "
+        "gray-box attacks, one build each, which its own report shows)",
+    )
     args = ap.parse_args()
-    rows = pooled(args.runs)
+    rows = pooled(args.runs, detectors=None if args.detectors is None else tuple(args.detectors))
     where = provenance(args.runs)
     text = where + "\n\n" + table(rows) + "\n\n" + LEGEND
     if args.out:

@@ -1,6 +1,7 @@
 """Speed of the target layer, as ratios (run with nothing else on the CPU):
 
     python benchmarks/targets.py [--quick] [--serve] [--device cuda] [--dtype auto] [--model DIR]
+    python benchmarks/targets.py --parity packaged:smollm2-135m-instruct [--json OUT]
 
 1. Batched generation (HFTarget, batch 32) against a one-prompt-at-a-time loop on the same model:
    HFTarget with batch_size=1, and ``model.generate`` called once per prompt with
@@ -11,6 +12,10 @@
 3. Concurrent (8 in flight) against sequential requests through OpenAITarget to a loopback
    server that answers after a fixed latency (a stand-in for a remote GPU server), and with
    ``--serve`` also to ``transformers serve`` running the tiny model on this CPU.
+4. ``--parity MODEL`` (alone): HFTarget against batched ``model.generate`` on a real model, in
+   generated tokens per second at batch 16, so the target's own decoding loop (per-row seeded
+   sampling, finished rows dropped from the KV cache) costs no more than what a user would write
+   instead. Goal: >= 0.8x.
 """
 
 from __future__ import annotations
@@ -18,8 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -186,33 +189,72 @@ def bench_concurrency(url: str, model: str, prompts: list[str], conc: int, p) ->
     }
 
 
-def start_serve(model_dir: Path) -> tuple[subprocess.Popen, str]:
-    import httpx
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    exe = Path(sys.executable).parent / "transformers"
-    proc = subprocess.Popen(
-        [str(exe), "serve", "--host", "127.0.0.1", "--port", str(port), "--device", "cpu",
-         str(model_dir)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+def bench_parity(
+    model_dir: Path, n_prompts: int, params: GenerationParams, batch: int = 16,
+    device: str = "cpu", dtype: str = "auto",
+) -> dict:  # fmt: skip
+    """HFTarget against what a user would write instead on the same batches: ``model.generate``
+    on left-padded batches of ``batch`` prompts (sampling, the same temperature, top-p and token
+    limit). Both are rated in generated tokens per second (the two sample different tokens, so
+    their completions end at different lengths); goal: HFTarget >= 0.8x."""
+    prompts = prompts_for(n_prompts)
+    target = HFTarget(model_dir, device=device, dtype=dtype, batch_size=batch)
+    tok, model = target.tokenizer, target.model
+    one = GenerationParams(
+        max_new_tokens=params.max_new_tokens, temperature=params.temperature,
+        top_p=params.top_p, n=1, seed=params.seed,
     )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(240):
-        try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.5)
-    proc.kill()
-    raise RuntimeError("transformers serve did not start")
+    target.generate(prompts[:batch], one)  # warm-up (both paths share the loaded model)
+    out, t_target = timed(lambda: target.generate(prompts, one))
+    n_target = sum(len(tok(c[0], add_special_tokens=False)["input_ids"]) for c in out)
+    tok.padding_side = "left"
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+
+    def raw() -> list[str]:
+        texts = []
+        for k in range(0, len(prompts), batch):
+            enc = tok(prompts[k : k + batch], return_tensors="pt", padding=True).to(model.device)
+            gen = model.generate(
+                **enc, do_sample=True, temperature=one.temperature, top_p=one.top_p, top_k=0,
+                max_new_tokens=one.max_new_tokens, pad_token_id=tok.pad_token_id,
+            )  # fmt: skip
+            texts += tok.batch_decode(gen[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+        return texts
+
+    torch.manual_seed(0)
+    with torch.inference_mode():
+        enc = tok(prompts[:batch], return_tensors="pt", padding=True).to(model.device)
+        model.generate(**enc, max_new_tokens=2, pad_token_id=tok.pad_token_id)  # warm-up
+        texts, t_raw = timed(raw)
+    # both counted alike: the completions' texts re-tokenized (the two sample different tokens,
+    # so their completions end at different lengths)
+    n_raw = sum(len(tok(t, add_special_tokens=False)["input_ids"]) for t in texts)
+    return {
+        "model": str(model_dir.name),
+        "device": target.device,
+        "dtype": str(target.dtype).replace("torch.", ""),
+        "prompts": len(prompts),
+        "batch": batch,
+        "max_new_tokens": one.max_new_tokens,
+        "hftarget_s": round(t_target, 2),
+        "hftarget_new_tokens": n_target,
+        "generate_s": round(t_raw, 2),
+        "generate_new_tokens": n_raw,
+        "hftarget_tok_per_s": round(n_target / t_target, 1),
+        "generate_tok_per_s": round(n_raw / t_raw, 1),
+        "ratio": round((n_target / t_target) / (n_raw / t_raw), 3),
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer prompts")
     ap.add_argument("--serve", action="store_true", help="also benchmark transformers serve")
+    ap.add_argument(
+        "--parity", metavar="MODEL", help="only HFTarget vs batched model.generate on MODEL "
+        "(a checkpoint directory or packaged:smollm2-135m-instruct), batch 16",
+    )  # fmt: skip
     ap.add_argument("--json", type=Path, help="write the results here")
     ap.add_argument("--device", default="cpu", help="cpu (default), cuda[:i], mps or auto")
     ap.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 elsewhere), ...")
@@ -222,6 +264,19 @@ def main() -> None:
     )  # fmt: skip
     args = ap.parse_args()
     torch.set_num_threads(2)
+    if args.parity:
+        from calibdcd.provenance import measured_on
+        from calibdcd.targets.packaged import checkpoint_dir
+
+        p = GenerationParams(max_new_tokens=48, temperature=1.0, top_p=1.0, n=1, seed=0)
+        row = bench_parity(checkpoint_dir(args.parity), 16 if args.quick else 48, p, 16,
+                           args.device, args.dtype)  # fmt: skip
+        row = {**row, "reference": args.parity, **measured_on(torch=True)}
+        print(json.dumps(row, indent=1))
+        print(f"HFTarget / model.generate (tokens/s, batch 16): {row['ratio']:.2f}x (goal >= 0.8x)")
+        if args.json:
+            args.json.write_text(json.dumps(row, indent=1) + "\n")
+        return
     n = 24 if args.quick else 64
     params = GenerationParams(max_new_tokens=32, temperature=1.0, top_p=0.95, n=3, seed=0)
     if args.model is None:
@@ -249,15 +304,13 @@ def main() -> None:
         srv.close()
     print("concurrency (50 ms server):", json.dumps(results["concurrency_latency_server"]))
     if args.serve:
-        proc, url = start_serve(cached_tiny_lm())
-        try:
+        from calibdcd.targets.serve import transformers_serve
+
+        with transformers_serve(cached_tiny_lm()) as url:
             p2 = GenerationParams(max_new_tokens=16, temperature=1.0, n=1)
             results["concurrency_transformers_serve"] = bench_concurrency(
                 url, str(cached_tiny_lm()), prompts_for(32), 4, p2
             )
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
         print("concurrency (transformers serve):", results["concurrency_transformers_serve"])
     b, c = results["batching"], results["cache"]
     print("\n=== ratios ===")
