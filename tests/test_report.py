@@ -242,7 +242,7 @@ def test_lab_pooled_pools_the_settings_of_several_runs(tmp_path_factory):
     where = lab_pooled.provenance([two, resumed])
     n = len(list((resumed / "settings").glob("*/result.json")))
     assert where.count("resumed across 2 commits: ") == 1 and "0000000 (1 setting)" in where
-    assert f" ({n - 1} settings)" in where
+    assert f" ({n - 1} setting{'s' if n != 2 else ''})" in where
     assert "| Overlap + placebo vs Overlap | chat-qwen | 3 |" in lab_pooled.table(rows)
     # a cell whose scores are identical in every pool (CalibDCD corrected none) has a zero
     # half-width that resolves nothing: it is said so and does not meet the power criterion
