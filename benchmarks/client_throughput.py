@@ -2,7 +2,7 @@
 bottleneck (run with nothing else on the CPU):
 
     python benchmarks/client_throughput.py [--requests 4000] [--concurrency 16 64 256]
-        [--out benchmarks/results/client_throughput.json]
+        [--out benchmarks/results/client_throughput.json] [--write docs/scaling.md]
 
 The server is a minimal asyncio HTTP/1.1 keep-alive server on loopback that answers every
 ``POST /v1/completions`` at once with a fixed completion (no model): what is measured is the
@@ -34,6 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from calibdcd.atomic import atomic_write_text, write_json
 from calibdcd.provenance import measured_on
 
 ANSWER = json.dumps(
@@ -90,11 +91,35 @@ def start_stub_server() -> tuple[mp.process.BaseProcess, str]:
     return proc, f"http://127.0.0.1:{port}/v1"
 
 
+def table(record: dict) -> str:
+    """docs/scaling.md's block ``client-throughput`` for a stored record."""
+    git = record.get("git") or {}
+    commit = (git.get("commit") or "an unrecorded commit")[:12]
+    if git.get("dirty"):
+        commit += " (uncommitted changes)"
+    lines = [
+        f"Written by `{record['command']}` (commit {commit}; {record['machine']}; "
+        "`benchmarks/results/client_throughput.json`).",
+        "",
+        "| concurrency | requests | bare: requests/s | bare: µs/request | with the generation "
+        "cache: requests/s | µs/request |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in record["rows"]:
+        lines.append(
+            f"| {r['concurrency']} | {r['requests']} | {r['bare_rps']} | "
+            f"{r['bare_us_per_request']} | {r['cached_rps']} | {r['cached_us_per_request']} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=4000)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[16, 64, 256])
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--write", type=Path, default=None, help="rewrite this doc's block "
+                    "'client-throughput' from the record (e.g. docs/scaling.md)")  # fmt: skip
     args = ap.parse_args()
 
     from calibdcd.targets import GenerationParams
@@ -139,8 +164,13 @@ def main() -> None:
         "rows": rows,
     }
     if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(record, indent=2) + "\n")
+        write_json(args.out, record)
+    if args.write is not None:
+        from calibdcd.report.readme import replace_block
+
+        doc = args.write.read_text(encoding="utf-8")
+        new = replace_block(doc, "client-throughput", table(record), source=str(args.write))
+        atomic_write_text(args.write, new)
 
 
 if __name__ == "__main__":

@@ -262,3 +262,23 @@ def test_the_time_to_a_verdict_in_scaling_md_is_the_generated_one():
     work = {w.label: w for w in mod.count_work(REPO / "configs" / "paper.yaml")}
     assert work["VeilProbe"].completions == 6 * work["VeilProbe"].texts
     assert work["DPDLLM"].completions == work["DPDLLM"].texts
+
+
+def test_the_client_throughput_table_in_scaling_md_is_the_stored_one():
+    """docs/scaling.md's client-throughput block is what benchmarks/client_throughput.py writes
+    from its stored record (benchmarks/results/client_throughput.json), never typed."""
+    from calibdcd.report.readme import results_block
+
+    spec = importlib.util.spec_from_file_location(
+        "client_throughput", REPO / "benchmarks" / "client_throughput.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    record = json.loads((REPO / "benchmarks" / "results" / "client_throughput.json").read_text())
+    doc = (REPO / "docs" / "scaling.md").read_text(encoding="utf-8")
+    assert results_block(doc, "client-throughput") == mod.table(record), (
+        "docs/scaling.md's client-throughput block is stale: rerun "
+        "`python benchmarks/client_throughput.py --out benchmarks/results/client_throughput.json "
+        "--write docs/scaling.md`"
+    )
+    assert record["git"]["commit"] and record["kernel"]  # the numbers name their run
