@@ -1,7 +1,8 @@
 """Speed of the target layer, as ratios (run with nothing else on the CPU):
 
     python benchmarks/targets.py [--quick] [--serve] [--device cuda] [--dtype auto] [--model DIR]
-    python benchmarks/targets.py --parity packaged:smollm2-135m-instruct [--repeats 3] [--json OUT]
+    python benchmarks/targets.py --parity packaged:smollm2-135m-instruct [--repeats 3]
+        [--json OUT] [--write docs/scaling.md]
 
 1. Batched generation (HFTarget, batch 32) against a one-prompt-at-a-time loop on the same model:
    HFTarget with batch_size=1, and ``model.generate`` called once per prompt with
@@ -35,6 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import torch
 
+from calibdcd.atomic import atomic_write_text, write_json
+from calibdcd.report.readme import replace_block
 from calibdcd.targets import GenerationParams
 from calibdcd.targets.cache import CachedTarget
 from calibdcd.targets.hf import HFTarget
@@ -247,6 +250,33 @@ def bench_parity(
     }
 
 
+def parity_table(record: dict) -> str:
+    """docs/scaling.md's block ``generation-parity`` for a stored ``--parity`` record."""
+    git = record.get("git") or {}
+    commit = (git.get("commit") or "an unrecorded commit")[:12]
+    if git.get("dirty"):
+        commit += " (uncommitted changes)"
+    first = record["runs"][0]
+    lines = [
+        f"Written by `python benchmarks/targets.py --parity {record['reference']} --json "
+        f"benchmarks/results/parity_smollm2.json --write docs/scaling.md` (commit {commit}; "
+        f"{record['machine']}; torch {record['torch']}, {first['device']} {first['dtype']}; "
+        f"{first['prompts']} prompts, batch {first['batch']}, {first['max_new_tokens']} new "
+        "tokens, temperature 1). HFTarget / `model.generate` in generated tokens/s: median "
+        f"**{record['ratio_median']:.2f}x** over {len(record['runs'])} runs (goal >= 0.8x).",
+        "",
+        "| run | HFTarget: s | tokens | tokens/s | model.generate: s | tokens | tokens/s | ratio |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for i, r in enumerate(record["runs"], 1):
+        lines.append(
+            f"| {i} | {r['hftarget_s']} | {r['hftarget_new_tokens']} | "
+            f"{r['hftarget_tok_per_s']} | {r['generate_s']} | {r['generate_new_tokens']} | "
+            f"{r['generate_tok_per_s']} | {r['ratio']} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer prompts")
@@ -256,6 +286,8 @@ def main() -> None:
         "(a checkpoint directory or packaged:smollm2-135m-instruct), batch 16",
     )  # fmt: skip
     ap.add_argument("--repeats", type=int, default=3, help="--parity: runs (median reported)")
+    ap.add_argument("--write", type=Path, help="--parity: rewrite this doc's block "
+                    "'generation-parity' (e.g. docs/scaling.md)")  # fmt: skip
     ap.add_argument("--json", type=Path, help="write the results here")
     ap.add_argument("--device", default="cpu", help="cpu (default), cuda[:i], mps or auto")
     ap.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 elsewhere), ...")
@@ -289,7 +321,13 @@ def main() -> None:
             f"over {len(runs)} runs, range {ratios[0]:.2f}-{ratios[-1]:.2f} (goal >= 0.8x)"
         )
         if args.json:
-            args.json.write_text(json.dumps(row, indent=1) + "\n")
+            write_json(args.json, row)
+        if args.write:
+            doc = args.write.read_text(encoding="utf-8")
+            block = replace_block(
+                doc, "generation-parity", parity_table(row), source=str(args.write)
+            )
+            atomic_write_text(args.write, block)
         return
     n = 24 if args.quick else 64
     params = GenerationParams(max_new_tokens=32, temperature=1.0, top_p=0.95, n=3, seed=0)
