@@ -34,8 +34,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from calibdcd.atomic import atomic_write_text, write_json
-from calibdcd.provenance import measured_on
+from calibdcd.atomic import write_json
+from calibdcd.provenance import commit_label, measured_on
 
 ANSWER = json.dumps(
     {"id": "cmpl-0", "model": "bench", "choices": [{"text": " a fixed completion", "index": 0}]}
@@ -93,10 +93,7 @@ def start_stub_server() -> tuple[mp.process.BaseProcess, str]:
 
 def table(record: dict) -> str:
     """docs/scaling.md's block ``client-throughput`` for a stored record."""
-    git = record.get("git") or {}
-    commit = (git.get("commit") or "an unrecorded commit")[:12]
-    if git.get("dirty"):
-        commit += " (uncommitted changes)"
+    commit = commit_label(record.get("git"))
     lines = [
         f"Written by `{record['command']}` (commit {commit}; {record['machine']}; "
         "`benchmarks/results/client_throughput.json`).",
@@ -166,11 +163,9 @@ def main() -> None:
     if args.out is not None:
         write_json(args.out, record)
     if args.write is not None:
-        from calibdcd.report.readme import replace_block
+        from calibdcd.report.readme import write_block
 
-        doc = args.write.read_text(encoding="utf-8")
-        new = replace_block(doc, "client-throughput", table(record), source=str(args.write))
-        atomic_write_text(args.write, new)
+        write_block(args.write, "client-throughput", table(record))
 
 
 if __name__ == "__main__":

@@ -45,7 +45,6 @@ from typing import Any
 
 import yaml
 
-from calibdcd.atomic import atomic_write_text
 from calibdcd.provenance import resumed_phrase
 from calibdcd.report.aggregate import (
     COMPARISONS,
@@ -54,7 +53,7 @@ from calibdcd.report.aggregate import (
     paired_cells,
     paired_cells_by_build,
 )
-from calibdcd.report.readme import replace_block, setting_provenances
+from calibdcd.report.readme import setting_provenances, write_block
 
 #: the issue's power criterion on the half-width of "X + CalibDCD vs X", in AUC points
 POWER_HALF_WIDTH = 1.5
@@ -283,8 +282,7 @@ def main() -> None:
     if args.out:
         args.out.write_text(json.dumps({"provenance": where, "rows": rows}, indent=2) + "\n")
     if args.readme:
-        old = args.readme.read_text(encoding="utf-8")
-        atomic_write_text(args.readme, replace_block(old, args.name, text, source=str(args.readme)))
+        write_block(args.readme, args.name, text)
     print(text)
 
 

@@ -133,7 +133,6 @@ def profile(preset: str, device_name: str, steps: int, warmup: int, profile_step
         "preset": preset,
         "device": str(device),
         **measured_on(torch=True),
-        "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "parameters": n_params,
         "tokenizer": tokenizer_note,

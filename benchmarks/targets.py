@@ -36,8 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import torch
 
-from calibdcd.atomic import atomic_write_text, write_json
-from calibdcd.report.readme import replace_block
+from calibdcd.atomic import write_json
+from calibdcd.provenance import commit_label
+from calibdcd.report.readme import write_block
 from calibdcd.targets import GenerationParams
 from calibdcd.targets.cache import CachedTarget
 from calibdcd.targets.hf import HFTarget
@@ -252,10 +253,7 @@ def bench_parity(
 
 def parity_table(record: dict) -> str:
     """docs/scaling.md's block ``generation-parity`` for a stored ``--parity`` record."""
-    git = record.get("git") or {}
-    commit = (git.get("commit") or "an unrecorded commit")[:12]
-    if git.get("dirty"):
-        commit += " (uncommitted changes)"
+    commit = commit_label(record.get("git"))
     first = record["runs"][0]
     lines = [
         f"Written by `python benchmarks/targets.py --parity {record['reference']} --json "
@@ -323,11 +321,7 @@ def main() -> None:
         if args.json:
             write_json(args.json, row)
         if args.write:
-            doc = args.write.read_text(encoding="utf-8")
-            block = replace_block(
-                doc, "generation-parity", parity_table(row), source=str(args.write)
-            )
-            atomic_write_text(args.write, block)
+            write_block(args.write, "generation-parity", parity_table(row))
         return
     n = 24 if args.quick else 64
     params = GenerationParams(max_new_tokens=32, temperature=1.0, top_p=0.95, n=3, seed=0)

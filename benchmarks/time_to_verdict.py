@@ -240,10 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.write is None:
         print(text)
         return 0
-    from calibdcd.report.readme import replace_block
+    from calibdcd.report.readme import write_block
 
-    doc = args.write.read_text()
-    args.write.write_text(replace_block(doc, BLOCK, text, source=str(args.write)))
+    write_block(args.write, BLOCK, text)
     print(f"wrote the block {BLOCK!r} of {args.write}")
     return 0
 

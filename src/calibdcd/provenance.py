@@ -38,6 +38,7 @@ from calibdcd.device import default_device_type
 __all__ = [
     "build_environment",
     "commit_history",
+    "commit_label",
     "git_commit",
     "hardware_info",
     "hostname",
@@ -127,6 +128,14 @@ def git_commit() -> dict[str, Any]:
     return {"commit": None, "dirty": None}
 
 
+def commit_label(git: Mapping[str, Any] | None) -> str:
+    """A recorded commit as reports name it: its first 12 hex digits, "(uncommitted changes)"
+    after it when the tree was dirty, "unknown" when none was recorded (:func:`git_commit`)."""
+    git = git or {}
+    label = (git.get("commit") or "unknown")[:12]
+    return label + (" (uncommitted changes)" if git.get("dirty") else "")
+
+
 def _cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -189,7 +198,7 @@ def measured_on(*, torch: bool = False) -> dict[str, Any]:
         "kernel": kernel,
         "memory_gb": _memory_gb(),
         "python": platform.python_version(),
-        "torch": library_versions(("torch",))["torch"] if "torch" in sys.modules else None,
+        "torch": getattr(sys.modules.get("torch"), "__version__", None),
         "git": git_commit(),
     }
 

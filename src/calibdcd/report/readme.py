@@ -38,6 +38,7 @@ __all__ = [
     "results_block",
     "setting_provenances",
     "verdict_block",
+    "write_block",
     "write_readme",
 ]
 
@@ -94,6 +95,19 @@ def replace_block(text: str, name: str, content: str, *, source: str = "<text>")
     return _put(text, span, content)
 
 
+def write_block(path: str | Path, name: str, content: str) -> None:
+    """Rewrite the block ``name`` of the Markdown file ``path`` with ``content``, atomically
+    (the file is left as it is when nothing changes); :class:`BlockError` when it has no such
+    block. What every command that writes a docs block from a run or a record calls."""
+    from calibdcd.atomic import atomic_write_text
+
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    new = replace_block(text, name, content, source=str(path))
+    if new != text:
+        atomic_write_text(path, new)
+
+
 def results_block(text: str, name: str, *, source: str = "<text>") -> str:
     """The body of the results block ``name`` of ``text`` (what :func:`replace_block` put
     there), e.g. to read a block whose run directory was not kept."""
@@ -136,7 +150,7 @@ def provenance_line(
     """The one provenance line; ``provenances``: each setting's ``result.json`` record of the
     commit that computed it (None: not recorded), for "resumed across N commits: ..."
     (:func:`calibdcd.provenance.resumed_phrase`). The HTML report shows it too."""
-    from calibdcd.provenance import resumed_phrase
+    from calibdcd.provenance import commit_label, resumed_phrase
 
     resumed = resumed_phrase(env, provenances)
     if env is None:
@@ -145,10 +159,7 @@ def provenance_line(
             + (f"; {resumed}" if resumed else "")
             + ")."
         )
-    git = env.get("git") or {}
-    commit = (git.get("commit") or "unknown")[:12]
-    if git.get("dirty"):
-        commit += " (uncommitted changes)"
+    commit = commit_label(env.get("git"))
     versions = env.get("versions") or {}
     torch_info = env.get("torch") or {}
     machine = env.get("cpu") or env.get("machine") or "unknown CPU"
@@ -219,16 +230,10 @@ def write_readme(
     """Rewrite the block ``name`` (default: the run's config name) of the Markdown file
     ``readme`` (e.g. ``docs/results.md``) with the run's tables; returns the name used. Raises
     :class:`BlockError` when the block is missing."""
-    from calibdcd.atomic import atomic_write_text
-
     run = Path(run_dir)
     if name is None:
         env_path = run / "environment.json"
         env = read_json(env_path) if env_path.is_file() else {}
         name = env.get("config") or run.name
-    path = Path(readme)
-    text = path.read_text(encoding="utf-8")
-    new = replace_block(text, name, readme_block(run, tables), source=str(path))
-    if new != text:
-        atomic_write_text(path, new)
+    write_block(readme, name, readme_block(run, tables))
     return name
