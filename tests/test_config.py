@@ -132,6 +132,7 @@ def test_lab_bands_reseeds_every_lab_and_bands_only_keeps_what_the_bands_read(tm
     assert [d.name for d in full.detectors] == [
         "veilprobe", "dpdllm", "overlap",
         "loss", "zlib", "mink", "mink++", "recall", "logprofile",  # the gray-box ones (issue 49)
+        "samia",  # the black-box attack (issue 49), resumed into lab seed 0's run last
     ]  # fmt: skip
     assert full.analyses.controls and full.analyses.blind
     assert [d.name for d in cfg.detectors] == ["veilprobe", "dpdllm"]
