@@ -497,7 +497,8 @@ def test_one_mistake_of_each_kind_is_reported_at_once_with_lines(tmp_path):
         ("lab-v2-paper-lab0", 120),
         ("real-regime", 60),  # ten detectors on the real LM's base and chat, three seeds
         # WikiMIA-24 on SmolLM2 and Gemma-3, the paper's CalibDCD: three detectors (2026-11-27),
-        # then five gray-box ones, ReCaLL and SaMIA resumed into the same run directory (2026-11-28/29)
+        # then five gray-box ones, ReCaLL and SaMIA resumed into the same run directory
+        # (2026-11-28 and 29)
         ("real-wikimia24-paper", 60),
         # lab seed 1: DPDLLM with every control, six gray-box detectors, four targets (2026-11-28)
         ("lab-v2-lab1-dpdllm-controls", 84),
