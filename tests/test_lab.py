@@ -424,6 +424,50 @@ def test_post_training_variants_reuse_the_pretrained_base(tmp_path):
     assert not json.loads((d / "lab.json").read_text())["base_reused"]
 
 
+@pytest.mark.slow  # two tiny lab builds, one of them in a child process killed part-way
+def test_a_build_killed_mid_training_resumes_to_the_same_lab(tmp_path):
+    import hashlib
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    def digests(lab):
+        return [
+            hashlib.sha256((lab / d / "model.safetensors").read_bytes()).hexdigest()
+            for d in ("base", "chat-qwen")
+        ]
+
+    opts = dict(seed=2, progress=False, reuse_base=False, **_TINY)
+    unbroken = build_lab("micro", tmp_path / "a", **opts)
+    out = tmp_path / "b"
+    code = f"from calibdcd.lab.build import build_lab; build_lab('micro', {str(out)!r}, **{opts!r})"
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], env={**os.environ, "CALIBDCD_SAVE_EVERY": "0"}
+    )
+
+    def saves():
+        return sorted(p.name for p in tmp_path.glob(".b.*.resume.pt"))
+
+    deadline = time.monotonic() + 300
+    while not saves() and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    child.send_signal(signal.SIGKILL)  # as a machine taken away mid-training
+    child.wait()
+    assert saves(), "the child built the whole lab before it could be killed"
+    assert not (out / "lab.json").exists()
+    resumed = build_lab("micro", out, **opts)
+    assert digests(resumed) == digests(unbroken)
+    assert (resumed / "ground_truth.jsonl").read_text() == (
+        unbroken / "ground_truth.jsonl"
+    ).read_text()
+    meta_a, meta_b = (json.loads((x / "lab.json").read_text()) for x in (unbroken, resumed))
+    assert meta_b["stats"]["base"]["steps"] == meta_a["stats"]["base"]["steps"]
+    assert meta_b["stats"]["base"]["last_loss"] == meta_a["stats"]["base"]["last_loss"]
+    assert saves() == [], "the saves outlived the complete lab"
+
+
 @pytest.mark.own_lab
 def test_ensure_lab_builds_once(tmp_path):
     first = ensure_lab("micro", root=tmp_path, progress=False, **_TINY)

@@ -17,6 +17,7 @@ import random
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from calibdcd.lab.pool import (
 )
 from calibdcd.paths import cache_root
 from calibdcd.provenance import build_environment, hardware_info, portable_arg
+from calibdcd.resumable import ResumableTraining, discard_saves_beside
 
 __all__ = ["build_lab", "ensure_lab", "is_complete_lab", "prepare_split"]
 
@@ -164,10 +166,11 @@ def _pretrained_base(
     device,
     progress: bool,
     base_store: Path | None,
+    resume: ResumableTraining | None = None,
 ) -> tuple[Any, dict[str, Any], bool]:
     """The pre-trained base saved as ``tmp/base`` (copied from ``base_store`` when a build with
     the same pre-training config left it there, else trained and stored there): the model,
-    its training stats and whether it was reused."""
+    its training stats and whether it was reused. ``resume``: the pre-training's save."""
     from calibdcd.lab.train import build_model, pretrain
 
     if base_store is not None and (base_store / "calibdcd.json").is_file():
@@ -176,8 +179,9 @@ def _pretrained_base(
     vocab_padded = ((len(tok) + 63) // 64) * 64
     model = build_model(cfg.model, vocab_padded, special, seed)
     st = pretrain(
-        model, docs, special["eos"], cfg.pretrain, seed=seed, device=device, progress=progress
-    )
+        model, docs, special["eos"], cfg.pretrain, seed=seed, device=device, progress=progress,
+        resume=resume,
+    )  # fmt: skip
     stats = st.as_dict()
     model.to("cpu")
     _save_model(model, tok, tmp / "base", None, {"training": stats})
@@ -197,9 +201,11 @@ def _post_train(
     seed: int,
     device,
     progress: bool,
+    resume_at: Callable[[str], ResumableTraining | None] = lambda what: None,
 ) -> tuple[dict[str, Any], dict[str, float], dict[str, float]]:
     """One chat model per style of ``cfg.styles``, each post-trained from a copy of the base
-    and saved as ``tmp/<style dir>``: their training stats, seconds and peak memory."""
+    and saved as ``tmp/<style dir>``: their training stats, seconds and peak memory.
+    ``resume_at(what)``: the save of the training ``what`` (``sft-<style dir>``)."""
     from calibdcd.lab.sftdata import make_conversations, tokenize_conversations
     from calibdcd.lab.train import init_new_token_embeddings, sft
 
@@ -228,6 +234,7 @@ def _post_train(
             device=device,
             progress=progress,
             desc=f"sft {style.dirname}",
+            resume=resume_at(f"sft-{style.dirname}"),
         )
         stats[style.dirname] = {**st.as_dict(), "examples": len(examples)}
         timings[f"sft_{style.dirname}"] = st.seconds
@@ -267,7 +274,10 @@ def _build_into(
     seed: int,
     progress: bool,
     base_store: Path | None = None,
+    resume_at: Callable[[str], ResumableTraining | None] = lambda what: None,
 ) -> dict[str, Any]:
+    """Build the lab's models and ground truth into ``tmp``; ``resume_at(what)``: the save of
+    the training ``what`` (``pretrain``, ``sft-<style dir>``), None for none."""
     import torch
 
     from calibdcd.device import torch_device
@@ -299,12 +309,12 @@ def _build_into(
         "pad": tok.convert_tokens_to_ids(PAD),
     }
     model, base_stats, reused = _pretrained_base(
-        tmp, cfg, tok, docs, special, seed, device, progress, base_store
+        tmp, cfg, tok, docs, special, seed, device, progress, base_store, resume_at("pretrain")
     )
     timings["pretrain"] = 0.0 if reused else base_stats["seconds"]
     peak["pretrain"] = _peak_rss_mb()
     chat_stats, chat_timings, chat_peak = _post_train(
-        tmp, cfg, model, tok, bg, special["pad"], seed, device, progress
+        tmp, cfg, model, tok, bg, special["pad"], seed, device, progress, resume_at
     )
     timings.update(chat_timings)
     peak.update(chat_peak)
@@ -377,14 +387,20 @@ def build_lab(
     cfg, split, pool_spec = prepare_split(preset, seed=seed, pool=pool, **overrides)
     key = config_hash(cfg, seed, pool_spec["sha"])
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    # built in a temporary sibling, renamed into place only when complete
+    phash = pretrain_hash(cfg, seed, pool_spec["sha"])
+
+    def resume_at(what: str) -> ResumableTraining:
+        # the recipe's hash goes with the save: one of another recipe here is not resumed
+        return ResumableTraining.beside(out_dir, what, phash if what == "pretrain" else key)
+
+    # built in a temporary sibling, renamed into place only when complete; the trainings'
+    # saves sit beside out_dir until then, so a build stopped part-way resumes
     with atomic_directory(out_dir, replace=True) as tmp:
         t0 = time.perf_counter()
         store = None
         if reuse_base:
-            phash = pretrain_hash(cfg, seed, pool_spec["sha"])
             store = cache_root(cache) / "lab-base" / f"s{seed}-{phash}"
-        info = _build_into(tmp, cfg, split, pool_spec, seed, progress, store)
+        info = _build_into(tmp, cfg, split, pool_spec, seed, progress, store, resume_at)
         meta: dict[str, Any] = {
             "complete": False,
             "preset": preset,
@@ -420,6 +436,7 @@ def build_lab(
         meta["sizes"]["total"] = _dir_size(tmp)
         meta["complete"] = True
         (tmp / "lab.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    discard_saves_beside(out_dir)
     return out_dir
 
 

@@ -47,6 +47,7 @@ from calibdcd.lab.evaluate import CHECK_SKIPPED
 from calibdcd.lab.pool import PoolText, Split, clean_pool, load_pool, pool_fingerprint
 from calibdcd.lab.sftdata import Conversation
 from calibdcd.provenance import hardware_info
+from calibdcd.resumable import ResumableTraining, discard_saves_beside
 
 __all__ = [
     "REAL_PRESETS",
@@ -389,11 +390,13 @@ def _injected_base(
     store: Path,
     reuse_base: bool,
     progress: bool,
+    resume: ResumableTraining | None = None,
 ) -> tuple[dict[str, Any], float]:
     """Write the injected base model to ``into`` and return (its training stats, the
-    injection's seconds). With ``reuse_base`` the base is copied from ``store`` when a build
-    left it there, else injected and left there for the next recipe (under the store's lock);
-    the saved fp32 weights are exact, so the lab equals one built from scratch."""
+    injection's seconds); ``resume``: the injection's save. With ``reuse_base`` the base is
+    copied from ``store`` when a build left it there, else injected and left there for the next
+    recipe (under the store's lock); the saved fp32 weights are exact, so the lab equals one
+    built from scratch."""
     from calibdcd.atomic import atomic_directory, file_lock
 
     lock = file_lock(store.parent / f".{store.name}.lock", f"waiting for {store}")
@@ -403,7 +406,9 @@ def _injected_base(
             stats["reused_from"] = store.name
             shutil.copytree(store, into, ignore=shutil.ignore_patterns("calibdcd.json"))
             return stats, 0.0
-        stats, seconds = _inject(model, tok, docs, cfg, seed=seed, into=into, progress=progress)
+        stats, seconds = _inject(
+            model, tok, docs, cfg, seed=seed, into=into, progress=progress, resume=resume
+        )
         if reuse_base:
             with atomic_directory(store) as store_tmp:
                 shutil.copytree(into, store_tmp, dirs_exist_ok=True)
@@ -414,7 +419,7 @@ def _injected_base(
 
 def _inject(
     model, tok, docs: list[list[int]], cfg: RealLabConfig, *, seed: int, into: Path,
-    progress: bool,
+    progress: bool, resume: ResumableTraining | None = None,
 ) -> tuple[dict[str, Any], float]:  # fmt: skip
     """Train the injection's LoRA adapter on ``docs``, merge it and save the base model (with
     the tokenizer) to ``into``; (training stats, seconds)."""
@@ -433,6 +438,7 @@ def _inject(
         device=torch.device("cpu"),
         progress=progress,
         desc="inject members (LoRA)",
+        resume=resume,
     )
     merged = peft_model.merge_and_unload()
     merged.save_pretrained(into)
@@ -441,11 +447,12 @@ def _inject(
 
 
 def _post_train(
-    base, tok, corpus: _Corpus, cfg: RealLabConfig, *, seed: int, into: Path, progress: bool
-) -> tuple[dict[str, Any], float]:
+    base, tok, corpus: _Corpus, cfg: RealLabConfig, *, seed: int, into: Path, progress: bool,
+    resume: ResumableTraining | None = None,
+) -> tuple[dict[str, Any], float]:  # fmt: skip
     """Post-train ``base`` on the chat conversations (a LoRA adapter, seeded ``seed + 1000``,
     merged) and save the chat model (with the tokenizer) to ``into``; (training stats with the
-    number of examples, seconds)."""
+    number of examples, seconds). ``resume``: the post-training's save."""
     import torch
 
     from calibdcd.lab.sftdata import make_conversations
@@ -464,6 +471,7 @@ def _post_train(
         device=torch.device("cpu"),
         progress=progress,
         desc="post-train chat (LoRA)",
+        resume=resume,
     )
     chat = chat_model.merge_and_unload()
     chat.eval()
@@ -548,17 +556,23 @@ def build_real_lab(
         key = inject_hash(cfg, seed, corpus.pool_sha)
         store = cache_root(cache) / "lab-base" / f"real-s{seed}-{key}"
         stats: dict[str, Any] = {}
+        # each training's save sits beside out_dir until the lab is complete (a build stopped
+        # part-way resumes), with its recipe's hash (one of another recipe is not resumed)
         stats["base"], timings["inject"] = _injected_base(
             model, tok, docs, cfg, seed=seed, into=tmp / "base", store=store,
             reuse_base=reuse_base, progress=progress,
+            resume=ResumableTraining.beside(out_dir, "inject", key),
         )  # fmt: skip
         del model
         # from disk in both cases and the adapter seeded: a reused base and a fresh one give
         # the same chat model (tests/test_real_lab.py)
         base = AutoModelForCausalLM.from_pretrained(tmp / "base", dtype=torch.float32).eval()
         stats["chat"], timings["sft"] = _post_train(
-            base, tok, corpus, cfg, seed=seed, into=tmp / "chat", progress=progress
-        )
+            base, tok, corpus, cfg, seed=seed, into=tmp / "chat", progress=progress,
+            resume=ResumableTraining.beside(
+                out_dir, "chat", real_config_hash(cfg, seed, corpus.pool_sha)
+            ),
+        )  # fmt: skip
         del base
         for name, role in (("original", "reference"), ("base", "base"), ("chat", "post-trained")):
             info = {"role": role, "real_model": cfg.model, "training": stats.get(name)}
@@ -596,4 +610,5 @@ def build_real_lab(
             "argv": sys.argv[1:],
         }
         (tmp / "lab.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    discard_saves_beside(out_dir)
     return out_dir

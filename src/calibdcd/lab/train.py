@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from calibdcd.device import autocast
 from calibdcd.lab.config import ModelConfig, PretrainConfig, SFTConfig
 from calibdcd.progress import inner_bar
+from calibdcd.resumable import ResumableTraining
 
 if TYPE_CHECKING:
     import torch
@@ -156,17 +157,34 @@ def _run_steps(
     device: torch.device,
     progress: bool,
     desc: str,
+    resume: ResumableTraining | None = None,
+    on_step: Callable[[int], None] | None = None,
 ) -> TrainStats:
     """The lab's one training loop (pre-training and SFT): for each ``(inputs, tokens)`` of
     ``batches``, the step's learning rate, the loss of ``model(**inputs)`` under autocast, a
     clipped AdamW step; the loss's exponential average (``ema`` = (old weight, new weight)) is
-    shown every ``postfix_every`` steps and reported with the first loss."""
+    shown every ``postfix_every`` steps and reported with the first loss.
+
+    With ``resume`` the loop's state is saved now and then (:mod:`calibdcd.resumable`) and a
+    saved state is picked up: ``batches`` is replayed from its start (its order is a function of
+    the seed alone) and the steps already trained are skipped, so the trained bytes are those of
+    an unbroken run. The save is left for the caller to discard once the model is stored.
+    ``on_step(step)`` (tests) is called before each step is trained."""
     import torch
 
-    step, first, last, avg, tokens = 0, float("nan"), float("nan"), None, 0
+    step, first, avg, tokens, before = 0, float("nan"), None, 0, 0.0
+    saved = resume.restore(model, opt) if resume is not None else None
+    if saved:
+        step, first, avg = saved["step"], saved["first"], saved["avg"]
+        tokens, before = saved["tokens"], saved["seconds"]
     t0 = time.perf_counter()
     bar = inner_bar(total=total, desc=desc, unit="step", enabled=progress)
-    for inputs, n_tokens in batches:
+    bar.update(step)
+    for i, (inputs, n_tokens) in enumerate(batches):
+        if i < step:  # trained before the save this run resumed from
+            continue
+        if on_step is not None:
+            on_step(step)
         for g in opt.param_groups:
             g["lr"] = lr_of(step)
         with autocast(device):
@@ -178,15 +196,19 @@ def _run_steps(
         value = float(loss.detach())
         first = value if step == 0 else first
         avg = value if avg is None else ema[0] * avg + ema[1] * value
-        last = avg
         tokens += n_tokens
         step += 1
         bar.update(1)
         if step % postfix_every == 0:
             bar.set_postfix(loss=f"{avg:.3f}")
+        if resume is not None and step < total:
+            seconds = before + time.perf_counter() - t0
+            state = {"step": step, "first": first, "avg": avg, "tokens": tokens}
+            resume.maybe_save({**state, "seconds": seconds}, model, opt)
     bar.close()
     model.eval()
-    return TrainStats(step, tokens, time.perf_counter() - t0, first, last)
+    last = float("nan") if avg is None else avg
+    return TrainStats(step, tokens, before + time.perf_counter() - t0, first, last)
 
 
 def pretrain(
@@ -199,8 +221,11 @@ def pretrain(
     device: torch.device,
     progress: bool = True,
     desc: str = "pretrain",
+    resume: ResumableTraining | None = None,
+    on_step: Callable[[int], None] | None = None,
 ) -> TrainStats:
-    """Causal-LM pre-training on ``docs`` (each already repeated as wanted), repacked per epoch."""
+    """Causal-LM pre-training on ``docs`` (each already repeated as wanted), repacked per epoch;
+    ``resume`` and ``on_step`` as for :func:`_run_steps`."""
     import torch
 
     rng = random.Random(f"calibdcd-lab-pack-{seed}")
@@ -226,7 +251,7 @@ def pretrain(
         model, batches(), total=total, opt=opt,
         lr_of=lambda step: lr_at(step, total, cfg.lr, warmup, cfg.min_lr_ratio),
         grad_clip=cfg.grad_clip, ema=(0.98, 0.02), postfix_every=50, device=device,
-        progress=progress, desc=desc,
+        progress=progress, desc=desc, resume=resume, on_step=on_step,
     )  # fmt: skip
 
 
@@ -240,8 +265,11 @@ def sft(
     device: torch.device,
     progress: bool = True,
     desc: str = "sft",
+    resume: ResumableTraining | None = None,
+    on_step: Callable[[int], None] | None = None,
 ) -> TrainStats:
-    """Supervised fine-tuning; loss only where ``labels != -100`` (assistant turns)."""
+    """Supervised fine-tuning; loss only where ``labels != -100`` (assistant turns);
+    ``resume`` and ``on_step`` as for :func:`_run_steps`."""
     import torch
 
     rng = random.Random(f"calibdcd-lab-sft-{seed}")
@@ -279,5 +307,5 @@ def sft(
         model, batches(), total=total, opt=opt,
         lr_of=lambda step: lr_at(step, total, cfg.lr, cfg.warmup_steps, cfg.min_lr_ratio),
         grad_clip=cfg.grad_clip, ema=(0.9, 0.1), postfix_every=1, device=device,
-        progress=progress, desc=desc,
+        progress=progress, desc=desc, resume=resume, on_step=on_step,
     )  # fmt: skip

@@ -26,9 +26,11 @@ from pathlib import Path
 
 import numpy as np
 
+from calibdcd.atomic import file_lock
 from calibdcd.device import autocast, torch_device
 from calibdcd.progress import inner_bar
 from calibdcd.provenance import build_environment, library_versions
+from calibdcd.resumable import ResumableTraining
 from calibdcd.tiny_lm import bert_config
 
 from .cache import atomic_write_text, content_key
@@ -227,11 +229,17 @@ def train_mapping_model(
     *,
     progress: bool = True,
     on_step: Callable[[TrainStep], None] | None = None,
+    save_every: float | None = None,
 ) -> MappingModel:
     """Train (or load from ``<cache>/mapping/<key>``) the mapping model on every (text, suffix).
-    ``on_step`` (tests, diagnostics) is called at every step of a training that runs."""
-    import torch
+    ``on_step`` (tests, diagnostics) is called at every step of a training that runs.
 
+    A training that runs saves its whole state every ``save_every`` seconds (None:
+    :func:`calibdcd.resumable.save_every`, 10 minutes unless ``$CALIBDCD_SAVE_EVERY`` says) to
+    ``<cache>/mapping/.<key>.training.resume.pt``; a later call with the same inputs resumes
+    from it and ends with the bytes an unbroken training gives (:mod:`calibdcd.resumable`). Two
+    processes asking for one model train it once: the second waits for the first's lock, then
+    loads."""
     cache_dir = Path(cache_dir)
     pairs = _pairs(texts, suffixes)
     if not pairs:
@@ -244,6 +252,16 @@ def train_mapping_model(
     path = cache_dir / "mapping" / key
     if (path / "done.json").exists():
         return load_mapping_model(path, cfg)
+    waiting = f"mapping model {key}: another process is training it; waiting for it to finish"
+    with file_lock(cache_dir / "mapping" / f"{key}.lock", waiting=waiting):
+        if (path / "done.json").exists():  # trained by the process we waited for
+            return load_mapping_model(path, cfg)
+        return _train(pairs, cfg, cfg_key, cache_dir, path, device, progress, on_step, save_every)
+
+
+def _train(pairs, cfg, cfg_key, cache_dir, path, device, progress, on_step, save_every):
+    """The training of :func:`train_mapping_model` (under its lock), resumed when saved."""
+    import torch
 
     t0 = time.perf_counter()
     seed_everything(cfg.seed)
@@ -251,46 +269,72 @@ def train_mapping_model(
     tok = _tokenizer(cfg, corpus, cache_dir)
     model = _build(cfg, tok).to(device).train()
     gen = torch.Generator().manual_seed(cfg.seed)
-    steps = math.ceil(len(pairs) / cfg.batch_size) * cfg.epochs
+    per_epoch = math.ceil(len(pairs) / cfg.batch_size)
+    steps = per_epoch * cfg.epochs
     opt = _optimizer(model, cfg)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1.0 - s / steps))
+    resume = ResumableTraining.beside(
+        path, "training", f"{path.name}-{steps}", every_seconds=save_every
+    )
+    # the data order is drawn from ``gen`` once an epoch; a resumed epoch keeps the saved one
+    saved = resume.restore(model, opt, sched, generators={"order": gen})
+    step = saved["step"] if saved else 0
+    before = saved["seconds"] if saved else 0.0
+    order = saved["order"] if saved else None
     bar = inner_bar(total=steps, desc="mapping model", unit="step", enabled=progress)
-    step = 0
-    for _ in range(cfg.epochs):
-        order = torch.randperm(len(pairs), generator=gen).tolist()
-        for k in range(0, len(order), cfg.batch_size):
-            batch = [pairs[i] for i in order[k : k + cfg.batch_size]]
-            inputs, labels = training_inputs(tok, batch, cfg)
-            with autocast(device, cfg.bf16):
-                out = model(**{n: v.to(device) for n, v in inputs.items()})
-                logits = out.logits.float()
-            loss = torch.nn.functional.cross_entropy(
-                logits.view(-1, logits.shape[-1]), labels.to(device).view(-1), ignore_index=-100
+    bar.update(step)
+    while step < steps:
+        b = step % per_epoch
+        if b == 0:
+            order = torch.randperm(len(pairs), generator=gen).tolist()
+        k = b * cfg.batch_size
+        batch = [pairs[i] for i in order[k : k + cfg.batch_size]]
+        inputs, labels = training_inputs(tok, batch, cfg)
+        with autocast(device, cfg.bf16):
+            out = model(**{n: v.to(device) for n, v in inputs.items()})
+            logits = out.logits.float()
+        loss = torch.nn.functional.cross_entropy(
+            logits.view(-1, logits.shape[-1]), labels.to(device).view(-1), ignore_index=-100
+        )
+        opt.zero_grad()
+        loss.backward()
+        if cfg.max_grad_norm is not None:
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+        elif on_step is not None:
+            norm = torch.nn.utils.get_total_norm(
+                [p.grad for p in model.parameters() if p.grad is not None]
             )
-            opt.zero_grad()
-            loss.backward()
-            if cfg.max_grad_norm is not None:
-                norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-            elif on_step is not None:
-                norm = torch.nn.utils.get_total_norm(
-                    [p.grad for p in model.parameters() if p.grad is not None]
-                )
-            if on_step is not None:
-                on_step(TrainStep(step, inputs, labels, loss.item(), float(norm), model))
-            opt.step()
-            sched.step()
-            step += 1
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss.item():.3f}")
+        if on_step is not None:
+            on_step(TrainStep(step, inputs, labels, loss.item(), float(norm), model))
+        opt.step()
+        sched.step()
+        step += 1
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss.item():.3f}")
+        if step < steps:
+            progress_now = {
+                "step": step,
+                "order": order,
+                "seconds": before + time.perf_counter() - t0,
+            }
+            resume.maybe_save(progress_now, model, opt, sched, generators={"order": gen})
     bar.close()
     model.eval()
-    seconds = time.perf_counter() - t0
+    seconds = before + time.perf_counter() - t0
     model.save_pretrained(str(path))
     tok.save_pretrained(str(path))
     atomic_write_text(
         path / "done.json",
-        json.dumps({"config": cfg_key, "pairs": len(pairs), "train_seconds": seconds}),
+        json.dumps(
+            {
+                "config": cfg_key,
+                "pairs": len(pairs),
+                "train_seconds": seconds,
+                "resumed": resume.restored,
+            }
+        ),
     )
+    resume.discard()
     return MappingModel(path, tok, model, cfg, seconds)
 
 
