@@ -94,24 +94,15 @@ class ResumableTraining:
         optimizer,
         scheduler=None,
         generators: Mapping[str, Any] | None = None,
+        *,
+        now: bool = False,
     ) -> bool:
-        """Save when ``every_seconds`` have passed since the last save; True when it did."""
-        if time.monotonic() - self._last < self.every_seconds:
-            return False
-        self.save(progress, model, optimizer, scheduler, generators)
-        return True
-
-    def save(
-        self,
-        progress: Mapping[str, Any],
-        model,
-        optimizer,
-        scheduler=None,
-        generators: Mapping[str, Any] | None = None,
-    ) -> None:
-        """Write the whole state now (atomically)."""
+        """Write the whole state (atomically) when ``every_seconds`` have passed since the last
+        save, or at once with ``now``; True when it wrote."""
         import torch
 
+        if not now and time.monotonic() - self._last < self.every_seconds:
+            return False
         state = {
             "meta": self.meta,
             "progress": dict(progress),
@@ -127,6 +118,7 @@ class ResumableTraining:
             torch.save(state, tmp)
         self.saves += 1
         self._last = time.monotonic()
+        return True
 
     # -- reading ---------------------------------------------------------------------------------
     def restore(
