@@ -447,8 +447,8 @@ def test_a_build_killed_mid_training_resumes_to_the_same_lab(tmp_path):
         [sys.executable, "-c", code], env={**os.environ, "CALIBDCD_SAVE_EVERY": "0"}
     )
 
-    def saves():
-        return sorted(p.name for p in tmp_path.glob(".b.*.resume.pt"))
+    def saves(pattern=".b.*.resume.pt"):
+        return sorted(p.name for p in tmp_path.glob(pattern))
 
     deadline = time.monotonic() + 300
     while not saves() and child.poll() is None and time.monotonic() < deadline:
@@ -464,8 +464,12 @@ def test_a_build_killed_mid_training_resumes_to_the_same_lab(tmp_path):
     ).read_text()
     meta_a, meta_b = (json.loads((x / "lab.json").read_text()) for x in (unbroken, resumed))
     assert meta_b["stats"]["base"]["steps"] == meta_a["stats"]["base"]["steps"]
+    # resumed, not started over (a refused save would warn and still give the same bytes)
+    assert "resumed_at_step" not in meta_a["stats"]["base"]
+    assert meta_b["stats"]["base"]["resumed_at_step"] >= 1
     assert meta_b["stats"]["base"]["last_loss"] == meta_a["stats"]["base"]["last_loss"]
-    assert saves() == [], "the saves outlived the complete lab"
+    # nor the temporary file of a save the kill may have interrupted
+    assert saves(".*b.*.resume.pt*") == [], "the saves outlived the complete lab"
 
 
 @pytest.mark.own_lab

@@ -237,8 +237,17 @@ def test_a_stopped_lab_training_resumes_to_the_unbroken_bytes(tmp_path, kind):
     assert_same_bytes(weights_of(again), weights_of(model))
     for field in ("steps", "tokens", "first_loss", "last_loss"):
         assert getattr(again_stats, field) == getattr(stats, field), field
-    # the loop leaves its last save for the caller to discard once the model is stored
-    assert save.is_file()
+    # the loop leaves its last save (after the last step) for the caller to discard once the
+    # model is stored: a run stopped before that trains nothing again
+    rerun: list[int] = []
+    done, done_stats = lab_train(kind, save, seen=rerun)
+    assert rerun == [] and done_stats.resumed_at == total
+    assert_same_bytes(weights_of(done), weights_of(model))
+    if kind == "pretrain-lora":  # the frozen base is rebuilt, not saved
+        import torch
+
+        saved = torch.load(save, weights_only=True)["model"]
+        assert saved and all("lora_" in k for k in saved), sorted(saved)[:3]
     save.unlink()
     # a save of another training at the same place is named and not used
     with pytest.raises(Stop):
@@ -260,3 +269,11 @@ def _adamw(model):
 
 def weights_of(model) -> dict:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def test_a_save_that_cannot_be_written_costs_the_save_not_the_training(tmp_path):
+    model, _ = lab_train("pretrain", None)
+    (tmp_path / "file").write_text("not a directory")
+    with pytest.warns(UserWarning, match="training state not saved, training goes on"):
+        again, _ = lab_train("pretrain", tmp_path / "file" / "state.pt")
+    assert_same_bytes(weights_of(again), weights_of(model))

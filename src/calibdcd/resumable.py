@@ -17,6 +17,7 @@ skip to the returned position, call :meth:`~ResumableTraining.maybe_save` after 
 
 from __future__ import annotations
 
+import glob
 import math
 import os
 import time
@@ -106,16 +107,25 @@ class ResumableTraining:
         state = {
             "meta": self.meta,
             "progress": dict(progress),
-            "model": model.state_dict(),
+            "model": _trained_state(model),
             "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict() if scheduler is not None else None,
             "rng_cpu": torch.random.get_rng_state(),
             "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else [],
             "generators": {k: g.get_state() for k, g in (generators or {}).items()},
         }
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_file(self.path) as tmp:
-            torch.save(state, tmp)
+        try:
+            with atomic_file(self.path) as tmp:
+                torch.save(state, tmp)
+        except (OSError, RuntimeError) as exc:  # a full disk (torch's writer raises
+            # RuntimeError) costs the save, never the training
+            warnings.warn(
+                f"{self.path}: training state not saved, training goes on without it "
+                f"({type(exc).__name__}: {exc})",
+                stacklevel=2,
+            )
+            self._last = time.monotonic()
+            return False
         self.saves += 1
         self._last = time.monotonic()
         return True
@@ -148,7 +158,7 @@ class ResumableTraining:
             self.discard()
             return None
         # checked above: nothing below meets a state it cannot take
-        model.load_state_dict(state["model"])
+        model.load_state_dict(state["model"], strict=False)  # the trained part: _trained_state
         optimizer.load_state_dict(state["optimizer"])
         if scheduler is not None:
             scheduler.load_state_dict(state["scheduler"])
@@ -162,8 +172,11 @@ class ResumableTraining:
         return dict(state["progress"])
 
     def discard(self) -> None:
-        """Remove the saved state (once the trained model is stored)."""
+        """Remove the saved state (once the trained model is stored), and the temporary file of
+        a save a stop interrupted."""
         self.path.unlink(missing_ok=True)
+        for p in self.path.parent.glob(f".{glob.escape(self.path.name)}.*.tmp"):
+            p.unlink(missing_ok=True)
 
 
 def _check(state: Any, meta: dict, model, optimizer, scheduler, generators: Mapping) -> None:
@@ -175,7 +188,7 @@ def _check(state: Any, meta: dict, model, optimizer, scheduler, generators: Mapp
         raise ValueError(f"saved for {state.get('meta')!r}, not {meta!r}")
     if set(state.get("generators", {})) != set(generators):
         raise ValueError(f"saved generators {sorted(state.get('generators', {}))}")
-    want = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    want = {k: tuple(v.shape) for k, v in _trained_state(model).items()}
     got = {k: tuple(v.shape) for k, v in state["model"].items()}
     if got != want:
         raise ValueError(f"model parameters differ ({len(set(got) ^ set(want))} names differ)")
@@ -187,12 +200,28 @@ def _check(state: Any, meta: dict, model, optimizer, scheduler, generators: Mapp
         raise ValueError("scheduler saved for a training without one, or the reverse")
     if not isinstance(state.get("progress"), dict):
         raise ValueError("no progress saved")
+    import torch
+
+    if state["rng_cuda"] and len(state["rng_cuda"]) > torch.cuda.device_count():
+        raise ValueError(f"saved on {len(state['rng_cuda'])} CUDA devices, not on this machine")
+    for name, g in generators.items():
+        if state["generators"][name].shape != g.get_state().shape:
+            raise ValueError(f"generator {name!r} saved with another state size")
+
+
+def _trained_state(model) -> dict[str, Any]:
+    """What a training changes in ``model``: the parameters that take gradients and the
+    buffers (a LoRA training's save leaves out the frozen base, rebuilt as it was)."""
+    keep = {n for n, p in model.named_parameters() if p.requires_grad}
+    keep |= {n for n, _ in model.named_buffers()}
+    return {k: v for k, v in model.state_dict().items() if k in keep}
 
 
 def discard_saves_beside(artefact: str | Path) -> None:
     """Remove every training save kept beside ``artefact`` (once it is complete)."""
-    import glob
-
     artefact = Path(artefact)
-    for p in artefact.parent.glob(f".{glob.escape(artefact.name)}.*.resume.pt"):
-        p.unlink(missing_ok=True)
+    name = glob.escape(artefact.name)
+    # and the atomic writer's temporary files of a save that a stop interrupted
+    for pattern in (f".{name}.*.resume.pt", f"..{name}.*.resume.pt.*.tmp"):
+        for p in artefact.parent.glob(pattern):
+            p.unlink(missing_ok=True)

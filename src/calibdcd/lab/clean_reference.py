@@ -30,6 +30,7 @@ from calibdcd.atomic import file_lock
 from calibdcd.lab.config import CleanReferenceConfig
 from calibdcd.paths import cache_root
 from calibdcd.provenance import build_environment
+from calibdcd.resumable import ResumableTraining, discard_saves_beside
 
 __all__ = [
     "CleanReferenceConfig",
@@ -194,9 +195,11 @@ def _train_clean_reference(
     model = build_model(model_cfg, vocab, special, cfg.seed)
     pt = dataclasses.replace(pt_cfg, epochs=cfg.epochs)
     device = torch_device(cfg.device)
+    # its save sits beside ``out`` (named by the recipe's key) until ``out`` is complete
+    resume = ResumableTraining.beside(out, "pretrain", out.name)
     stats = pretrain(
         model, docs, special["eos"], pt, seed=cfg.seed, device=device, progress=progress,
-        desc="DPDLLM clean reference",
+        desc="DPDLLM clean reference", resume=resume,
     )  # fmt: skip
     model.to("cpu")
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
@@ -219,4 +222,5 @@ def _train_clean_reference(
     if out.exists():  # an unfinished earlier attempt (no reference.json): replaced
         shutil.rmtree(out)
     os.replace(tmp, out)
+    discard_saves_beside(out)
     return out

@@ -42,8 +42,11 @@ class TrainStats:
     seconds: float
     first_loss: float
     last_loss: float
+    #: the step a stopped training was resumed at (None: trained unbroken)
+    resumed_at: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
+        resumed = {} if self.resumed_at is None else {"resumed_at_step": self.resumed_at}
         return {
             "steps": self.steps,
             "tokens": self.tokens,
@@ -51,6 +54,7 @@ class TrainStats:
             "tokens_per_second": round(self.tokens / max(self.seconds, 1e-9), 1),
             "first_loss": round(self.first_loss, 4),
             "last_loss": round(self.last_loss, 4),
+            **resumed,
         }
 
 
@@ -165,10 +169,11 @@ def _run_steps(
     clipped AdamW step; the loss's exponential average (``ema`` = (old weight, new weight)) is
     shown every ``postfix_every`` steps and reported with the first loss.
 
-    With ``resume`` the loop's state is saved now and then (:mod:`calibdcd.resumable`) and a
-    saved state is picked up: ``batches`` is replayed from its start (its order is a function of
-    the seed alone) and the steps already trained are skipped, so the trained bytes are those of
-    an unbroken run. The save is left for the caller to discard once the model is stored.
+    With ``resume`` the loop's state is saved now and then (:mod:`calibdcd.resumable`), and
+    after the last step when the training took at least the save interval; a saved state is
+    picked up: ``batches`` is replayed from its start (its order is a function of the seed
+    alone) and the steps already trained are skipped, so the trained bytes are those of an
+    unbroken run. The save is left for the caller to discard once the model is stored.
     ``on_step(step)`` (tests) is called before each step is trained."""
     import torch
 
@@ -201,14 +206,18 @@ def _run_steps(
         bar.update(1)
         if step % postfix_every == 0:
             bar.set_postfix(loss=f"{avg:.3f}")
-        if resume is not None and step < total:
+        if resume is not None:
+            # the last step's state too, once the training was long enough to save at all:
+            # the trained model lives in a directory a later stop can lose (a lab being built)
             seconds = before + time.perf_counter() - t0
             state = {"step": step, "first": first, "avg": avg, "tokens": tokens}
-            resume.maybe_save({**state, "seconds": seconds}, model, opt)
+            now = step == total and seconds >= resume.every_seconds
+            resume.maybe_save({**state, "seconds": seconds}, model, opt, now=now)
     bar.close()
     model.eval()
     last = float("nan") if avg is None else avg
-    return TrainStats(step, tokens, before + time.perf_counter() - t0, first, last)
+    seconds = before + time.perf_counter() - t0
+    return TrainStats(step, tokens, seconds, first, last, saved["step"] if saved else None)
 
 
 def pretrain(
