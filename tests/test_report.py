@@ -387,3 +387,74 @@ def test_paper_method_is_named_for_a_run_with_the_defaults(report):
     col = table.header.index("Why no correction")
     for r, row in zip(results, table.rows, strict=True):
         assert row[col] == (r.calibration["diagnostics"]["reason"] or "")
+
+
+@pytest.fixture(scope="module")
+def real_regime(tmp_path_factory):
+    """The stored real-regime run (SmolLM2 lab, split seeds 0-2), read back."""
+    import tarfile
+    from pathlib import Path
+
+    tar = Path(__file__).resolve().parents[1] / "benchmarks/results/runs/real-regime.tar.xz"
+    out = tmp_path_factory.mktemp("real-regime")
+    with tarfile.open(tar) as tf:
+        tf.extractall(out, filter="data")
+    return load_results(out / "real-regime")
+
+
+def _variant(results, detector: str, label: str, change):
+    """Copies of ``detector``'s settings under ``label`` (one family, another variant), their
+    texts in another order and the last few dropped, scores replaced by ``change(label, score)``."""
+    import numpy as np
+
+    out = []
+    for r in results:
+        if r.detector != detector:
+            continue
+        v = r.model_copy(update={"detector": label})
+        order = np.random.default_rng(r.seed).permutation(len(r.pool["id"]))[:-5]
+        pool = {k: a[order] for k, a in r.pool.items()}
+        pool["original"] = change(pool["label"], pool["original"])
+        v.pool = pool
+        out.append(v)
+    return out
+
+
+def test_two_variants_of_one_detector_are_compared_on_the_texts_both_scored(real_regime):
+    import numpy as np
+    from sklearn.metrics import roc_auc_score
+
+    from calibdcd.report.aggregate import variant_pairs
+
+    assert variant_pairs(real_regime) == {}  # no family under two labels in the stored run
+    assert "variants" not in {t.key for t in build_tables(real_regime)}
+    same = _variant(real_regime, "VeilProbe", "VeilProbe-copy", lambda y, s: s)
+    pairs = variant_pairs(real_regime + same, n_boot=200)
+    assert set(pairs) == {
+        ("VeilProbe-copy", "VeilProbe", "real-regime", t) for t in ("base", "chat")
+    }
+    for res in pairs.values():  # the same scores, joined by id whatever their order: Δ = 0
+        assert res["auc"].estimate == 0 and res["auc"].half_width == 0 and res["auc"].n_seeds == 3
+
+    # a variant that reads membership better on the texts (labels shifted into the scores)
+    def stronger(y, s):
+        return s + 3.0 * np.std(s) * y
+
+    strong = _variant(real_regime, "VeilProbe", "VeilProbe-strong", stronger)
+    res = variant_pairs(real_regime + strong, n_boot=200)[
+        ("VeilProbe-strong", "VeilProbe", "real-regime", "chat")
+    ]
+    assert res["auc"].verdict > 0 and res["auc"].low > 0
+    # the estimate: the seeds' ΔAUC on the joined texts, computed here from the pools
+    deltas = []
+    for r in (r for r in real_regime if r.detector == "VeilProbe" and r.target == "chat"):
+        v = next(x for x in strong if x.seed == r.seed and x.target == "chat")
+        _, ia, ib = np.intersect1d(r.pool["id"], v.pool["id"], return_indices=True)
+        y = r.pool["label"][ia]
+        deltas.append(
+            roc_auc_score(y, v.pool["original"][ib]) - roc_auc_score(y, r.pool["original"][ia])
+        )
+    assert res["auc"].estimate == pytest.approx(np.mean(deltas), abs=1e-9)
+    table = {t.key: t for t in build_tables(real_regime + strong)}["variants"]
+    assert "VeilProbe-strong vs VeilProbe" in table.markdown()
+    assert {rec["target"] for rec in table.records} == {"base", "chat"}

@@ -48,6 +48,7 @@ __all__ = [
     "selection_distribution",
     "space_comparison",
     "stale_settings",
+    "variant_pairs",
 ]
 
 #: (key in result.analyses["ablations"], display name), in the paper's order
@@ -101,7 +102,10 @@ def _read_pool(path: Path) -> dict[str, np.ndarray] | None:
         rows = [r for r in csv.DictReader(fh) if r.get("in_pool") == "1"]
     if not rows:
         return None
-    out = {"label": np.array([int(r["label"]) for r in rows])}
+    out = {
+        "label": np.array([int(r["label"]) for r in rows]),
+        "id": np.array([r["id"] for r in rows]),
+    }
     for method, (col, _) in METHODS.items():
         if col is not None and col in rows[0]:
             out[method] = np.array([float(r[col]) for r in rows])
@@ -306,6 +310,54 @@ def paired_cells(
             pools = [(r.pool["label"], r.pool[a], r.pool[b]) for r in rs]
             res[key] = compare(pools, fpr=fpr, n_boot=nb, level=lv, seed=seed)
         out[k] = res
+    return out
+
+
+def variant_pairs(
+    results: list[SettingResult],
+    *,
+    n_boot: int | None = None,
+    level: float | None = None,
+    seed: int = 0,
+) -> dict[tuple[str, str, str, str], dict[str, Any]]:
+    """``{(a, b, benchmark, target): {"auc": PairedDelta, "tpr": ...}}``: every two variants of
+    one detector (the same ``detector_name`` under two labels, e.g. VeilProbe's ``cpu`` preset
+    and a stronger one) run on one benchmark and target, compared uncalibrated, A − B with A the
+    later in the run's order, on the texts both scored in each split seed both ran (joined by
+    text id), pooled over those seeds as :func:`paired_cells` pools its comparisons. Over every
+    target (a variant's question is whether it reads more, on the base model too). Bootstrap
+    defaults as :func:`paired_cells`."""
+    from calibdcd.stats import MIN_PAIRED_BOOT, compare
+
+    cells: dict[tuple[str, str, str], dict[str, dict[int, SettingResult]]] = defaultdict(dict)
+    for r in results:
+        if r.pool is not None and "id" in r.pool and "original" in r.pool:
+            family = cells[(r.detector_name, r.benchmark, r.target)]
+            family.setdefault(r.detector, {})[r.seed] = r
+    out: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+    for (_, bench, tgt), variants in cells.items():
+        names = list(variants)
+        for i, b in enumerate(names):
+            for a in names[i + 1 :]:
+                seeds = sorted(set(variants[a]) & set(variants[b]))
+                pools = []
+                for s in seeds:
+                    pa, pb = variants[a][s].pool, variants[b][s].pool
+                    _, ia, ib = np.intersect1d(pa["id"], pb["id"], return_indices=True)
+                    if not np.array_equal(pa["label"][ia], pb["label"][ib]):
+                        raise ValueError(
+                            f"{a} and {b} on {bench}/{tgt}, seed {s}: one text id with two "
+                            "labels (the settings did not read the same benchmark)"
+                        )
+                    if len(set(pa["label"][ia].tolist())) == 2:
+                        pools.append((pa["label"][ia], pa["original"][ia], pb["original"][ib]))
+                if not pools:
+                    continue
+                ev = variants[a][seeds[0]].before.auc
+                nb = n_boot if n_boot is not None else max(ev.n_boot or 0, MIN_PAIRED_BOOT)
+                lv = level if level is not None else (ev.level or 0.95)
+                fpr = variants[a][seeds[0]].fpr
+                out[(a, b, bench, tgt)] = compare(pools, fpr=fpr, n_boot=nb, level=lv, seed=seed)
     return out
 
 

@@ -43,7 +43,14 @@ __all__ = [
 ]
 
 #: the report tables a results block holds by default (the rest are in the run's report)
-README_TABLES = ("auc_main", "paired", "base_vs_post", "selection_rank_strength", "selection_why")
+README_TABLES = (
+    "auc_main",
+    "paired",
+    "variants",
+    "base_vs_post",
+    "selection_rank_strength",
+    "selection_why",
+)
 
 _OPEN = "<!-- calibdcd:results {name} -->"
 _CLOSE = "<!-- /calibdcd:results -->"

@@ -320,6 +320,79 @@ def _noise_floor_note(results: list[SettingResult]) -> str:
     return boot
 
 
+def _delta_record(a: Any, t: Any) -> dict[str, Any]:
+    """A paired comparison's ΔAUC (``a``) and ΔTPR (``t``) as a table record's fields."""
+    rec: dict[str, Any] = {"n_seeds": a.n_seeds}
+    for name, d in (("auc", a), ("tpr", t)):
+        rec.update(
+            {
+                f"delta_{name}": _pp(d.estimate), f"delta_{name}_low": _pp(d.low),
+                f"delta_{name}_high": _pp(d.high),
+                f"delta_{name}_half_width": _pp(d.half_width),
+                f"delta_{name}_p": d.p_value, f"delta_{name}_verdict": int(d.verdict),
+            }
+        )  # fmt: skip
+    return rec
+
+
+def _delta_cells(a: Any, t: Any) -> list[Any]:
+    """A paired comparison's cells: seeds, then ΔAUC, its interval, half-width, p and verdict,
+    then the same for ΔTPR (no p): the columns of :func:`_delta_columns`."""
+
+    def verdict(d: Any) -> str:
+        return "better" if d.verdict > 0 else "worse" if d.verdict < 0 else "–"
+
+    def interval(d: Any) -> str:
+        # ‡: the estimate lies outside its own percentile interval, the sign of a
+        # statistic that is a step function of a few texts (TPR at a low FPR: the
+        # threshold is the (k+1)-th largest of ~100 non-member scores)
+        flag = "‡" if not (d.low - 1e-12 <= d.estimate <= d.high + 1e-12) else ""
+        return f"[{pct(d.low, True)}, {pct(d.high, True)}]{flag}"
+
+    return [
+        a.n_seeds,
+        pct(a.estimate, True),
+        interval(a),
+        f"{100 * a.half_width:.1f}",
+        "–" if a.p_value is None else f"{a.p_value:.3g}",
+        verdict(a),
+        pct(t.estimate, True),
+        interval(t),
+        f"{100 * t.half_width:.1f}",
+        verdict(t),
+    ]
+
+
+def _delta_columns(level: float, fpr: float) -> list[str]:
+    return [
+        "Seeds",
+        "ΔAUC",
+        f"{100 * level:.0f}% CI",
+        "Half-width",
+        "p (DeLong)",
+        "AUC",
+        f"ΔTPR@{100 * fpr:g}%FPR",
+        f"{100 * level:.0f}% CI",
+        "Half-width",
+        "TPR",
+    ]
+
+
+#: how the paired tables' intervals, half-widths, p-values and marks are read
+_DELTA_NOTE = (
+    "Percentage points. Intervals: hierarchical paired bootstrap (seeds resampled, then "
+    "each seed's pool texts within label; both methods on the same resampled texts). "
+    "Half-width = the smallest difference this setting can resolve (0 with Δ = 0 means "
+    "identical scores, e.g. CalibDCD selected no correction, not infinite resolution: "
+    "read the placebo's and the noise floor's half-widths). p: per-seed DeLong z "
+    "averaged over seeds against N(0, 1), conservative for seeds that share texts. "
+    "better/worse only when the interval excludes 0. ‡: the estimate lies outside its "
+    "own interval: the statistic jumps with a few texts (TPR at a low FPR is set by the "
+    "(k+1)-th largest non-member score), so the estimate is unstable and the interval, "
+    "not the estimate, is what to read (docs/statistics.md)."
+)
+
+
 def _paired_table(
     results: list[SettingResult], paired: dict[tuple[str, str, str], dict[str, Any]]
 ) -> Table | None:
@@ -337,75 +410,46 @@ def _paired_table(
             rec: dict[str, Any] = {
                 "comparison": labels[key].format(d=det), "key": key, "a": pairs[key][0],
                 "b": pairs[key][1], "detector": det, "benchmark": bench, "target": tgt,
-                "n_seeds": a.n_seeds,
             }  # fmt: skip
-            for name, d in (("auc", a), ("tpr", t)):
-                rec.update(
-                    {
-                        f"delta_{name}": _pp(d.estimate), f"delta_{name}_low": _pp(d.low),
-                        f"delta_{name}_high": _pp(d.high),
-                        f"delta_{name}_half_width": _pp(d.half_width),
-                        f"delta_{name}_p": d.p_value, f"delta_{name}_verdict": int(d.verdict),
-                    }
-                )  # fmt: skip
-            records.append(rec)
-
-            def verdict(d: Any) -> str:
-                return "better" if d.verdict > 0 else "worse" if d.verdict < 0 else "–"
-
-            def interval(d: Any) -> str:
-                # ‡: the estimate lies outside its own percentile interval, the sign of a
-                # statistic that is a step function of a few texts (TPR at a low FPR: the
-                # threshold is the (k+1)-th largest of ~100 non-member scores)
-                flag = "‡" if not (d.low - 1e-12 <= d.estimate <= d.high + 1e-12) else ""
-                return f"[{pct(d.low, True)}, {pct(d.high, True)}]{flag}"
-
+            records.append({**rec, **_delta_record(a, t)})
             rows.append(
-                [
-                    labels[key].format(d=det),
-                    _column(bench, tgt, results),
-                    a.n_seeds,
-                    pct(a.estimate, True),
-                    interval(a),
-                    f"{100 * a.half_width:.1f}",
-                    "–" if a.p_value is None else f"{a.p_value:.3g}",
-                    verdict(a),
-                    pct(t.estimate, True),
-                    interval(t),
-                    f"{100 * t.half_width:.1f}",
-                    verdict(t),
-                ]
+                [labels[key].format(d=det), _column(bench, tgt, results), *_delta_cells(a, t)]
             )
     fpr = results[0].get("fpr", 0.05) if results else 0.05
     return Table(
         "paired",
         "Paired comparisons on the same texts (A vs B = A − B), pooled over seeds",
-        [
-            "Comparison",
-            "Benchmark / target",
-            "Seeds",
-            "ΔAUC",
-            f"{100 * level:.0f}% CI",
-            "Half-width",
-            "p (DeLong)",
-            "AUC",
-            f"ΔTPR@{100 * fpr:g}%FPR",
-            f"{100 * level:.0f}% CI",
-            "Half-width",
-            "TPR",
-        ],
+        ["Comparison", "Benchmark / target", *_delta_columns(level, fpr)],
+        rows,
+        note=_DELTA_NOTE,
+        records=records,
+    )
+
+
+def _variants_table(results: list[SettingResult]) -> Table | None:
+    """Two variants of one detector (one family under two labels) on the same texts,
+    uncalibrated (:func:`calibdcd.report.aggregate.variant_pairs`)."""
+    pairs = agg.variant_pairs(results)
+    if not pairs:
+        return None
+    rows, records = [], []
+    level = 0.95
+    for (a, b, bench, tgt), res in pairs.items():
+        d, t = res["auc"], res["tpr"]
+        level = d.level
+        rec = {"comparison": f"{a} vs {b}", "a": a, "b": b, "benchmark": bench, "target": tgt}
+        records.append({**rec, **_delta_record(d, t)})
+        rows.append([f"{a} vs {b}", _column(bench, tgt, results), *_delta_cells(d, t)])
+    fpr = results[0].get("fpr", 0.05) if results else 0.05
+    return Table(
+        "variants",
+        "Variants of one detector on the same texts, uncalibrated (A vs B = A − B), pooled over "
+        "seeds",
+        ["Comparison", "Benchmark / target", *_delta_columns(level, fpr)],
         rows,
         note=(
-            "Percentage points. Intervals: hierarchical paired bootstrap (seeds resampled, then "
-            "each seed's pool texts within label; both methods on the same resampled texts). "
-            "Half-width = the smallest difference this setting can resolve (0 with Δ = 0 means "
-            "identical scores, e.g. CalibDCD selected no correction, not infinite resolution: "
-            "read the placebo's and the noise floor's half-widths). p: per-seed DeLong z "
-            "averaged over seeds against N(0, 1), conservative for seeds that share texts. "
-            "better/worse only when the interval excludes 0. ‡: the estimate lies outside its "
-            "own interval: the statistic jumps with a few texts (TPR at a low FPR is set by the "
-            "(k+1)-th largest non-member score), so the estimate is unstable and the interval, "
-            "not the estimate, is what to read (docs/statistics.md)."
+            "Each split seed's evaluation texts that both variants scored, joined by text id; "
+            "every target, the base models included. " + _DELTA_NOTE
         ),
         records=records,
     )
@@ -847,6 +891,7 @@ def build_tables(results: list[SettingResult]) -> list[Table]:
             paired,
         ),
         _paired_table(results, paired),
+        _variants_table(results),
         _ablation_table(results),
         _adaptive_table(results),
         _fp_table(results),
