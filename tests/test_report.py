@@ -427,9 +427,10 @@ def test_two_variants_of_one_detector_are_compared_on_the_texts_both_scored(real
     from calibdcd.report.aggregate import variant_pairs
 
     assert variant_pairs(real_regime) == {}  # no family under two labels in the stored run
-    assert "variants" not in {t.key for t in build_tables(real_regime)}
-    same = _variant(real_regime, "VeilProbe", "VeilProbe-copy", lambda y, s: s)
-    pairs = variant_pairs(real_regime + same, n_boot=200)
+    vp = [r for r in real_regime if r.detector == "VeilProbe"]  # (tables of one detector: fast)
+    assert "variants" not in {t.key for t in build_tables(vp)}
+    same = _variant(vp, "VeilProbe", "VeilProbe-copy", lambda y, s: s)
+    pairs = variant_pairs(vp + same, n_boot=200)
     assert set(pairs) == {
         ("VeilProbe-copy", "VeilProbe", "real-regime", t) for t in ("base", "chat")
     }
@@ -440,14 +441,14 @@ def test_two_variants_of_one_detector_are_compared_on_the_texts_both_scored(real
     def stronger(y, s):
         return s + 3.0 * np.std(s) * y
 
-    strong = _variant(real_regime, "VeilProbe", "VeilProbe-strong", stronger)
-    res = variant_pairs(real_regime + strong, n_boot=200)[
+    strong = _variant(vp, "VeilProbe", "VeilProbe-strong", stronger)
+    res = variant_pairs(vp + strong, n_boot=200)[
         ("VeilProbe-strong", "VeilProbe", "real-regime", "chat")
     ]
     assert res["auc"].verdict > 0 and res["auc"].low > 0
     # the estimate: the seeds' ΔAUC on the joined texts, computed here from the pools
     deltas = []
-    for r in (r for r in real_regime if r.detector == "VeilProbe" and r.target == "chat"):
+    for r in (r for r in vp if r.target == "chat"):
         v = next(x for x in strong if x.seed == r.seed and x.target == "chat")
         _, ia, ib = np.intersect1d(r.pool["id"], v.pool["id"], return_indices=True)
         y = r.pool["label"][ia]
@@ -455,6 +456,6 @@ def test_two_variants_of_one_detector_are_compared_on_the_texts_both_scored(real
             roc_auc_score(y, v.pool["original"][ib]) - roc_auc_score(y, r.pool["original"][ia])
         )
     assert res["auc"].estimate == pytest.approx(np.mean(deltas), abs=1e-9)
-    table = {t.key: t for t in build_tables(real_regime + strong)}["variants"]
+    table = {t.key: t for t in build_tables(vp + strong)}["variants"]
     assert "VeilProbe-strong vs VeilProbe" in table.markdown()
     assert {rec["target"] for rec in table.records} == {"base", "chat"}
