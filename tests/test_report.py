@@ -434,8 +434,24 @@ def test_two_variants_of_one_detector_are_compared_on_the_texts_both_scored(real
     assert set(pairs) == {
         ("VeilProbe-copy", "VeilProbe", "real-regime", t) for t in ("base", "chat")
     }
-    for res in pairs.values():  # the same scores, joined by id whatever their order: Δ = 0
+    for (_, _, _, tgt), res in pairs.items():  # the same scores, joined by id: Δ = 0
         assert res["auc"].estimate == 0 and res["auc"].half_width == 0 and res["auc"].n_seeds == 3
+        # each seed's texts less the five the copy dropped
+        assert res["n_texts"] == sum(len(r.pool["id"]) - 5 for r in vp if r.target == tgt)
+        assert res["detector"] == "veilprobe"
+    # three labels of one family: every two of them, the later one as A
+    third = _variant(vp, "VeilProbe", "VeilProbe-third", lambda y, s: -s)
+    keys = {k[:2] for k in variant_pairs(vp + same + third, n_boot=50)}
+    assert keys == {
+        ("VeilProbe-copy", "VeilProbe"),
+        ("VeilProbe-third", "VeilProbe"),
+        ("VeilProbe-third", "VeilProbe-copy"),
+    }
+    # two settings that gave one text two labels did not read the same benchmark: refused
+    bad = _variant(vp, "VeilProbe", "VeilProbe-bad", lambda y, s: s)
+    bad[0].pool["label"] = 1 - bad[0].pool["label"]
+    with pytest.raises(ValueError, match="one text id with two labels"):
+        variant_pairs(vp + bad, n_boot=50)
 
     # a variant that reads membership better on the texts (labels shifted into the scores)
     def stronger(y, s):

@@ -62,6 +62,18 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
                 for (d, b, tg), comps in agg.paired_cells(results).items()
                 for key, res in comps.items()
             ],
+            "variants": [
+                {
+                    "a": a,
+                    "b": b,
+                    "benchmark": bench,
+                    "target": tg,
+                    "detector": res["detector"],
+                    "n_texts": res["n_texts"],
+                    **{m: res[m].as_dict() for m in ("auc", "tpr")},
+                }
+                for (a, b, bench, tg), res in agg.variant_pairs(results).items()
+            ],
         },
     )
     grid = agg.grid_ids(run)  # "k of n settings" (None: an older run without grid.json)

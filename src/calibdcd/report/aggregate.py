@@ -320,25 +320,34 @@ def variant_pairs(
     level: float | None = None,
     seed: int = 0,
 ) -> dict[tuple[str, str, str, str], dict[str, Any]]:
-    """``{(a, b, benchmark, target): {"auc": PairedDelta, "tpr": ...}}``: every two variants of
-    one detector (the same ``detector_name`` under two labels, e.g. VeilProbe's ``cpu`` preset
-    and a stronger one) run on one benchmark and target, compared uncalibrated, A − B with A the
-    later in the run's order, on the texts both scored in each split seed both ran (joined by
-    text id), pooled over those seeds as :func:`paired_cells` pools its comparisons. Over every
-    target (a variant's question is whether it reads more, on the base model too). Bootstrap
-    defaults as :func:`paired_cells`."""
+    """``{(a, b, benchmark, target): {"auc": PairedDelta, "tpr": ..., "detector": family,
+    "n_texts": joined texts over the seeds}}``: every two variants of one detector (the same
+    ``detector_name`` under two labels, e.g. VeilProbe's ``cpu`` preset and a stronger one) run
+    on one benchmark and target, compared uncalibrated, A − B with A the later in ``results``'
+    order (a run's grid order: the config's detector order; alphabetical by label for an older
+    run without ``grid.json``), on the texts both scored in each split seed both ran (joined by
+    text id), pooled over those seeds as :func:`paired_cells` pools its comparisons; seeds
+    whose joined texts hold one class are left out. Every target (a variant's question is
+    whether it reads more, on the base model too). Bootstrap defaults as :func:`paired_cells`."""
     from calibdcd.stats import MIN_PAIRED_BOOT, compare
 
     cells: dict[tuple[str, str, str], dict[str, dict[int, SettingResult]]] = defaultdict(dict)
     for r in results:
-        if r.pool is not None and "id" in r.pool and "original" in r.pool:
-            family = cells[(r.detector_name, r.benchmark, r.target)]
-            family.setdefault(r.detector, {})[r.seed] = r
+        if r.detector_name is None or r.pool is None or "id" not in r.pool:
+            continue
+        if "original" not in r.pool:
+            continue
+        family = cells[(r.detector_name, r.benchmark, r.target)].setdefault(r.detector, {})
+        if r.seed in family:
+            raise ValueError(
+                f"{r.detector} on {r.benchmark}/{r.target}: two settings of seed {r.seed}"
+            )
+        family[r.seed] = r
     out: dict[tuple[str, str, str, str], dict[str, Any]] = {}
-    for (_, bench, tgt), variants in cells.items():
-        names = list(variants)
-        for i, b in enumerate(names):
-            for a in names[i + 1 :]:
+    for (name, bench, tgt), variants in cells.items():
+        labels = list(variants)
+        for i, b in enumerate(labels):
+            for a in labels[i + 1 :]:
                 seeds = sorted(set(variants[a]) & set(variants[b]))
                 pools = []
                 for s in seeds:
@@ -353,11 +362,16 @@ def variant_pairs(
                         pools.append((pa["label"][ia], pa["original"][ia], pb["original"][ib]))
                 if not pools:
                     continue
-                ev = variants[a][seeds[0]].before.auc
+                first = variants[a][seeds[0]]
+                ev = first.before.auc
                 nb = n_boot if n_boot is not None else max(ev.n_boot or 0, MIN_PAIRED_BOOT)
                 lv = level if level is not None else (ev.level or 0.95)
-                fpr = variants[a][seeds[0]].fpr
-                out[(a, b, bench, tgt)] = compare(pools, fpr=fpr, n_boot=nb, level=lv, seed=seed)
+                res: dict[str, Any] = dict(
+                    compare(pools, fpr=first.fpr, n_boot=nb, level=lv, seed=seed)
+                )
+                res["detector"] = name
+                res["n_texts"] = int(sum(len(p[0]) for p in pools))
+                out[(a, b, bench, tgt)] = res
     return out
 
 

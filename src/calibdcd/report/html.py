@@ -91,7 +91,7 @@ def render_html(
         parts.extend(body)
         parts.extend(_img(p, p.stem) for p in imgs)
 
-    section("Main results", ["auc_main", "tpr_main", "paired"])
+    section("Main results", ["auc_main", "tpr_main", "paired", "variants"])
     section("Ablations", ["ablation"], ["ablation.png"])
     section("Adaptive vs fixed correction", ["adaptive"], ["adaptive_vs_fixed.png"])
     section("False-positive recovery", ["fp_recovery"], ["fp_recovery.png"])

@@ -437,7 +437,10 @@ def _variants_table(results: list[SettingResult]) -> Table | None:
     for (a, b, bench, tgt), res in pairs.items():
         d, t = res["auc"], res["tpr"]
         level = d.level
-        rec = {"comparison": f"{a} vs {b}", "a": a, "b": b, "benchmark": bench, "target": tgt}
+        rec = {
+            "comparison": f"{a} vs {b}", "a": a, "b": b, "detector": res["detector"],
+            "benchmark": bench, "target": tgt, "n_texts": res["n_texts"],
+        }  # fmt: skip
         records.append({**rec, **_delta_record(d, t)})
         rows.append([f"{a} vs {b}", _column(bench, tgt, results), *_delta_cells(d, t)])
     fpr = results[0].get("fpr", 0.05) if results else 0.05
@@ -448,8 +451,9 @@ def _variants_table(results: list[SettingResult]) -> Table | None:
         ["Comparison", "Benchmark / target", *_delta_columns(level, fpr)],
         rows,
         note=(
-            "Each split seed's evaluation texts that both variants scored, joined by text id; "
-            "every target, the base models included. " + _DELTA_NOTE
+            "Each split seed's evaluation texts that both variants scored, joined by text id "
+            "(their number over the seeds in the CSV's n_texts); every target, the base models "
+            "included; A is the later in the config. " + _DELTA_NOTE
         ),
         records=records,
     )
