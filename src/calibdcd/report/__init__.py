@@ -37,7 +37,9 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
     results = agg.load_results(run)
     out = Path(out_dir) if out_dir is not None else run / "report"
     out.mkdir(parents=True, exist_ok=True)
-    tables = build_tables(results)
+    # the bootstrapped comparisons, computed once for the tables and analyses.json
+    paired, variants = agg.paired_cells(results), agg.variant_pairs(results)
+    tables = build_tables(results, paired, variants)
     atomic_write_text(out / "tables.md", "\n".join(t.markdown() for t in tables))
     atomic_write_text(out / "tables.tex", "\n".join(t.latex() for t in tables))
     for t in tables:
@@ -59,7 +61,7 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
                     "comparison": key,
                     **{m: v.as_dict() for m, v in res.items()},
                 }
-                for (d, b, tg), comps in agg.paired_cells(results).items()
+                for (d, b, tg), comps in paired.items()
                 for key, res in comps.items()
             ],
             "variants": [
@@ -72,7 +74,7 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
                     "n_texts": res["n_texts"],
                     **{m: res[m].as_dict() for m in ("auc", "tpr")},
                 }
-                for (a, b, bench, tg), res in agg.variant_pairs(results).items()
+                for (a, b, bench, tg), res in variants.items()
             ],
         },
     )

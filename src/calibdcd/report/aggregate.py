@@ -267,6 +267,18 @@ def main_cells(results: list[SettingResult]) -> dict[str, Any]:
     }
 
 
+def _boot_settings(r: SettingResult, n_boot: int | None, level: float | None) -> tuple[int, float]:
+    """The paired bootstrap's replicates and level: as given, else the run's
+    ``evaluation.n_boot`` (read from ``r``) but at least :data:`~calibdcd.stats.MIN_PAIRED_BOOT`
+    (the tables' marks rest on these intervals, and the vectorised bootstrap is cheap), and the
+    run's ``evaluation.level``."""
+    from calibdcd.stats import MIN_PAIRED_BOOT
+
+    ev = r.before.auc
+    nb = n_boot if n_boot is not None else max(ev.n_boot or 0, MIN_PAIRED_BOOT)
+    return nb, level if level is not None else (ev.level or 0.95)
+
+
 def paired_cell_settings(
     results: list[SettingResult],
 ) -> dict[tuple[str, str, str], list[SettingResult]]:
@@ -295,13 +307,11 @@ def paired_cells(
     :data:`~calibdcd.stats.MIN_PAIRED_BOOT` (the marks of the tables rest on these intervals, and
     the vectorised bootstrap is cheap); ``level`` to the run's ``evaluation.level``. Over the
     :func:`main_targets`."""
-    from calibdcd.stats import MIN_PAIRED_BOOT, compare
+    from calibdcd.stats import compare
 
     out: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
     for k, rs in paired_cell_settings(results).items():
-        ev = rs[0].before.auc
-        nb = n_boot if n_boot is not None else max(ev.n_boot or 0, MIN_PAIRED_BOOT)
-        lv = level if level is not None else (ev.level or 0.95)
+        nb, lv = _boot_settings(rs[0], n_boot, level)
         fpr = rs[0].fpr
         res: dict[str, dict[str, Any]] = {}
         for key, _, a, b in COMPARISONS:
@@ -329,13 +339,11 @@ def variant_pairs(
     text id), pooled over those seeds as :func:`paired_cells` pools its comparisons; seeds
     whose joined texts hold one class are left out. Every target (a variant's question is
     whether it reads more, on the base model too). Bootstrap defaults as :func:`paired_cells`."""
-    from calibdcd.stats import MIN_PAIRED_BOOT, compare
+    from calibdcd.stats import compare
 
     cells: dict[tuple[str, str, str], dict[str, dict[int, SettingResult]]] = defaultdict(dict)
     for r in results:
-        if r.detector_name is None or r.pool is None or "id" not in r.pool:
-            continue
-        if "original" not in r.pool:
+        if r.detector_name is None or r.pool is None or not {"id", "original"} <= set(r.pool):
             continue
         family = cells[(r.detector_name, r.benchmark, r.target)].setdefault(r.detector, {})
         if r.seed in family:
@@ -363,9 +371,7 @@ def variant_pairs(
                 if not pools:
                     continue
                 first = variants[a][seeds[0]]
-                ev = first.before.auc
-                nb = n_boot if n_boot is not None else max(ev.n_boot or 0, MIN_PAIRED_BOOT)
-                lv = level if level is not None else (ev.level or 0.95)
+                nb, lv = _boot_settings(first, n_boot, level)
                 res: dict[str, Any] = dict(
                     compare(pools, fpr=first.fpr, n_boot=nb, level=lv, seed=seed)
                 )
@@ -392,7 +398,7 @@ def paired_cells_by_build(
     No run directory holds two builds of one cell (a cell is one benchmark x target, and each
     names one lab), so a run's report never calls this; ``benchmarks/lab_pooled.py`` does, over
     the settings of several runs, one lab build each."""
-    from calibdcd.stats import MIN_PAIRED_BOOT, compare_builds
+    from calibdcd.stats import compare_builds
 
     out: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
     for k, rs in paired_cell_settings(results).items():
@@ -401,9 +407,7 @@ def paired_cells_by_build(
             groups[build(r)].append(r)
         if len(groups) < 2:
             continue
-        ev = rs[0].before.auc
-        nb = n_boot if n_boot is not None else max(ev.n_boot or 0, MIN_PAIRED_BOOT)
-        lv = level if level is not None else (ev.level or 0.95)
+        nb, lv = _boot_settings(rs[0], n_boot, level)
         res: dict[str, dict[str, Any]] = {}
         for key, _, a, b in COMPARISONS:
             if not all(a in r.pool and b in r.pool for r in rs):

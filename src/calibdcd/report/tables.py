@@ -426,10 +426,11 @@ def _paired_table(
     )
 
 
-def _variants_table(results: list[SettingResult]) -> Table | None:
+def _variants_table(
+    results: list[SettingResult], pairs: dict[tuple[str, str, str, str], dict[str, Any]]
+) -> Table | None:
     """Two variants of one detector (one family under two labels) on the same texts,
-    uncalibrated (:func:`calibdcd.report.aggregate.variant_pairs`)."""
-    pairs = agg.variant_pairs(results)
+    uncalibrated (``pairs``: :func:`calibdcd.report.aggregate.variant_pairs`)."""
     if not pairs:
         return None
     rows, records = [], []
@@ -879,10 +880,18 @@ def _space_table(results: list[SettingResult]) -> Table | None:
     )
 
 
-def build_tables(results: list[SettingResult]) -> list[Table]:
+def build_tables(
+    results: list[SettingResult],
+    paired: dict[tuple[str, str, str], dict[str, Any]] | None = None,
+    variants: dict[tuple[str, str, str, str], dict[str, Any]] | None = None,
+) -> list[Table]:
+    """The report's tables; ``paired`` and ``variants`` (:func:`~calibdcd.report.aggregate.
+    paired_cells`, :func:`~calibdcd.report.aggregate.variant_pairs` of ``results``) are
+    computed here unless a caller that also writes them elsewhere passes them in."""
     fpr = results[0].get("fpr", 0.05) if results else 0.05
     tpr_name = f"TPR@{100 * fpr:g}%FPR"
-    paired = agg.paired_cells(results)
+    paired = agg.paired_cells(results) if paired is None else paired
+    variants = agg.variant_pairs(results) if variants is None else variants
     out = [
         _main_table(
             results, "auc", "AUC of the detectors with and without CalibDCD", "auc_main", paired
@@ -895,7 +904,7 @@ def build_tables(results: list[SettingResult]) -> list[Table]:
             paired,
         ),
         _paired_table(results, paired),
-        _variants_table(results),
+        _variants_table(results, variants),
         _ablation_table(results),
         _adaptive_table(results),
         _fp_table(results),
