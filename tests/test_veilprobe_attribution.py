@@ -114,3 +114,47 @@ def test_cross_proxy_aggregation():
     assert text[keys[0].start : keys[0].end] == "gamma"
     # k is halved until it fits the text: 1 key from a 5-token text with factor 8
     assert len(aggregate_key_tokens([p1], text, n_key=1, top_k_factor=8)) == 1
+
+
+def test_proxy_bos_tokenizer_follows_each_proxy_tokenizer(proxy):
+    """``proxy_bos="tokenizer"`` prepends the BOS token exactly for a proxy whose tokenizer adds
+    one (Gemma-3's does, SmolLM2's and GPT-2's do not): two copies of the tiny proxy, one whose
+    tokenizer adds it and one whose tokenizer does not, score as ``proxy_bos=True`` and
+    ``proxy_bos=False``."""
+    import dataclasses
+
+    from tokenizers.processors import TemplateProcessing
+    from transformers import PreTrainedTokenizerFast
+
+    from calibdcd.detectors.veilprobe.attribution import tokenizer_adds_bos
+
+    assert proxy.bos_id is not None
+    bos = proxy.tokenizer.convert_ids_to_tokens(proxy.bos_id)
+
+    def tokenizer(single: str):
+        backend = proxy.tokenizer.backend_tokenizer.__class__.from_str(
+            proxy.tokenizer.backend_tokenizer.to_str()
+        )
+        backend.post_processor = TemplateProcessing(
+            single=single, special_tokens=[(bos, proxy.bos_id)]
+        )
+        return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token=bos)
+
+    plain, with_bos = tokenizer("$A"), tokenizer(f"{bos} $A")
+    assert with_bos("a")["input_ids"][0] == proxy.bos_id != plain("a")["input_ids"][0]
+    assert tokenizer_adds_bos(with_bos, proxy.bos_id)
+    assert not tokenizer_adds_bos(plain, proxy.bos_id)
+    assert not tokenizer_adds_bos(with_bos, None)
+    adds = dataclasses.replace(proxy, tokenizer=with_bos, adds_bos=True)
+    adds_none = dataclasses.replace(proxy, tokenizer=plain, adds_bos=False)
+
+    def scores(p, bos_setting):
+        cfg = AttributionConfig(method="loo", proxy_bos=bos_setting)
+        return [t.score for t in attribute(p, POOL[1], cfg)]
+
+    auto_bos, auto_plain = scores(adds, "tokenizer"), scores(adds_none, "tokenizer")
+    assert auto_bos == scores(adds, True)
+    assert auto_plain == scores(adds_none, False)
+    assert auto_plain != auto_bos  # the BOS changes what the proxy predicts
+    with pytest.raises(ValueError, match="proxy_bos"):
+        AttributionConfig(proxy_bos="yes")

@@ -23,7 +23,7 @@ import numpy as np
 from .config import AttributionConfig
 from .ot import cosine_cost, ot_distance, top_p_support
 
-__all__ = ["Proxy", "TokenScore", "attribute", "kl_divergence", "load_proxy"]
+__all__ = ["Proxy", "TokenScore", "attribute", "kl_divergence", "load_proxy", "tokenizer_adds_bos"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +46,9 @@ class Proxy:
     bos_id: int | None
     eos_id: int | None
     mask_id: int
+    #: whether the proxy's tokenizer starts an encoded text with its BOS token
+    #: (``proxy_bos="tokenizer"``)
+    adds_bos: bool = False
 
 
 def load_proxy(path: str | Path, device=None) -> Proxy:
@@ -71,7 +74,14 @@ def load_proxy(path: str | Path, device=None) -> Proxy:
     if isinstance(eos, list):
         eos = eos[0] if eos else None
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-    return Proxy(str(p), tok, model, emb, bos, eos, int(pad))
+    return Proxy(str(p), tok, model, emb, bos, eos, int(pad), tokenizer_adds_bos(tok, bos))
+
+
+def tokenizer_adds_bos(tokenizer, bos_id: int | None) -> bool:
+    """Whether ``tokenizer``, encoding a text as it does by default, starts it with ``bos_id``
+    (Gemma-3's does; GPT-2's and SmolLM2's do not)."""
+    ids = tokenizer("a")["input_ids"]
+    return bos_id is not None and len(ids) > 0 and ids[0] == bos_id
 
 
 def kl_divergence(p: np.ndarray, q: np.ndarray, eps: float = 1e-12) -> float:
@@ -197,7 +207,8 @@ def attribute(proxy: Proxy, text: str, cfg: AttributionConfig) -> list[TokenScor
     ids, offsets = _encode(proxy, text, cfg.max_tokens)
     if not ids:
         return []
-    input_ids, mask = _variants(proxy, ids, cfg.proxy_bos)
+    bos = proxy.adds_bos if cfg.proxy_bos == "tokenizer" else bool(cfg.proxy_bos)
+    input_ids, mask = _variants(proxy, ids, bos)
     if cfg.method == "gilot":
         dists = _beam_distributions(proxy, input_ids, mask, cfg)
     else:

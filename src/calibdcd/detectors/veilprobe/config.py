@@ -119,9 +119,11 @@ class AttributionConfig:
     loo_distance: Literal["kl", "ot"] = "kl"
     batch_size: int = 64
     max_tokens: int = 512
-    #: prepend the proxy's BOS token to its input (the official ``GPT2Tokenizer(text)`` adds
-    #: none: False); True is what the ``cpu`` preset's small proxies were built with
-    proxy_bos: bool = added_field(False, legacy=True)
+    #: prepend the proxy's BOS token to its input: False (the official ``GPT2Tokenizer(text)``
+    #: adds none), True (what the ``cpu`` preset's small proxies were built with) or
+    #: ``"tokenizer"``: each proxy as its own tokenizer encodes a text (GPT-2 and SmolLM2 add
+    #: none, Gemma-3 adds ``<bos>``), for proxies of several families
+    proxy_bos: bool | Literal["tokenizer"] = added_field(False, legacy=True)
     #: OT marginals: "official" (each restricted distribution normalised, then 1e-4 added, as
     #: the official IPOT call does) or "renormalized" (1e-4 added, then renormalised to 1)
     marginals: Literal["official", "renormalized"] = added_field("official", legacy="renormalized")
@@ -133,6 +135,10 @@ class AttributionConfig:
             raise ValueError(
                 "attribution.marginals must be 'official' or 'renormalized', got "
                 f"{self.marginals!r}"
+            )
+        if not isinstance(self.proxy_bos, bool) and self.proxy_bos != "tokenizer":
+            raise ValueError(
+                f"attribution.proxy_bos must be true, false or 'tokenizer', got {self.proxy_bos!r}"
             )
         if self.loo_distance not in ("kl", "ot"):
             raise ValueError(
