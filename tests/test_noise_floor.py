@@ -188,3 +188,94 @@ def test_the_option_keeps_the_hashes_of_configs_without_it(tmp_path):
         (tmp_path / "c.yaml").write_text(yaml.safe_dump(raw))
         alt = load_config(tmp_path / "c.yaml")
         assert (setting_hash(grid(alt)[0], alt) == "c487a14b2fdcc879") is same
+
+
+# --------------------------------------------------------------------------------------------
+# Score-only detectors: no noise floor (their classifier learns nothing)
+# --------------------------------------------------------------------------------------------
+
+
+def test_score_only_registrations_are_the_detectors_whose_classifier_learns_nothing():
+    """A detector registered ``score_only`` scores the same whatever it was fitted on (so a
+    retrain measures nothing); the cheap learning ones (overlap, logprofile) do not. Checked on
+    every built-in that builds without a model."""
+    from calibdcd.detectors.registry import create_detector, registered_detectors
+
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=(40, 6))
+    y1, y2 = np.repeat([0, 1], 20), rng.permutation(np.repeat([0, 1], 20))
+    flags = {}
+    for name in ("loss", "zlib", "mink", "mink++", "recall", "samia", "overlap", "logprofile"):
+        det = create_detector(name)
+        a = det.new_classifier(0).fit(z, y1).score(z)
+        b = det.new_classifier(0).fit(z, y2).score(z)
+        learns = not np.array_equal(a, b)
+        flags[name] = registered_detectors()[name].score_only
+        assert flags[name] is not learns, name
+    assert sorted(n for n, f in flags.items() if f) == [
+        "loss", "mink", "mink++", "recall", "samia", "zlib"
+    ]  # fmt: skip
+
+
+def test_a_stored_score_only_floor_is_not_shown():
+    """The stored real-regime run (written before runs left the floor out) holds a zero-width
+    half-sample floor for every score-only attack; the report drops those and keeps the
+    learning detectors' floors, and its note says why."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    from calibdcd.report.aggregate import load_results, main_cells
+    from calibdcd.report.tables import _noise_floor_note
+
+    repo = Path(__file__).resolve().parent.parent
+    archive = repo / "benchmarks" / "results" / "runs" / "real-regime.tar.xz"
+    if not archive.exists():
+        pytest.skip(f"{archive} absent")
+    spec = importlib.util.spec_from_file_location("verdict", repo / "benchmarks" / "verdict.py")
+    verdict = importlib.util.module_from_spec(spec)
+    sys.modules["verdict"] = verdict
+    spec.loader.exec_module(verdict)
+    with verdict.unpacked(archive) as (run,):
+        stored = json.loads(
+            (run / "settings" / "real-regime__chat__SaMIA__s0" / "result.json").read_text()
+        )["controls"]["noise_floor"]
+        assert stored["auc_sd"] == pytest.approx(0.0, abs=1e-12)  # measured nothing
+        assert set(stored["auc_halves"]) == {stored["auc"]}
+        results = load_results(run)
+    by = {r.detector: r for r in results}
+    for det in ("SaMIA", "LOSS", "ReCaLL"):
+        assert "noise_floor" not in by[det].controls
+    for det in ("VeilProbe", "DPDLLM", "Overlap", "LogProfile"):
+        assert "noise_floor" in by[det].controls
+    cells = main_cells(results)["cells"]
+
+    def shown(method):
+        return {det for (det, _, _), c in cells.items() if method in c["methods"]}
+
+    # the half-sample floor (the attacks' run) and the earlier bootstrap one
+    assert shown("noise_interval") == {"LogProfile"}
+    assert shown("noise_floor") == {"VeilProbe", "DPDLLM", "Overlap"}
+    assert "none for a score-only detector" in _noise_floor_note(results)
+
+
+def test_a_run_computes_no_floor_for_a_score_only_detector(run, tmp_path):
+    """A run with LOSS beside the overlap detector on the lab micro: LOSS's result has its
+    placebo but no noise floor (its classifier learns nothing), the overlap's has both."""
+    from calibdcd.experiment import load_config, run_experiment
+    from experiment_support import micro_config_text
+
+    cfg_path, _ = run
+    text = micro_config_text(cfg_path.parent / "cache", targets=("chat-qwen",))
+    text = text.replace("detectors:\n", "detectors:\n  - {name: loss, label: LOSS}\n", 1)
+    (tmp_path / "c.yaml").write_text(text)
+    run_dir = tmp_path / "run"
+    run_experiment(load_config(tmp_path / "c.yaml"), run_dir, progress=False)
+    res = {
+        d: json.loads(
+            (run_dir / "settings" / f"lab__chat-qwen__{d}__s0" / "result.json").read_text()
+        )
+        for d in ("LOSS", "Overlap")
+    }
+    assert "placebo" in res["LOSS"]["controls"] and "noise_floor" not in res["LOSS"]["controls"]
+    assert res["Overlap"]["controls"]["noise_floor"]["method"] == "half_sample"

@@ -175,6 +175,7 @@ for _name, _what in (
         module="calibdcd.detectors.attacks.common",
         uses_torch=False,
         needs_logprobs=True,
+        score_only=True,
     )
 register_detector(
     "samia",
@@ -183,6 +184,7 @@ register_detector(
     description="SaMIA: ROUGE-1 of sampled continuations with the true second half (score-only)",
     module="calibdcd.detectors.attacks.samia",
     uses_torch=False,
+    score_only=True,
 )
 register_detector(
     "recall",
@@ -192,6 +194,7 @@ register_detector(
     module="calibdcd.detectors.attacks.recall",
     uses_torch=False,
     needs_logprobs=True,
+    score_only=True,
 )
 
 

@@ -56,6 +56,9 @@ class DetectorRegistration:
     #: it reads the target's token log-probabilities (gray-box): a served target is asked
     #: before any work whether its server returns them (``logprob_preflight``)
     needs_logprobs: bool = False
+    #: its classifier learns nothing from the training set (a score-only attack: the score is
+    #: its statistic), so retraining it measures nothing: no noise floor is computed or shown
+    score_only: bool = False
 
     def build(self, entry: Any, benchmark: str | None, cache_dir: str) -> Detector:
         """The detector of a config entry (anything with ``preset`` and ``options``)."""
@@ -86,6 +89,7 @@ def register_detector(
     progress: bool = False,
     uses_torch: bool = True,
     needs_logprobs: bool = False,
+    score_only: bool = False,
     replace: bool = False,
 ) -> None:
     """Make detector ``name`` buildable by configs and :func:`create_detector`.
@@ -98,7 +102,9 @@ def register_detector(
     ``progress``: its options take a ``progress`` flag (inner bars), which runs set to their own
     unless a config sets it; ``uses_torch``: it runs torch models (False lets a run with no
     torch model leave torch unimported); ``needs_logprobs``: it reads the target's token
-    log-probabilities (a served target's server is checked for them before any work).
+    log-probabilities (a served target's server is checked for them before any work);
+    ``score_only``: its classifier learns nothing (the score is the detector's statistic), so
+    runs compute no noise floor for it and reports show none.
     """
     if not name or not isinstance(name, str):
         raise ValueError("a detector name must be a non-empty string")
@@ -121,6 +127,7 @@ def register_detector(
         params,
         build,
         needs_logprobs,
+        score_only,
     )
 
 

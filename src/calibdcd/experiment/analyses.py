@@ -449,11 +449,12 @@ def controls(
     fixed_rank: int = 3,
     fixed_strength: float = 0.9,
     seed: int = 0,
-    noise_floor: str = NOISE_FLOORS[0],
+    noise_floor: str | None = NOISE_FLOORS[0],
     level: float = 0.95,
 ) -> dict[str, ControlOutcome]:
     """The controls and the variants beyond the paper (see the module doc), by name;
-    ``noise_floor`` one of :data:`NOISE_FLOORS` (``level``: its interval's)."""
+    ``noise_floor`` one of :data:`NOISE_FLOORS` (``level``: its interval's), or None for none
+    (a score-only detector: its classifier learns nothing, so retraining it measures nothing)."""
     placebo, size_from = placebo_calibration(
         problem, main.calibration, base, fixed_rank=fixed_rank, fixed_strength=fixed_strength,
         seed=seed,
@@ -465,8 +466,9 @@ def controls(
             {"size_from": size_from},
             problem.final_scorer(placebo_out.calibration, placebo_out.classifier),
         ),
-        "noise_floor": noise_floor_control(problem, main, noise_floor, seed=seed, level=level),
     }
+    if noise_floor is not None:
+        out["noise_floor"] = noise_floor_control(problem, main, noise_floor, seed=seed, level=level)
     for name, (prob, config) in variant_configs(problem, base).items():
         res = prob.run(config)
         out[name] = ControlOutcome(

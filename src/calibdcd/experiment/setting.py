@@ -347,10 +347,12 @@ def run_controls(prep: PreparedSetting, main: Outcome, proc: Procedure) -> Contr
     summaries: dict[str, Any] = {}
     text_scores: dict[str, dict[int, float]] = {}
     if an.controls:
+        # a score-only detector's classifier learns nothing: no noise floor to measure
+        score_only = DETECTORS[prep.planned.setting.detector.name].score_only
         for name, ctl in controls(
             problem, main, proc.calibration, fixed_rank=an.fixed_rank,
-            fixed_strength=an.fixed_strength, seed=seed, noise_floor=an.noise_floor,
-            level=ev.level,
+            fixed_strength=an.fixed_strength, seed=seed,
+            noise_floor=None if score_only else an.noise_floor, level=ev.level,
         ).items():  # fmt: skip
             out = ctl.outcome
             summary = out.summary()

@@ -45,6 +45,7 @@ __all__ = [
     "paired_cell_settings",
     "paired_cells",
     "paired_cells_by_build",
+    "score_only",
     "selection_distribution",
     "space_comparison",
     "stale_settings",
@@ -171,10 +172,25 @@ def load_results(run_dir: str | Path) -> list[SettingResult]:
             warnings.warn(f"{found[i]}: unreadable result skipped ({exc})", stacklevel=2)
             continue
         r.pool = _read_pool(found[i].parent / "scores.csv")
+        if score_only(r.detector_name):
+            # its classifier learns nothing: a noise floor a run stored before runs left it out
+            # retrained nothing and measured nothing (a zero-width interval), so none is shown
+            r.controls.pop("noise_floor", None)
+            if r.pool is not None:
+                r.pool.pop("noise_floor", None)
         out.append(r)
     if not out:
         raise ValueError(f"{run}: no readable result (settings/*/result.json)")
     return out
+
+
+def score_only(detector_name: str | None) -> bool:
+    """Whether the registered detector ``detector_name`` is score-only (False when it is not
+    registered here)."""
+    from calibdcd.detectors.registry import registered_detectors
+
+    reg = registered_detectors().get(detector_name or "")
+    return reg is not None and reg.score_only
 
 
 def grid_ids(run_dir: str | Path) -> list[str] | None:

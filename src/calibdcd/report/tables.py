@@ -314,10 +314,14 @@ def _noise_floor_note(results: list[SettingResult]) -> str:
     )
     boot = "noise floor: the classifier retrained on a bootstrap resample"
     if methods == {"half_sample"}:
-        return half
-    if "half_sample" in methods:
-        return f"{half}; {boot} (a smaller training set, one-sided)"
-    return boot
+        note = half
+    elif "half_sample" in methods:
+        note = f"{half}; {boot} (a smaller training set, one-sided)"
+    else:
+        note = boot
+    if any(agg.score_only(r.detector_name) for r in results):
+        note += "; none for a score-only detector (its classifier learns nothing from its texts)"
+    return note
 
 
 def _delta_record(a: Any, t: Any) -> dict[str, Any]:
