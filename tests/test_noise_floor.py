@@ -257,6 +257,11 @@ def test_a_stored_score_only_floor_is_not_shown():
     assert shown("noise_interval") == {"LogProfile"}
     assert shown("noise_floor") == {"VeilProbe", "DPDLLM", "Overlap"}
     assert "none for a score-only detector" in _noise_floor_note(results)
+    # a table of score-only detectors alone claims no floor; without controls it names none
+    samia = [r for r in results if r.detector == "SaMIA"]
+    assert _noise_floor_note(samia).startswith("noise floor: none computed; none for a score-only")
+    bare = [r.model_copy(update={"controls": {}}) for r in samia]
+    assert _noise_floor_note(bare) == "noise floor: none computed"
 
 
 def test_a_run_computes_no_floor_for_a_score_only_detector(run, tmp_path):

@@ -176,6 +176,7 @@ def load_results(run_dir: str | Path) -> list[SettingResult]:
             # its classifier learns nothing: a noise floor a run stored before runs left it out
             # retrained nothing and measured nothing (a zero-width interval), so none is shown
             r.controls.pop("noise_floor", None)
+            r.paired.pop("noise_floor_vs_original", None)  # a bootstrap floor's (unread today)
             if r.pool is not None:
                 r.pool.pop("noise_floor", None)
         out.append(r)

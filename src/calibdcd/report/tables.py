@@ -313,13 +313,15 @@ def _noise_floor_note(results: list[SettingResult]) -> str:
         "docs/interpretations.md), the root mean square over seeds"
     )
     boot = "noise floor: the classifier retrained on a bootstrap resample"
-    if methods == {"half_sample"}:
+    if not methods:
+        note = "noise floor: none computed"
+    elif methods == {"half_sample"}:
         note = half
     elif "half_sample" in methods:
         note = f"{half}; {boot} (a smaller training set, one-sided)"
     else:
         note = boot
-    if any(agg.score_only(r.detector_name) for r in results):
+    if any(agg.score_only(r.detector_name) and r.controls for r in results):
         note += "; none for a score-only detector (its classifier learns nothing from its texts)"
     return note
 

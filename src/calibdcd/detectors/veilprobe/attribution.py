@@ -74,6 +74,8 @@ def load_proxy(path: str | Path, device=None) -> Proxy:
     if isinstance(eos, list):
         eos = eos[0] if eos else None
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    if bos is None:  # a config without one: the tokenizer's (what it would prepend)
+        bos = tok.bos_token_id
     return Proxy(str(p), tok, model, emb, bos, eos, int(pad), tokenizer_adds_bos(tok, bos))
 
 
