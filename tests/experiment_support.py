@@ -9,6 +9,8 @@ complete, nothing is recomputed).
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -95,3 +97,16 @@ def micro_seeds_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pat
     run_dir = base / "run-seeds"
     run_experiment(load_config(cfg_path), run_dir, progress=False)
     return cfg_path, run_dir
+
+
+def verdict_module():
+    """``benchmarks/verdict.py`` as a module (its ``RUNS`` and ``unpacked`` read the stored run
+    archives)."""
+    spec = importlib.util.spec_from_file_location("verdict", REPO / "benchmarks" / "verdict.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["verdict"] = module  # dataclasses look their module up
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.modules.pop("verdict", None)
+    return module

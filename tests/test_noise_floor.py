@@ -221,21 +221,14 @@ def test_a_stored_score_only_floor_is_not_shown():
     """The stored real-regime run (written before runs left the floor out) holds a zero-width
     half-sample floor for every score-only attack; the report drops those and keeps the
     learning detectors' floors, and its note says why."""
-    import importlib.util
-    import sys
-    from pathlib import Path
-
     from calibdcd.report.aggregate import load_results, main_cells
     from calibdcd.report.tables import _noise_floor_note
+    from experiment_support import verdict_module
 
-    repo = Path(__file__).resolve().parent.parent
-    archive = repo / "benchmarks" / "results" / "runs" / "real-regime.tar.xz"
+    verdict = verdict_module()
+    archive = verdict.RUNS / "real-regime.tar.xz"
     if not archive.exists():
         pytest.skip(f"{archive} absent")
-    spec = importlib.util.spec_from_file_location("verdict", repo / "benchmarks" / "verdict.py")
-    verdict = importlib.util.module_from_spec(spec)
-    sys.modules["verdict"] = verdict
-    spec.loader.exec_module(verdict)
     with verdict.unpacked(archive) as (run,):
         stored = json.loads(
             (run / "settings" / "real-regime__chat__SaMIA__s0" / "result.json").read_text()

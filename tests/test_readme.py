@@ -30,7 +30,7 @@ from calibdcd.report.readme import (
     verdict_block,
     write_readme,
 )
-from experiment_support import REPO, micro_run
+from experiment_support import REPO, micro_run, verdict_module
 
 README = REPO / "README.md"
 RESULTS = REPO / "docs" / "results.md"
@@ -169,17 +169,6 @@ def test_results_md_holds_every_block():
     assert "calibdcd report RUN_DIR --readme docs/results.md" in " ".join(text.split())
 
 
-def _verdict_module():
-    spec = importlib.util.spec_from_file_location("verdict", REPO / "benchmarks" / "verdict.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["verdict"] = module  # dataclasses look their module up
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop("verdict", None)
-    return module
-
-
 def _stored_inputs(verdict) -> list[Path]:
     archives = [a for _, a, _ in verdict.RUN_STUDIES]
     return [verdict.POOLED_JSON, *verdict.POOLED_ARCHIVES, *archives, verdict.RESULTS_MD]
@@ -188,7 +177,7 @@ def _stored_inputs(verdict) -> list[Path]:
 def test_the_readme_verdict_table_is_the_generated_one():
     """`python benchmarks/verdict.py --write README.md` regenerates the README's verdict table
     from the stored results: the table in README.md is exactly that, never typed."""
-    verdict = _verdict_module()
+    verdict = verdict_module()
     missing = [p for p in _stored_inputs(verdict) if not p.exists()]
     if missing:
         pytest.skip(f"inputs of the verdict table absent: {[str(p) for p in missing]}")
@@ -226,7 +215,7 @@ def test_the_readme_verdict_table_is_the_generated_one():
 def test_a_stored_run_rewrites_its_results_block(name, archive):
     """Each stored run directory regenerates its docs/results.md block byte for byte (what
     `calibdcd report RUN --readme docs/results.md` would write)."""
-    verdict = _verdict_module()
+    verdict = verdict_module()
     path = verdict.RUNS / archive
     if not path.exists():
         pytest.skip(f"{path} absent")
