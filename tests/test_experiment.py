@@ -521,8 +521,9 @@ def test_fp_recovery_counts_are_consistent(run):
         assert int(((s0 >= pool["threshold_before"]) & (y == 0)).sum()) == pool["fp_before"]
 
 
-def test_resume_after_kill_recomputes_only_missing_settings(tmp_path, tmp_path_factory):
-    """Kill a real `calibdcd run` subprocess after its first setting; the restart skips it.
+def test_resume_after_kill_recomputes_only_missing_settings(tmp_path, tmp_path_factory, capsys):
+    """Kill a real `calibdcd run` subprocess after its first setting; the restart skips it and
+    its settings bar counts only the settings it computes, naming the complete one.
     The generations come from the session's micro run where it has them (chat-qwen, base): what
     is tested is the run directory, not the target."""
     micro_cfg, _ = micro_run(tmp_path_factory)
@@ -557,9 +558,13 @@ def test_resume_after_kill_recomputes_only_missing_settings(tmp_path, tmp_path_f
     before = first.read_bytes()
 
     log: list[str] = []
-    run_experiment(load_config(cfg_path), run_dir, progress=False, log=log.append)
+    capsys.readouterr()
+    run_experiment(load_config(cfg_path), run_dir, progress=True, log=log.append)
     assert "skip lab__chat-qwen__Overlap__s0 (complete)" in log
     assert sum(x.startswith("done ") for x in log) == 3 - len(done)
+    last = capsys.readouterr().err.replace("\r", "\n").splitlines()
+    bar = [x for x in last if x.startswith("settings")][-1]
+    assert bar.startswith("settings (1 complete): 100%") and "| 2/2 [" in bar, bar
     assert first.stat().st_mtime_ns == stamp and first.read_bytes() == before
     assert len(list((run_dir / "settings").glob("*/result.json"))) == 3
     lines = (run_dir / "results.jsonl").read_text().splitlines()

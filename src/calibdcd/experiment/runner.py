@@ -456,9 +456,18 @@ def _run_locked(
     ctx.provenance = setting_provenance(env)
     results: list[SettingResult] = []
     computed = 0
-    bar = tqdm(planned, desc="settings", unit="setting", disable=not progress, dynamic_ncols=True)
+    # counted by hand: a bar that iterates shows its count only when it next redraws on time (a
+    # resumed run read 0/N while the first setting left to compute ran), and a setting found
+    # complete leaves the total, named in the label, so the rate and ETA are those of computing
+    bar = tqdm(
+        total=len(planned),
+        desc="settings",
+        unit="setting",
+        disable=not progress,
+        dynamic_ncols=True,
+    )
     try:
-        for p in bar:
+        for p in planned:
             bar.set_postfix_str(p.id, refresh=True)
             try:
                 inputs = ctx.inputs(p)  # the run loads, the setting computes
@@ -472,7 +481,10 @@ def _run_locked(
             results.append(res)
             if res.skipped:
                 say(f"skip {s.id} (complete)")
+                bar.total -= 1
+                bar.set_description(f"settings ({len(results) - computed} complete)")
             else:
+                bar.update(1)
                 computed += 1
                 say(
                     f"done {s.id}: AUC {res.before.auc.estimate:.3f} -> "
