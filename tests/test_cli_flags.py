@@ -98,3 +98,29 @@ def test_dry_run_names_the_out_directory_it_would_use(tmp_path):
         app, ["run", str(REPO / "configs" / "lab-micro.yaml"), "--dry-run", "-o", str(tmp_path)]
     )
     assert f"output: {tmp_path}" in res.output, res.output
+
+
+def test_every_list_of_commands_shows_each_summary_on_unbroken_lines():
+    """A list of commands shows each command's summary (its short help, else its docstring's
+    first paragraph) wrapped to the terminal only: typer keeps a docstring's own line breaks
+    there, which broke `calibdcd --help` into ragged rows ("... on its post-trained and base",
+    then a row beginning "models (configs/demo.yaml by default)")."""
+    import typer
+
+    def leaves(cmd, path):
+        subs = getattr(cmd, "commands", None)
+        if subs:
+            for name, sub in subs.items():
+                yield from leaves(sub, [*path, name])
+        else:
+            yield path, cmd
+
+    seen = 0
+    for path, cmd in leaves(typer.main.get_command(app), []):
+        listed = cmd.short_help or (cmd.help or "").split("\n\n")[0]
+        assert listed and "\n" not in listed.strip(), (path, listed)
+        seen += 1
+    assert seen >= 15
+    # the rendered list: the first command's summary continues on the next row, unbroken
+    text = _help([])
+    assert re.search(r"on\s+its post-trained and base models \(configs/demo.yaml", text), text

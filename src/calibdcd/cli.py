@@ -124,7 +124,7 @@ app.add_typer(_veilprobe_app, name="veilprobe")
 def schema(
     what: str = typer.Argument("result", help="result: a setting's result.json"),
 ) -> None:
-    """Print the JSON Schema of a file calibdcd writes (``result``: settings/<id>/result.json)."""
+    """Print the JSON Schema of a file calibdcd writes ("result": settings/<id>/result.json)."""
     import json
 
     if what != "result":
@@ -147,9 +147,21 @@ def _group_options(version: bool = _version_option()) -> None:
     pass
 
 
+def _summary(func: Callable[..., Any]) -> str | None:
+    """The first paragraph of ``func``'s docstring on one line: typer lists a command by that
+    paragraph with the docstring's own line breaks kept, which broke the list of commands into
+    ragged lines."""
+    doc = inspect.getdoc(func)
+    return " ".join(doc.split("\n\n")[0].split()) if doc else None
+
+
 def _version_everywhere(typer_app: typer.Typer) -> None:
+    """Every command of ``typer_app`` and its groups gets the one error path, ``--version`` and
+    a one-line summary in the list of commands."""
     for info in typer_app.registered_commands:
         if info.callback is not None:
+            if info.short_help is None and info.help is None:
+                info.short_help = _summary(info.callback)
             info.callback = _versioned(_one_error_path(info.callback))
     for group in typer_app.registered_groups:
         sub = group.typer_instance
