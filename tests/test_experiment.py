@@ -153,6 +153,27 @@ def test_dry_run_reports_every_problem_without_loading_models():
     )
 
 
+def test_dry_run_names_a_missing_checkpoint_once(tmp_path, monkeypatch):
+    """A target's local checkpoint that is not there is one problem, with its line in the
+    config, and not again in the list of models that cannot be used here (which still names a
+    missing hub model of a detector)."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))  # an empty hub cache
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(f'{{"text": "t {i}", "label": {i % 2}}}\n' for i in range(8)))
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        f"benchmarks: [{{name: own, path: {data}}}]\n"
+        "targets: [{name: m, backend: hf, model: /nonexistent/model}]\n"
+        "detectors: [{name: dpdllm, options: {reference: {model_path: no-org/no-model}}}]\n"
+    )
+    _, problems = dry_run(load_config(cfg))
+    text = "\n".join(problems)
+    assert text.count("/nonexistent/model") == 1, text
+    assert "targets[0] (m).model: no such local checkpoint" in text
+    assert "no-org/no-model: not in the local hub cache" in text, text
+
+
 def test_dry_run_estimates_the_targets_requests_from_the_split_and_the_detectors():
     """The dry run's estimate: per detector, (subsample + calibration non-members x views) x
     the completions a text costs it, summed over the settings (two seeds here)."""

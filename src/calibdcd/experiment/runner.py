@@ -571,7 +571,12 @@ def _dry_run_models(plan: RunPlan, lines: list[str], problems: list[str]) -> Non
     try:
         resolved = require_models(plan)
     except MissingModelsError as exc:
-        problems.append(str(exc))
+        # a use the target checks named already (a local checkpoint that is not there, with its
+        # line in the config) is not listed a second time
+        named = {p.split(": ", 1)[0] for p in problems}
+        left = [(use, err) for use, err in exc.missing if use.describe() not in named]
+        if left:
+            problems.append(str(MissingModelsError(left, exc.config)))
         return
     except ValueError:  # a detector that does not build: reported with the detectors
         return
