@@ -427,19 +427,14 @@ def _fit_config(
 def _echo_fit_dry_run(cfg: Any, config: Path, out: Path, cache_dir: Path) -> None:
     """``fit --dry-run``: :func:`fit_dry_run`'s lines, then its problems (each with its line in
     the fit config) on stderr and exit 1, or ``dry run: OK``."""
+    from calibdcd.experiment.cli import finish_dry_run
+
     lines, problems = fit_dry_run(cfg, config, out, cache_dir)
-    for line in lines:
-        typer.echo(line)
     if config.is_file():  # each problem with its line in the fit config
         from calibdcd.experiment.config import locate
 
         problems = [locate(p, config) for p in problems]
-    for p in problems:
-        typer.echo(f"error: {p}", err=True)
-    if problems:
-        typer.echo(f"dry run: {len(problems)} problem(s)", err=True)
-        raise typer.Exit(1)
-    typer.echo("dry run: OK")
+    finish_dry_run(lines, problems)
 
 
 def _fit(cfg: Any, cache_dir: Path, progress: bool) -> Any:

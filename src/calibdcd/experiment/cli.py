@@ -7,7 +7,31 @@ from typing import Annotated
 
 import typer
 
-__all__ = ["demo_command", "report_command", "run_command"]
+__all__ = ["demo_command", "finish_dry_run", "report_command", "run_command"]
+
+
+def finish_dry_run(
+    lines: list[str],
+    problems: list[str],
+    *,
+    code: int = 1,
+) -> None:
+    """The end of every ``--dry-run`` (``run``, ``fit``): the plan's lines on stdout, then each
+    problem as an ``error:`` line and their count on stderr and exit ``code``, or ``dry run:
+    OK``; every line redacted (a secret in a server's answer or a config's URL never prints)."""
+    from calibdcd.redact import redact
+
+    def echo(line: str, err: bool = False) -> None:
+        typer.echo(redact(line), err=err)
+
+    for line in lines:
+        echo(line)
+    for p in problems:
+        echo(f"error: {p}", err=True)
+    if problems:
+        echo(f"dry run: {len(problems)} problem(s)", err=True)
+        raise typer.Exit(code)
+    echo("dry run: OK")
 
 
 def run_command(
@@ -78,17 +102,11 @@ def run_command(
     if dry_run:
         # every problem at once: the config's (with lines), then what needs the files and models
         problems = [p.render(str(config)) for p in config_problems]
+        lines: list[str] = []
         if cfg is not None:
             lines, more = check(cfg, options=False, out=out, shard=part)
-            for line in lines:
-                echo(line)
             problems += [locate(p, config) for p in more]
-        for p in problems:
-            echo(f"error: {p}", err=True)
-        if problems:
-            echo(f"dry run: {len(problems)} problem(s)", err=True)
-            raise typer.Exit(2 if cfg is None else 1)
-        echo("dry run: OK")
+        finish_dry_run(lines, problems, code=2 if cfg is None else 1)
         return
     assert cfg is not None
     try:
