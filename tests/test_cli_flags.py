@@ -124,3 +124,18 @@ def test_every_list_of_commands_shows_each_summary_on_unbroken_lines():
     # the rendered list: the first command's summary continues on the next row, unbroken
     text = _help([])
     assert re.search(r"on\s+its post-trained and base models \(configs/demo.yaml", text), text
+
+
+def test_a_usage_error_raised_by_a_command_is_typers_usage_error():
+    """typer.BadParameter raised inside a command prints the usage and the message and exits 2,
+    as typer's own checks do. Recent typer raises the click it vendors, not the installed
+    click's classes: the one error path took it for a failure (exit 1, "error: BadParameter:
+    ..." and a traceback hint)."""
+    for cmd, words in (
+        (["views"], "give --family or --tokenizer"),
+        (["lab", "build", "-o", "never-built", "--set", "nodot"], "expected section.field=value"),
+    ):
+        res = CliRunner().invoke(app, cmd, env={"COLUMNS": "200", "NO_COLOR": "1"})
+        text = re.sub(r"\x1b\[[0-9;]*m", "", res.output)
+        assert res.exit_code == 2, (cmd, res.exit_code, text)
+        assert "Usage: " in text and words in text and "BadParameter" not in text, (cmd, text)

@@ -45,6 +45,25 @@ def _version_option() -> Any:
     )
 
 
+def _usage_errors() -> tuple[type[BaseException], ...]:
+    """A command's usage errors (``typer.BadParameter`` and the rest), which typer reports
+    itself (the usage, the message, exit 2). Recent typer vendors click and raises its own
+    classes, whose base is ``typer.TyperException`` and not the installed click's (a check for
+    ``click.ClickException`` alone turned them into ``error: BadParameter: ...``, exit 1); older
+    typer raises click's."""
+    found = [c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"][:1]
+    try:
+        import click
+
+        found.append(click.ClickException)
+    except ImportError:  # typer without click installed beside it
+        pass
+    return tuple(found)
+
+
+_USAGE_ERRORS = _usage_errors()
+
+
 def _one_error_path(func: Callable[..., Any]) -> Callable[..., Any]:
     """``func`` with the command line's one error path (:mod:`calibdcd.errors`): an error the
     command does not handle itself is one redacted line (exit 2 for a user mistake, else 1),
@@ -69,11 +88,9 @@ def _one_error_path(func: Callable[..., Any]) -> Callable[..., Any]:
                 return func(*args, **kwargs)
             except (typer.Exit, typer.Abort, KeyboardInterrupt, SystemExit):
                 raise
+            except _USAGE_ERRORS:
+                raise  # typer prints the usage and the message, exit 2
             except Exception as exc:
-                import click
-
-                if isinstance(exc, click.ClickException):
-                    raise
                 for line in render(exc):
                     err(line)
                 raise typer.Exit(exit_code(exc)) from None
