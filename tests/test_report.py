@@ -282,6 +282,11 @@ def test_analysis_aggregates(report):
             r["after"]["auc"]["estimate"] - r["before"]["auc"]["estimate"]
         )
         assert d["n_seeds"] == 1 and d["low"] <= d["estimate"] <= d["high"]
+    # the calibration-space table names each setting (detector x target repeats over seeds)
+    md = (html.parent / "tables.md").read_text().split("### Calibration space")[1]
+    rows = [x for x in md.split("###")[0].splitlines() if x.startswith("| ") and "---" not in x]
+    spaced = [r["id"] for r in everything if r["analyses"].get("space")]
+    assert spaced and [x.split(" | ")[0][2:] for x in rows[1:]] == spaced, rows
 
 
 def test_report_cli(report, tmp_path):

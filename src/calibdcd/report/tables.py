@@ -867,7 +867,7 @@ def _space_table(results: list[SettingResult]) -> Table | None:
 
     rows = [
         [
-            f"{r['detector']} · {r['target']}",
+            r["id"],  # a setting: detector x target repeats over seeds and benchmarks
             pct(r["auc_original"]),
             f"{pct(r['auc'])} ({r['space']}, {choice(r['choice'])})",
             f"{pct(r['auc_other'])} ({r['other_space']}, {choice(r['choice_other'])})",
