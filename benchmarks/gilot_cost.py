@@ -10,7 +10,8 @@ Each text is cut as VeilProbe queries it (``--prompt-fraction``, the detector's 
 ``query``). For GiLOT it times ``--beam-rows`` rows of the beam search (the text and its first
 masked copies, in the attribution's own batches) and ``--ot-positions`` IPOT distances, and
 extrapolates to the text's p + 1 rows and p positions (every row and position costs the same
-work: the same width, the same support cap); leave-one-out is timed whole through
+work: the same width, the same support cap; on ``--device cuda`` the positions timed are solved
+in one batch, as ``attribute`` solves a text's there); leave-one-out is timed whole through
 ``attribute``. The proxies are loaded as the detector loads them (``packaged:`` refs converted
 once into the cache). Attribution settings are the ``paper`` preset's except ``proxy_bos``
 (``"tokenizer"``: each proxy as its tokenizer encodes a text).
@@ -42,14 +43,16 @@ def _texts(path: Path, n: int, prompt_fraction: float) -> tuple[list[str], int]:
     return [detector.query(r["text"]) for r in rows[:n]], len(rows)
 
 
-def measure(ref: str, texts: list[str], beam_rows: int, ot_positions: int) -> dict:
+def measure(
+    ref: str, texts: list[str], beam_rows: int, ot_positions: int, device: str = "cpu"
+) -> dict:
     import torch
 
     from calibdcd.detectors.veilprobe import VeilProbeConfig
     from calibdcd.detectors.veilprobe.attribution import (
         _beam_distributions,
         _encode,
-        _ot,
+        _ot_all,
         _variants,
         attribute,
         load_proxy,
@@ -61,7 +64,7 @@ def measure(ref: str, texts: list[str], beam_rows: int, ot_positions: int) -> di
     )
     loo = dataclasses.replace(gilot, method="loo", loo_distance="kl")
     t0 = time.perf_counter()
-    proxy = load_proxy(str(checkpoint_dir(ref)), device="cpu")
+    proxy = load_proxy(str(checkpoint_dir(ref)), device=device)
     load_s = time.perf_counter() - t0
     per_text = []
     for text in texts:
@@ -72,9 +75,8 @@ def measure(ref: str, texts: list[str], beam_rows: int, ot_positions: int) -> di
         dists = _beam_distributions(proxy, input_ids[:rows], mask[:rows], gilot)
         beam_row_s = (time.perf_counter() - t0) / rows
         k = min(ot_positions, rows - 1)
-        t0 = time.perf_counter()
-        for a in range(1, k + 1):
-            _ot(dists[0], dists[a], proxy.embeddings, gilot)
+        t0 = time.perf_counter()  # as attribute solves them: one batch on a CUDA proxy
+        _ot_all(dists[0], dists[1 : k + 1], proxy, gilot)
         ot_s = (time.perf_counter() - t0) / max(k, 1)
         t0 = time.perf_counter()
         attribute(proxy, text, loo)
@@ -89,6 +91,7 @@ def measure(ref: str, texts: list[str], beam_rows: int, ot_positions: int) -> di
         })  # fmt: skip
     return {
         "proxy": ref,
+        "device": str(next(proxy.model.parameters()).device),
         "vocab": int(proxy.embeddings.shape[0]),
         "adds_bos": proxy.adds_bos,
         "load_s": round(load_s, 1),
@@ -107,13 +110,21 @@ def main() -> None:
     ap.add_argument("--prompt-fraction", type=float, default=0.5)
     ap.add_argument("--beam-rows", type=int, default=12)
     ap.add_argument("--ot-positions", type=int, default=4)
+    ap.add_argument(
+        "--device",
+        default="cpu",
+        help="the proxies' device (cuda: GiLOT's OT "
+        "distances of a text in one float64 batch there)",
+    )
     ap.add_argument("--json", type=Path, help="write the figures there")
     args = ap.parse_args()
 
     from calibdcd.provenance import measured_on
 
     texts, pool = _texts(args.texts, args.n_texts, args.prompt_fraction)
-    proxies = [measure(r, texts, args.beam_rows, args.ot_positions) for r in args.proxies]
+    proxies = [
+        measure(r, texts, args.beam_rows, args.ot_positions, args.device) for r in args.proxies
+    ]
     gilot_h = sum(p["gilot_s_per_text"] for p in proxies) * pool / 3600
     loo_h = sum(p["loo_kl_s_per_text"] for p in proxies) * pool / 3600
     result = {

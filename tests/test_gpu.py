@@ -84,3 +84,21 @@ def test_lab_training_loop_runs_under_cuda_autocast():
     assert set(dtypes) == {torch.bfloat16 if bf16 else torch.float32}  # autocast took effect
     assert all(torch.isfinite(p).all() for p in model.parameters())
     assert stats.steps > 10 and stats.last_loss < stats.first_loss - 1.0, stats
+
+
+def test_gilot_ot_distances_on_the_gpu_equal_the_numpy_solver():
+    """A text's IPOT distances solved in one float64 batch on the GPU (what a CUDA proxy's
+    GiLOT does) equal the numpy solver's, support by support."""
+    import numpy as np
+
+    from calibdcd.detectors.veilprobe.ot import cosine_cost, ot_distance, ot_distances
+
+    rng = np.random.default_rng(3)
+    emb = rng.normal(size=(2000, 64)).astype(np.float32)
+    pairs = []
+    for k in (50, 400, 1000, 730):
+        support = np.sort(rng.choice(2000, size=k, replace=False))
+        pairs.append((rng.dirichlet(np.ones(k)), rng.dirichlet(np.ones(k) * 0.2), support))
+    want = [ot_distance(p, q, cosine_cost(emb[s])) for p, q, s in pairs]
+    got = ot_distances(pairs, emb, device="cuda")
+    np.testing.assert_allclose(got, want, rtol=1e-10)

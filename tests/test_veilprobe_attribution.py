@@ -158,3 +158,21 @@ def test_proxy_bos_tokenizer_follows_each_proxy_tokenizer(proxy):
     assert auto_plain != auto_bos  # the BOS changes what the proxy predicts
     with pytest.raises(ValueError, match="proxy_bos"):
         AttributionConfig(proxy_bos="yes")
+
+
+@pytest.mark.parametrize("method", ["gilot", "loo"])
+def test_a_texts_ot_distances_in_one_batch_score_as_one_at_a_time(proxy, method, monkeypatch):
+    """The batched solve a CUDA proxy uses (ot.ot_distances), run here on the CPU proxy, gives
+    the per-position numpy scores to 1e-12: GiLOT's, and leave-one-out's with the OT distance."""
+    from calibdcd.detectors.veilprobe import attribution
+
+    cfg = AttributionConfig(
+        method=method, loo_distance="ot", num_beams=3, beam_tokens=2, ipot_iterations=300,
+        max_support=40,
+    )  # fmt: skip
+    text = POOL[2]
+    one_by_one = np.array([s.score for s in attribute(proxy, text, cfg)])
+    monkeypatch.setattr(attribution, "BATCHED_OT_DEVICES", ("cuda", "cpu"))
+    batched = np.array([s.score for s in attribute(proxy, text, cfg)])
+    assert len(one_by_one) > 5 and one_by_one.max() > 0
+    np.testing.assert_allclose(batched, one_by_one, rtol=1e-12, atol=1e-14)

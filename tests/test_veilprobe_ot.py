@@ -133,3 +133,27 @@ def test_presets_choose_official_attribution_and_cpu_keeps_its_keys():
     assert key_dict(cpu) == full
     official = key_dict(VeilProbeConfig.official())["perturb"]["attribution"]
     assert official["proxy_bos"] is False and official["marginals"] == "official"
+
+
+@pytest.mark.parametrize("marginals", ["official", "renormalized"])
+def test_batched_device_distances_equal_the_numpy_solver(marginals):
+    """ot_distances (torch, float64, supports of several sizes padded with zero-mass bins into
+    batches) gives each pair's ot_distance (numpy, one pair at a time) to 1e-12, whatever the
+    batching: one batch, or a byte budget that splits the pairs into several."""
+    from calibdcd.detectors.veilprobe.ot import ot_distances
+
+    rng = np.random.default_rng(7)
+    vocab, h = 300, 16
+    emb = rng.normal(size=(vocab, h)).astype(np.float32)  # as Proxy.embeddings
+    pairs = []
+    for size in (1, 5, 40, 17, 64, 3, 40):
+        support = np.sort(rng.choice(vocab, size=size, replace=False))
+        p, q = rng.dirichlet(np.ones(size)), rng.dirichlet(np.ones(size) * 0.3)
+        pairs.append((p, q, support))
+    kw = {"beta": 2.0, "iterations": 1000, "inner": 1, "eps": 1e-4, "marginals": marginals}
+    want = np.array([ot_distance(p, q, cosine_cost(emb[s]), **kw) for p, q, s in pairs])
+    assert want[0] == 0 and np.all(want[1:] > 0)  # one bin: nothing moves
+    for budget in (2**31, 3 * 8 * 2 * 64**2):  # all at once; at most two of the largest
+        got = ot_distances(pairs, emb, device="cpu", max_bytes=budget, **kw)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+    assert ot_distances([], emb, device="cpu").shape == (0,)

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from .config import AttributionConfig
-from .ot import cosine_cost, ot_distance, top_p_support
+from .ot import cosine_cost, ot_distance, ot_distances, top_p_support
 
 __all__ = ["Proxy", "TokenScore", "attribute", "kl_divergence", "load_proxy", "tokenizer_adds_bos"]
 
@@ -216,12 +216,43 @@ def attribute(proxy: Proxy, text: str, cfg: AttributionConfig) -> list[TokenScor
     else:
         dists = _last_distributions(proxy, input_ids, mask, cfg.batch_size)
     pi = dists[0]
+    if cfg.method == "loo" and cfg.loo_distance == "kl":
+        values = [kl_divergence(pi, dists[a + 1]) for a in range(len(ids))]
+    else:
+        values = _ot_all(pi, dists[1:], proxy, cfg)
     scores = []
-    for a in range(len(ids)):
-        if cfg.method == "loo" and cfg.loo_distance == "kl":
-            s = kl_divergence(pi, dists[a + 1])
-        else:
-            s = _ot(pi, dists[a + 1], proxy.embeddings, cfg)
+    for a, s in enumerate(values):
         start, end = offsets[a]
         scores.append(TokenScore(a, int(start), int(end), text[start:end], float(s)))
     return scores
+
+
+#: device types whose proxies solve a text's OT distances in one batch there: CUDA (float64;
+#: MPS has none); on the CPU the batch is 1.4x numpy's speed (4 positions of 1,000 bins, 2
+#: threads), not worth numpy's bit-for-bit results
+BATCHED_OT_DEVICES: tuple[str, ...] = ("cuda",)
+
+
+def _ot_all(pi: np.ndarray, masked: np.ndarray, proxy: Proxy, cfg: AttributionConfig) -> list:
+    """The OT distance from ``pi`` to each masked copy's distribution: on a CUDA proxy all of a
+    text's positions at once on its GPU (:func:`~.ot.ot_distances`, float64, equal to the numpy
+    solver to 1e-12), else one numpy IPOT a position (the reference, bit for bit as before)."""
+    dev = next(proxy.model.parameters()).device
+    if dev.type not in BATCHED_OT_DEVICES:
+        return [_ot(pi, pa, proxy.embeddings, cfg) for pa in masked]
+    pairs = []
+    for pa in masked:
+        support = top_p_support(pi, pa, top_p=cfg.top_p_support, cap=cfg.max_support)
+        pairs.append((pi[support], pa[support], support))
+    return list(
+        ot_distances(
+            pairs,
+            proxy.embeddings,
+            device=dev,
+            beta=cfg.ipot_beta,
+            iterations=cfg.ipot_iterations,
+            inner=cfg.ipot_inner,
+            eps=cfg.marginal_eps,
+            marginals=cfg.marginals,
+        )
+    )
