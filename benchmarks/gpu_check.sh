@@ -13,10 +13,12 @@
 #   5. VeilProbe's mapping-model training step profiled on cuda (benchmarks/mapping_profile.py:
 #      inputs / forward / backward / optimizer and the operators each dispatches): on the first
 #      try that model trained slower on the GPU than on 2 CPU cores (docs/scaling.md);
-#   6. the demo with VeilProbe (its masked LM and mapping model on the GPU), last.
+#   6. GiLOT's IPOT distances of a text in one float64 batch on the GPU against numpy
+#      (benchmarks/ipot_batched.py: the ratio, and the two equal to 1e-12);
+#   7. the demo with VeilProbe (its masked LM and mapping model on the GPU), last.
 # Usage, from anywhere: OUT=dir bash benchmarks/gpu_check.sh. Wheels for packages the machine
 # lacks (e.g. pydantic) in .whl/ are installed first. Each step has its own time limit (about
-# 9 min in all) and log; a failing step does not stop the others; the exit status says whether
+# 10 min in all) and log; a failing step does not stop the others; the exit status says whether
 # any failed. docs/scaling.md records the results.
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -83,6 +85,8 @@ if [ -n "$chat" ] && [ -f "$chat/config.json" ]; then
 fi
 step mapping-profile 60 python3 benchmarks/mapping_profile.py --device "$DEV" \
   --json "$OUT/mapping_profile_cpu_$DEV.json"
+step ipot-batched 60 python3 benchmarks/ipot_batched.py --device "$DEV" \
+  --json "$OUT/ipot_batched_$DEV.json"
 demo_config veilprobe "$RUN/veilprobe.yaml" && step demo-veilprobe 120 \
   python3 -m calibdcd run "$RUN/veilprobe.yaml" --no-progress
 # the runs (result.json per setting, the report), the steps' logs and the lab's record, one file
