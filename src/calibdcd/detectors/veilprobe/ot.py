@@ -154,10 +154,11 @@ def ot_distances(
             real[row, :m] = 1.0
         support, a, b, real = (x.to(device) for x in (support, a, b, real))
         e = emb[support]  # (n, k, h)
-        cost = (1.0 - torch.bmm(e, e.transpose(1, 2))).clamp_(0.0, 2.0)
+        cost = torch.bmm(e, e.transpose(1, 2)).neg_().add_(1.0).clamp_(0.0, 2.0)
+        del e
         plan = _ipot_batched(a, b, cost, real, beta=beta, iterations=iterations, inner=inner)
-        out[idx] = (plan * cost).sum(dim=(1, 2)).cpu().numpy()
-        del e, cost, plan
+        out[idx] = plan.mul_(cost).sum(dim=(1, 2)).cpu().numpy()
+        del cost, plan
         start = end
     return out
 
@@ -167,7 +168,7 @@ def _ipot_batched(a: Any, b: Any, cost: Any, real: Any, *, beta: float, iteratio
     """:func:`ipot` on a padded batch (``real``: 1 on the real bins, 0 on the padding)."""
     import torch
 
-    kernel = torch.exp(-cost / beta)
+    kernel = torch.div(cost, -beta).exp_()  # one array, not two
     plan = torch.ones_like(cost)
     sigma = real / real.sum(dim=1, keepdim=True)
     tiny = 1e-300
