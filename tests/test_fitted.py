@@ -701,6 +701,41 @@ def test_fit_dry_run_names_texts_target_and_every_missing_model(tmp_path, monkey
     assert not (tmp_path / "b").exists()  # nothing written
 
 
+def test_fit_names_every_missing_model_before_any_work_as_run_does(tmp_path, monkeypatch):
+    """`calibdcd fit` (not a dry run) checks every model it needs first and prints the one list
+    `calibdcd run` prints (exit 1, no traceback hint); it had found the target's model missing
+    only on loading it, one model, in one collapsed line, exit 2, and DPDLLM's default reference
+    not at all. From flags (no config file to name) the list gives each one's download."""
+    from typer.testing import CliRunner
+
+    from calibdcd.cli import app
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m.txt").write_text("".join(f"member text {i}\n" for i in range(30)))
+    (tmp_path / "n.txt").write_text("".join(f"other text {i}\n" for i in range(30)))
+    cfg = tmp_path / "fit.yaml"
+    cfg.write_text(
+        "target: {backend: hf, model: org/served-name}\n"
+        "detector: {name: dpdllm}\n"
+        "data: {members: m.txt, nonmembers: n.txt}\n"
+    )
+    res = CliRunner().invoke(app, ["fit", str(cfg), "-o", "b"])
+    lines = res.output.splitlines()
+    assert res.exit_code == 1, res.output
+    assert lines[0] == f"error: 2 model(s) named by {cfg} cannot be used here:", lines
+    assert "  - org/served-name: not in the local hub cache; used by target.model" in lines
+    assert any("detector.options.reference.model_path (default)" in x for x in lines), lines
+    assert f"fetch them all with: calibdcd models fetch {cfg}" in res.output
+    assert "CALIBDCD_DEBUG" not in res.output and not (tmp_path / "b").exists()
+    flags = ["--members", "m.txt", "--nonmembers", "n.txt", "-o", "b"]
+    res = CliRunner().invoke(app, ["fit", "--target", "hf:model=org/served-name", *flags])
+    assert res.exit_code == 1, res.output
+    assert "named by the command line cannot be used here" in res.output
+    assert "  hf download org/served-name" in res.output.splitlines(), res.output
+
+
 def test_fit_dry_run_reports_an_unset_variable_a_typo_a_bad_url_and_a_family_at_once(
     tmp_path, monkeypatch
 ):

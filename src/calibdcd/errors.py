@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from calibdcd.redact import redact
 
-__all__ = ["DEBUG_VAR", "exit_code", "one_line", "render", "show_warning_line"]
+__all__ = ["DEBUG_VAR", "block", "exit_code", "one_line", "render", "show_warning_line"]
 
 DEBUG_VAR = "CALIBDCD_DEBUG"
 
@@ -33,8 +33,19 @@ def one_line(exc: BaseException) -> str:
 
 
 def exit_code(exc: BaseException) -> int:
-    """2 for a user mistake (a bad value, a missing or unreadable file), else 1."""
+    """2 for a user mistake (a bad value, a missing or unreadable file), else 1; an error that
+    states its own (a :func:`block` error) exits with that."""
+    own = getattr(exc, "exit_code", None)
+    if isinstance(own, int):
+        return own
     return 2 if isinstance(exc, (ValueError, OSError)) else 1
+
+
+def block(exc: BaseException) -> bool:
+    """Whether ``exc`` is a complete message of several lines for the command line (its class
+    sets ``cli_block = True``, e.g. the list of every model a config names that cannot be used
+    here): printed as it is, redacted, without its type or a traceback hint."""
+    return bool(getattr(exc, "cli_block", False))
 
 
 def debugging() -> bool:
@@ -47,8 +58,11 @@ def render(exc: BaseException, *, debug: bool = False, hint: str | None = None) 
     lines = []
     if debug or debugging():
         lines.append(redact("".join(traceback.format_exception(exc)).rstrip()))
-    lines.append(f"error: {one_line(exc)}")
-    if not (debug or debugging()):
+    if block(exc):
+        lines.append(redact(f"error: {exc}"))
+    else:
+        lines.append(f"error: {one_line(exc)}")
+    if not (debug or debugging() or block(exc)):
         lines.append(hint or f"(set {DEBUG_VAR}=1 for the traceback)")
     return lines
 

@@ -252,7 +252,8 @@ def fit_dry_run(cfg: Any, source: Path, out: Path, cache: Path) -> tuple[list[st
     from calibdcd.experiment.target_entries import preflight_target
     from calibdcd.targets.base import available_backends
 
-    lines = [f"fit config {source}: cache {cache}; bundle: {out}"]
+    named = f"fit config {source}" if source.is_file() else f"fit from {source}"
+    lines = [f"{named}: cache {cache}; bundle: {out}"]
     problems: list[str] = []
     planned = _planned_detector(_section_spec(cfg.detector), cache)
     codes: list[str] | None = None
@@ -379,6 +380,11 @@ def fit_command(
     if dry_run:
         _echo_fit_dry_run(cfg, config, out, cache_dir)
         return
+    from calibdcd.experiment.model_uses import models_in_fit_config, resolve_uses
+
+    # every model the fit needs is here before any work, or one list of those that are not
+    # (exit 1), as `calibdcd run` checks its config's
+    resolve_uses(models_in_fit_config(cfg), str(config))
     fitted = _fit(cfg, cache_dir, progress)
     fitted.save(out)
     _echo_fitted(fitted, cfg, out)
@@ -421,7 +427,7 @@ def _fit_config(
         "fpr": fpr,
     }
     cfg = fit_config_from(data, source="command line", base_dir=Path.cwd(), reach=reach)
-    return cfg, Path("command line")
+    return cfg, Path("the command line")
 
 
 def _echo_fit_dry_run(cfg: Any, config: Path, out: Path, cache_dir: Path) -> None:

@@ -98,14 +98,20 @@ class MissingModelError(ValueError):
         self.kind = kind
         hint = ""
         if "local hub cache" in reason:
-            repo_id, rev = split_ref(ref)
-            cmd = (
-                f"hf download {repo_id}"
-                + (" --repo-type dataset" if kind == "dataset" else "")
-                + (f" --revision {rev}" if rev else "")
-            )
+            cmd = download_command(ref, kind)
             hint = f"; fetch it with `calibdcd models fetch CONFIG` or `{cmd}`"
         super().__init__(f"{kind} {ref!r}: {reason}{hint}")
+
+
+def download_command(ref: str, kind: str = "model") -> str:
+    """The ``hf download`` command that puts hub reference ``ref`` (``id@revision``) into the
+    local hub cache."""
+    repo_id, rev = split_ref(ref)
+    return (
+        f"hf download {repo_id}"
+        + (" --repo-type dataset" if kind == "dataset" else "")
+        + (f" --revision {rev}" if rev else "")
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -446,7 +452,12 @@ def _fetch_error(e: Exception) -> str:
 
 # --------------------------------------------------------------------------------------------
 class MissingModelsError(ValueError):
-    """Every model of a config that cannot be used here, in one message."""
+    """Every model of a config that cannot be used here, in one message: a block of lines on
+    the command line (:func:`calibdcd.errors.block`), exit 1 (the config is right; the machine
+    lacks the models) wherever it is raised: ``run``, ``fit``, ``models``."""
+
+    cli_block = True
+    exit_code = 1
 
     def __init__(self, missing: Sequence[tuple[ModelUse, MissingModelError]], config: str):
         self.missing = list(missing)
@@ -464,10 +475,13 @@ class MissingModelsError(ValueError):
         hub = [ref for ref in by_ref if is_hub_id(ref)]
         if hub:
             lines.append(f"hub cache: {hub_cache_dir()}")
-            hint = f"fetch them all with: calibdcd models fetch {config}"
-            if _offline():
-                hint += " (with network access and HF_HUB_OFFLINE unset)"
-            lines.append(hint)
+            online = " (with network access and HF_HUB_OFFLINE unset)" if _offline() else ""
+            if Path(config).is_file():
+                lines.append(f"fetch them all with: calibdcd models fetch {config}{online}")
+            else:  # a fit from flags, no config file to name: each one's own command
+                kinds = {use.ref: err.kind for use, err in self.missing}
+                lines.append(f"fetch them with{online}:")
+                lines += [f"  {download_command(ref, kinds[ref])}" for ref in hub]
         if any(use.where.endswith("reference.model_path") for use, _ in self.missing):
             lines.append(
                 "or, offline, give DPDLLM a local reference LM: set the detector's "

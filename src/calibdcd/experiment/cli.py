@@ -80,7 +80,6 @@ def run_command(
     from calibdcd.experiment.config import ConfigError, locate, read_config
     from calibdcd.experiment.runner import dry_run as check
     from calibdcd.experiment.runner import parse_shard, run_experiment
-    from calibdcd.model_refs import MissingModelsError
     from calibdcd.redact import redact
 
     def echo(line: str, err: bool = False) -> None:
@@ -121,10 +120,7 @@ def run_command(
             echo(f"report: {html}")
     except (KeyboardInterrupt, typer.Exit):
         raise
-    except MissingModelsError as exc:  # one message, a line per missing model
-        echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
-    except Exception as exc:
+    except Exception as exc:  # (the list of missing models prints as its block of lines)
         from calibdcd.errors import render
 
         for line in render(exc, debug=debug, hint="(run again with --debug for the traceback)"):
