@@ -10,8 +10,9 @@ Each text is cut as VeilProbe queries it (``--prompt-fraction``, the detector's 
 ``query``). For GiLOT it times ``--beam-rows`` rows of the beam search (the text and its first
 masked copies, in the attribution's own batches) and ``--ot-positions`` IPOT distances, and
 extrapolates to the text's p + 1 rows and p positions (every row and position costs the same
-work: the same width, the same support cap; on ``--device cuda`` the positions timed are solved
-in one batch, as ``attribute`` solves a text's there); leave-one-out is timed whole through
+work: the same width, the same support cap; on ``--device cuda`` every row and position of a
+text is timed, its positions solved in batches as ``attribute`` solves them there, since a
+batch's time does not grow in proportion to its size); leave-one-out is timed whole through
 ``attribute``. The proxies are loaded as the detector loads them (``packaged:`` refs converted
 once into the cache). Attribution settings are the ``paper`` preset's except ``proxy_bos``
 (``"tokenizer"``: each proxy as its tokenizer encodes a text).
@@ -70,12 +71,14 @@ def measure(
     for text in texts:
         ids, _ = _encode(proxy, text, gilot.max_tokens)
         input_ids, mask = _variants(proxy, ids, proxy.adds_bos)
-        rows = min(beam_rows, input_ids.shape[0])
+        # on a GPU every row and position: a batch's time does not grow with its size there
+        gpu = next(proxy.model.parameters()).device.type == "cuda"
+        rows = input_ids.shape[0] if gpu else min(beam_rows, input_ids.shape[0])
         t0 = time.perf_counter()
         dists = _beam_distributions(proxy, input_ids[:rows], mask[:rows], gilot)
         beam_row_s = (time.perf_counter() - t0) / rows
-        k = min(ot_positions, rows - 1)
-        t0 = time.perf_counter()  # as attribute solves them: one batch on a CUDA proxy
+        k = rows - 1 if gpu else min(ot_positions, rows - 1)
+        t0 = time.perf_counter()  # as attribute solves them: in batches on a CUDA proxy
         _ot_all(dists[0], dists[1 : k + 1], proxy, gilot)
         ot_s = (time.perf_counter() - t0) / max(k, 1)
         t0 = time.perf_counter()
@@ -113,8 +116,7 @@ def main() -> None:
     ap.add_argument(
         "--device",
         default="cpu",
-        help="the proxies' device (cuda: GiLOT's OT "
-        "distances of a text in one float64 batch there)",
+        help="the proxies' device (cuda: GiLOT's OT distances of a text in float64 batches there)",
     )
     ap.add_argument("--json", type=Path, help="write the figures there")
     args = ap.parse_args()

@@ -227,16 +227,17 @@ def attribute(proxy: Proxy, text: str, cfg: AttributionConfig) -> list[TokenScor
     return scores
 
 
-#: device types whose proxies solve a text's OT distances in one batch there: CUDA (float64;
-#: MPS has none); on the CPU the batch is 1.4x numpy's speed (4 positions of 1,000 bins, 2
-#: threads), not worth numpy's bit-for-bit results
+#: device types whose proxies solve a text's OT distances in batches there: CUDA (float64; MPS
+#: has none); on the CPU the batch is 1.34x numpy's speed (4 positions of 1,000 bins, 2 threads:
+#: benchmarks/results/ipot_batched_cpu_zen3.json), not worth numpy's bit-for-bit results
 BATCHED_OT_DEVICES: tuple[str, ...] = ("cuda",)
 
 
 def _ot_all(pi: np.ndarray, masked: np.ndarray, proxy: Proxy, cfg: AttributionConfig) -> list:
-    """The OT distance from ``pi`` to each masked copy's distribution: on a CUDA proxy all of a
-    text's positions at once on its GPU (:func:`~.ot.ot_distances`, float64, equal to the numpy
-    solver to 1e-12), else one numpy IPOT a position (the reference, bit for bit as before)."""
+    """The OT distance from ``pi`` to each masked copy's distribution: on a CUDA proxy a text's
+    positions in batches of at most 2 GiB on its GPU (:func:`~.ot.ot_distances`, float64, equal
+    to the numpy solver to 1e-12 where tested: on the CPU, and in tests/test_gpu.py), else one
+    numpy IPOT a position (the reference, bit for bit as before)."""
     dev = next(proxy.model.parameters()).device
     if dev.type not in BATCHED_OT_DEVICES:
         return [_ot(pi, pa, proxy.embeddings, cfg) for pa in masked]

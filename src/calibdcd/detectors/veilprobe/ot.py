@@ -9,8 +9,8 @@ entropic Sinkhorn) it converges to the exact transport plan as iterations grow, 
 :func:`ot_distances` solves the distances of a whole text (one per masked position) at once on
 a torch device: the same iterations in float64 on a batch padded with zero-mass bins, which
 leave every real bin's iterates as they are (see its docstring). On a GPU that replaces p numpy
-solves of 7-11 s each (benchmarks/results/gilot_cost_real_regime_zen3.json) by a few batched
-ones; the numpy :func:`ot_distance` stays the reference and the CPU path.
+solves of 7-11 s each (benchmarks/results/gilot_cost_real_regime_zen3.json) by a few batches
+(each at most ``max_bytes``); the numpy :func:`ot_distance` stays the reference and the CPU path.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def ot_distances(
     """:func:`ot_distance` of every ``(p, q, support)`` in ``pairs`` (``p`` and ``q`` the two
     distributions restricted to ``support``, token ids into ``embeddings`` (vocab, h)), solved in
     batches on the torch ``device`` in float64, the cost :func:`cosine_cost` of the support's
-    embeddings computed there too.
+    embeddings computed there too (only the embedding rows the supports use are moved there).
 
     A batch pads every support to its largest with bins of zero mass. IPOT's first half-step
     starts from sigma = 1/m on the m real bins and 0 on the padding, so a padded row gets
@@ -120,7 +120,8 @@ def ot_distances(
     iterates are those of the unpadded problem (sums that add exact zeros): the distances equal
     :func:`ot_distance`'s up to floating-point summation order (checked to 1e-12 in
     tests/test_veilprobe_ot.py). ``max_bytes`` bounds a batch's three (batch, k, k) float64
-    arrays (cost, kernel, plan)."""
+    arrays (cost, kernel, plan): 2 GiB holds about 89 positions of 1,000 bins, 22 at the
+    2,000-bin union of two capped supports."""
     import torch
 
     if beta <= 0:
@@ -128,7 +129,9 @@ def ot_distances(
     out = np.zeros(len(pairs), dtype=np.float64)
     if not pairs:
         return out
-    emb = torch.as_tensor(embeddings, device=device).to(torch.float64)
+    # only the rows the supports use go to the device (a vocabulary's float64 table is GBs)
+    used = np.unique(np.concatenate([np.asarray(sup, dtype=np.int64) for _, _, sup in pairs]))
+    emb = torch.as_tensor(np.asarray(embeddings)[used], device=device).to(torch.float64)
     emb = emb / emb.norm(dim=1, keepdim=True).clamp_min(1e-12)
     hists = [_marginals(p, q, eps, marginals) for p, q, _ in pairs]
     sizes = [len(sup) for _, _, sup in pairs]
@@ -148,7 +151,8 @@ def ot_distances(
         real = torch.zeros(n, k, dtype=torch.float64)
         for row, i in enumerate(idx):
             m = sizes[i]
-            support[row, :m] = torch.as_tensor(np.asarray(pairs[i][2], dtype=np.int64))
+            rows = np.searchsorted(used, np.asarray(pairs[i][2], dtype=np.int64))
+            support[row, :m] = torch.as_tensor(rows)
             a[row, :m] = torch.as_tensor(hists[i][0])
             b[row, :m] = torch.as_tensor(hists[i][1])
             real[row, :m] = 1.0
