@@ -675,13 +675,12 @@ def test_fit_and_score_share_the_cache_root_rule_of_every_command(tmp_path, monk
     assert load_fit_config(p).cache_root() == tmp_path / "cfgs" / "here"
 
 
-def test_fit_dry_run_names_texts_target_and_every_missing_model(tmp_path, monkeypatch):
-    from typer.testing import CliRunner
-
-    from calibdcd.cli import app
-
+def _fit_without_its_models(tmp_path: Path, monkeypatch) -> Path:
+    """A fit config (DPDLLM on a hub target) whose two models, the target and DPDLLM's default
+    reference, are not in the (empty, offline) hub cache; its texts beside it; cwd there."""
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
     (tmp_path / "m.txt").write_text("".join(f"member text {i}\n" for i in range(30)))
     (tmp_path / "n.txt").write_text("".join(f"other text {i}\n" for i in range(30)))
     cfg = tmp_path / "fit.yaml"
@@ -691,6 +690,15 @@ def test_fit_dry_run_names_texts_target_and_every_missing_model(tmp_path, monkey
         "data: {members: m.txt, nonmembers: n.txt}\n"
         "split: {n_supervised_per_class: 10}\n"
     )
+    return cfg
+
+
+def test_fit_dry_run_names_texts_target_and_every_missing_model(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from calibdcd.cli import app
+
+    cfg = _fit_without_its_models(tmp_path, monkeypatch)
     res = CliRunner().invoke(app, ["fit", str(cfg), "--dry-run", "-o", str(tmp_path / "b")])
     assert res.exit_code == 1, res.output
     assert f"bundle: {tmp_path / 'b'}" in res.output
@@ -710,17 +718,7 @@ def test_fit_names_every_missing_model_before_any_work_as_run_does(tmp_path, mon
 
     from calibdcd.cli import app
 
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "m.txt").write_text("".join(f"member text {i}\n" for i in range(30)))
-    (tmp_path / "n.txt").write_text("".join(f"other text {i}\n" for i in range(30)))
-    cfg = tmp_path / "fit.yaml"
-    cfg.write_text(
-        "target: {backend: hf, model: org/served-name}\n"
-        "detector: {name: dpdllm}\n"
-        "data: {members: m.txt, nonmembers: n.txt}\n"
-    )
+    cfg = _fit_without_its_models(tmp_path, monkeypatch)
     res = CliRunner().invoke(app, ["fit", str(cfg), "-o", "b"])
     lines = res.output.splitlines()
     assert res.exit_code == 1, res.output

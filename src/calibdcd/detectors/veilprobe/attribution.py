@@ -189,19 +189,21 @@ def _beam_distributions(proxy: Proxy, input_ids, mask, cfg: AttributionConfig) -
     return np.concatenate(out, axis=0)
 
 
+def _ot_settings(cfg: AttributionConfig) -> dict:
+    """The IPOT settings of ``cfg``, as both solvers take them."""
+    return {
+        "beta": cfg.ipot_beta,
+        "iterations": cfg.ipot_iterations,
+        "inner": cfg.ipot_inner,
+        "eps": cfg.marginal_eps,
+        "marginals": cfg.marginals,
+    }
+
+
 def _ot(pi: np.ndarray, pa: np.ndarray, embeddings: np.ndarray, cfg: AttributionConfig) -> float:
     support = top_p_support(pi, pa, top_p=cfg.top_p_support, cap=cfg.max_support)
     cost = cosine_cost(embeddings[support])
-    return ot_distance(
-        pi[support],
-        pa[support],
-        cost,
-        beta=cfg.ipot_beta,
-        iterations=cfg.ipot_iterations,
-        inner=cfg.ipot_inner,
-        eps=cfg.marginal_eps,
-        marginals=cfg.marginals,
-    )
+    return ot_distance(pi[support], pa[support], cost, **_ot_settings(cfg))
 
 
 def attribute(proxy: Proxy, text: str, cfg: AttributionConfig) -> list[TokenScore]:
@@ -245,15 +247,4 @@ def _ot_all(pi: np.ndarray, masked: np.ndarray, proxy: Proxy, cfg: AttributionCo
     for pa in masked:
         support = top_p_support(pi, pa, top_p=cfg.top_p_support, cap=cfg.max_support)
         pairs.append((pi[support], pa[support], support))
-    return list(
-        ot_distances(
-            pairs,
-            proxy.embeddings,
-            device=dev,
-            beta=cfg.ipot_beta,
-            iterations=cfg.ipot_iterations,
-            inner=cfg.ipot_inner,
-            eps=cfg.marginal_eps,
-            marginals=cfg.marginals,
-        )
-    )
+    return list(ot_distances(pairs, proxy.embeddings, device=dev, **_ot_settings(cfg)))
