@@ -463,15 +463,15 @@ class MissingModelsError(ValueError):
         self.missing = list(missing)
         self.config = config
         by_ref: dict[str, list[str]] = {}
-        reasons: dict[str, str] = {}
+        error: dict[str, MissingModelError] = {}
         for use, err in self.missing:
             by_ref.setdefault(use.ref, []).append(use.describe())
-            reasons[use.ref] = err.reason
-        kinds = {err.kind for _, err in self.missing}
+            error[use.ref] = err
+        kinds = {err.kind for err in error.values()}
         what = "model(s)" if kinds == {"model"} else "model(s) or dataset(s)"
         lines = [f"{len(by_ref)} {what} named by {config} cannot be used here:"]
         for ref, wheres in by_ref.items():
-            lines.append(f"  - {ref}: {reasons[ref]}; used by {'; '.join(wheres)}")
+            lines.append(f"  - {ref}: {error[ref].reason}; used by {'; '.join(wheres)}")
         hub = [ref for ref in by_ref if is_hub_id(ref)]
         if hub:
             lines.append(f"hub cache: {hub_cache_dir()}")
@@ -479,9 +479,8 @@ class MissingModelsError(ValueError):
             if Path(config).is_file():
                 lines.append(f"fetch them all with: calibdcd models fetch {config}{online}")
             else:  # a fit from flags, no config file to name: each one's own command
-                kinds = {use.ref: err.kind for use, err in self.missing}
                 lines.append(f"fetch them with{online}:")
-                lines += [f"  {download_command(ref, kinds[ref])}" for ref in hub]
+                lines += [f"  {download_command(ref, error[ref].kind)}" for ref in hub]
         if any(use.where.endswith("reference.model_path") for use, _ in self.missing):
             lines.append(
                 "or, offline, give DPDLLM a local reference LM: set the detector's "

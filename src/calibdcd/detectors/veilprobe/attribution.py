@@ -200,12 +200,6 @@ def _ot_settings(cfg: AttributionConfig) -> dict:
     }
 
 
-def _ot(pi: np.ndarray, pa: np.ndarray, embeddings: np.ndarray, cfg: AttributionConfig) -> float:
-    support = top_p_support(pi, pa, top_p=cfg.top_p_support, cap=cfg.max_support)
-    cost = cosine_cost(embeddings[support])
-    return ot_distance(pi[support], pa[support], cost, **_ot_settings(cfg))
-
-
 def attribute(proxy: Proxy, text: str, cfg: AttributionConfig) -> list[TokenScore]:
     """Importance of every proxy token of ``text`` (in token order)."""
     ids, offsets = _encode(proxy, text, cfg.max_tokens)
@@ -240,11 +234,12 @@ def _ot_all(pi: np.ndarray, masked: np.ndarray, proxy: Proxy, cfg: AttributionCo
     positions in batches of at most 2 GiB on its GPU (:func:`~.ot.ot_distances`, float64, equal
     to the numpy solver to 1e-12 where tested: on the CPU, and in tests/test_gpu.py), else one
     numpy IPOT a position (the reference, bit for bit as before)."""
-    dev = next(proxy.model.parameters()).device
-    if dev.type not in BATCHED_OT_DEVICES:
-        return [_ot(pi, pa, proxy.embeddings, cfg) for pa in masked]
     pairs = []
     for pa in masked:
         support = top_p_support(pi, pa, top_p=cfg.top_p_support, cap=cfg.max_support)
         pairs.append((pi[support], pa[support], support))
-    return list(ot_distances(pairs, proxy.embeddings, device=dev, **_ot_settings(cfg)))
+    dev = next(proxy.model.parameters()).device
+    if dev.type in BATCHED_OT_DEVICES:
+        return list(ot_distances(pairs, proxy.embeddings, device=dev, **_ot_settings(cfg)))
+    emb = proxy.embeddings
+    return [ot_distance(p, q, cosine_cost(emb[s]), **_ot_settings(cfg)) for p, q, s in pairs]

@@ -138,12 +138,11 @@ def ot_distances(
     order = np.argsort(sizes, kind="stable")  # similar sizes share a batch: less padding
     start = 0
     while start < len(order):
-        k = sizes[order[start]]
         end = start + 1
         while end < len(order) and 3 * 8 * (end + 1 - start) * sizes[order[end]] ** 2 <= max_bytes:
-            k = sizes[order[end]]
             end += 1
         idx = order[start:end]
+        k = sizes[idx[-1]]  # the batch's largest (sizes ascend)
         n = len(idx)
         support = torch.zeros(n, k, dtype=torch.long)
         a = torch.zeros(n, k, dtype=torch.float64)
