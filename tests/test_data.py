@@ -189,14 +189,18 @@ def test_hub_offline_error_names_a_local_path(monkeypatch):
         load_benchmark("booktection")
 
 
-def test_hub_without_datasets_package_says_what_to_install(monkeypatch):
+def test_hub_dataset_without_datasets_package_says_what_to_install(tmp_path, monkeypatch):
+    """A `hub:` dataset is read with `datasets` (its card's configs and splits); a named
+    benchmark is read with the project's own readers and needs no `datasets`."""
+    from calibdcd.data.benchmarks import load_hub_benchmark
+
+    _fake_hub_dataset(tmp_path / "hub", "someone/my-mia")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.setitem(sys.modules, "datasets", None)  # as if not installed: import fails
-    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
     with pytest.raises(
         HubUnavailableError, match=r"needs the `datasets` package.*calibdcd\[data\]"
     ):
-        load_benchmark("arxivmia", split="dev")
+        load_hub_benchmark("someone/my-mia", text_field="input", label_field="is_member")
 
 
 def test_unknown_name_lists_known_benchmarks():
@@ -696,30 +700,85 @@ def test_parquet_shards_in_a_directory(tmp_path):
     assert bench.texts[3] == "shard 1 text 0" and bench.default_length == 32
 
 
-def test_hub_rows_become_the_same_benchmark(monkeypatch):
-    """The hub cannot be reached here, so the download itself is replaced by rows in the hub's
-    format; everything after it (split names, field choice, validation) runs for real."""
-    calls = []
+def _data_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """`calibdcd data ...` in a fresh process (huggingface_hub reads its endpoint and offline
+    switch at import), with ``env`` over this one's."""
+    import os
 
-    def fake_rows(repo, *, benchmark, config, split, revision):
-        calls.append((repo, config, split))
-        return [
-            {"book_id": 1, "book": "A.txt", "snippet_id": 0, "snippet": "old words", "label": 1},
-            {"book_id": 2, "book": "B.txt", "snippet_id": 0, "snippet": "new words", "label": 0},
-        ]
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    return subprocess.run(
+        [sys.executable, "-m", "calibdcd", "data", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": src, **env},
+        timeout=120,
+    )
 
-    monkeypatch.setattr("calibdcd.data.benchmarks.load_hub_rows", fake_rows)
-    bench = load_benchmark("BookMIA")
-    assert calls == [("swj0419/BookMIA", None, "train")]
-    assert bench.source == "hf://datasets/swj0419/BookMIA/train"
-    assert bench.texts == ["old words", "new words"]
-    assert bench.samples[0].meta == {"book_id": 1, "book": "A.txt", "snippet_id": 0, "group": "1"}
-    calls.clear()
-    with pytest.raises(
-        DataError, match=r"hf://datasets/swj0419/WikiMIA/WikiMIA_length128, line 1: no text column"
-    ):
-        load_benchmark("wikimia", split="128")  # rows have no `input` column
-    assert calls == [("swj0419/WikiMIA", None, "WikiMIA_length128")]
+
+def test_a_named_benchmark_is_fetched_once_into_the_hub_cache_then_read_offline(tmp_path):
+    """A known benchmark named without a path, absent from the local hub cache, is downloaded
+    into it (the fetch `calibdcd models fetch` does, from a hub served on loopback), read with
+    the benchmark's own file reader, and names the snapshot's commit; the same command offline
+    then reads the same texts from the cache without a request. Read errors name the file and
+    line; a repository the hub lacks is one line that says how to fetch it or pass a copy."""
+    from hub_support import FakeHub
+
+    commit = "d" * 40
+    books = [
+        {"book_id": i // 2, "book": f"B{i // 2}.txt", "snippet_id": i, "label": i % 2,
+         "snippet": f"snippet number {i} of a book, old or new words"}
+        for i in range(12)
+    ]  # fmt: skip
+    wiki = [{"text_here": "no input column", "label": 1}]
+    hub = FakeHub(
+        {},
+        datasets={
+            "swj0419/BookMIA": (commit, {"data/BookMIA.jsonl": _jsonl_bytes(books)}),
+            "swj0419/WikiMIA": (commit, {"data/WikiMIA_length128.jsonl": _jsonl_bytes(wiki)}),
+        },
+    )
+    cache = tmp_path / "hub"
+    online = {"HF_HUB_CACHE": str(cache), "HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "0",
+              "HF_DATASETS_OFFLINE": "0", "HF_TOKEN": ""}  # fmt: skip
+    try:
+        first = _data_cli("show", "bookmia", "--subsample", "all", env=online)
+        wrong = _data_cli("show", "wikimia", "--split", "128", env=online)
+        absent = _data_cli("show", "arxivmia", env=online)
+        n_requests = len(hub.log)
+        again = _data_cli("show", "bookmia", "--subsample", "all", env=online)
+        assert len(hub.log) == n_requests  # in the cache: no request
+    finally:
+        hub.close()
+    assert first.returncode == 0, first.stderr
+    assert f"hf://datasets/swj0419/BookMIA@{commit[:12]}" in first.stdout
+    assert "member (1)            6" in first.stdout
+    snap = cache / "datasets--swj0419--BookMIA" / "snapshots" / commit / "data" / "BookMIA.jsonl"
+    assert snap.read_bytes() == _jsonl_bytes(books)
+    offline = _data_cli("show", "bookmia", "--subsample", "all",
+                        env={"HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"})  # fmt: skip
+    assert offline.returncode == 0, offline.stderr
+    assert offline.stdout == first.stdout == again.stdout
+    assert wrong.returncode == 2
+    [line] = wrong.stderr.strip().splitlines()[-1:]
+    assert line.startswith(
+        f"error: hf://datasets/swj0419/WikiMIA@{commit[:12]}/data/WikiMIA_length128.jsonl, "
+        "line 1: no text column"
+    ), wrong.stderr
+    assert absent.returncode == 2
+    [line] = absent.stderr.strip().splitlines()[-1:]
+    assert line.startswith("error: could not fetch 'arxivmia' (hub dataset zhliu/ArxivMIA): ")
+    assert "no such repository on the hub" in line
+    assert "hf download zhliu/ArxivMIA --repo-type dataset" in line
+    assert "calibdcd data show arxivmia --path" in line
+    # no hub to reach (a closed port): one line at once, not minutes of retries
+    gone = _data_cli("show", "bookmia", env={**online, "HF_HUB_CACHE": str(tmp_path / "none"),
+                                             "HF_ENDPOINT": "http://127.0.0.1:9"})  # fmt: skip
+    assert gone.returncode == 2
+    assert "'bookmia' (hub dataset swj0419/BookMIA): the hub cannot be reached (" in gone.stderr
+
+
+def _jsonl_bytes(rows: list[dict]) -> bytes:
+    return "".join(json.dumps(r) + "\n" for r in rows).encode()
 
 
 def test_split_to_dict_uses_ids():
@@ -835,7 +894,7 @@ def test_hub_benchmark_reads_offline_from_a_fetched_dataset_snapshot(tmp_path, m
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     bench = load_benchmark("bookmia")
     assert len(bench) == 12 and sum(bench.labels) == 6
-    assert bench.source == f"hf://datasets/swj0419/BookMIA@{commit[:12]}"
+    assert bench.source == f"hf://datasets/swj0419/BookMIA@{commit[:12]}/data/BookMIA.jsonl"
     # not fetched: one line that says how to fetch it
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty"))
     with pytest.raises(HubUnavailableError, match=r"calibdcd models fetch CONFIG.*repo-type"):
@@ -910,7 +969,7 @@ def test_any_hub_dataset_loads_offline_from_the_local_hub_cache(tmp_path, monkey
         and "member (1)           15" in res.output
     )
     res = runner.invoke(app, ["data", "show", "someone/absent"])
-    assert res.exit_code == 2 and "hf download --repo-type dataset someone/absent" in res.output
+    assert res.exit_code == 2 and "hf download someone/absent --repo-type dataset" in res.output
     # MIMIR's layout: a config per source, a member and a non-member text per row
     _fake_pairs_dataset(tmp_path / "hub", "someone/mimir-like")
     pairs = ["data", "show", "someone/mimir-like", "--config", "arxiv", "--split", "ngram_13_0.8"]

@@ -42,7 +42,9 @@ __all__ = [
     "ResolvedModel",
     "checkpoint_identity",
     "fetch_models",
+    "fetch_one",
     "hub_cache_dir",
+    "hub_offline",
     "is_hub_id",
     "resolve_model",
     "select_files",
@@ -364,10 +366,14 @@ def _needs(refs: Iterable[str | ModelUse]) -> dict[str, Need]:
     return out
 
 
-def _offline() -> bool:
+def hub_offline(need: Need = "model") -> bool:
+    """True when the environment forbids the hub at call time: ``HF_HUB_OFFLINE``, or the
+    library's own switch for what is needed (``HF_DATASETS_OFFLINE`` for a dataset,
+    ``TRANSFORMERS_OFFLINE`` otherwise), set to 1/on/yes/true as huggingface_hub reads it."""
+    own = "HF_DATASETS_OFFLINE" if need == "dataset" else "TRANSFORMERS_OFFLINE"
     return any(
         os.environ.get(v, "").strip().upper() in ("1", "ON", "YES", "TRUE")
-        for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+        for v in ("HF_HUB_OFFLINE", own)
     )
 
 
@@ -379,30 +385,29 @@ def fetch_models(
     Local paths are left alone. A failure (gated repo, unknown id, no network) is reported in
     its :class:`FetchResult` and the other models are still fetched."""
     say = log or (lambda s: None)
-    results: list[FetchResult] = []
-    for ref, need in _needs(refs).items():
-        try:
-            rm = resolve_model(ref, need=need)
-        except MissingModelError as e:
-            missing = e
-        else:
-            results.append(FetchResult(ref, "local" if not rm.is_hub else "present", rm))
-            continue
-        if not is_hub_id(ref):
-            results.append(FetchResult(ref, "failed", error=str(missing)))
-            continue
-        if _offline():
-            results.append(
-                FetchResult(ref, "failed", error="HF_HUB_OFFLINE is set: unset it to download")
-            )
-            continue
-        try:
-            rm = _download(ref, need, progress=progress, say=say)
-        except Exception as e:
-            results.append(FetchResult(ref, "failed", error=_fetch_error(e)))
-        else:
-            results.append(FetchResult(ref, "fetched", rm))
-    return results
+    return [fetch_one(ref, need, progress=progress, say=say) for ref, need in _needs(refs).items()]
+
+
+def fetch_one(
+    ref: str, need: Need = "model", *, progress: bool = True, say: Any = None
+) -> FetchResult:
+    """One model or dataset: resolved from the local hub cache, else downloaded into it (unless
+    the hub is disabled); a failure is a ``failed`` result with its one-line reason."""
+    try:
+        rm = resolve_model(ref, need=need)
+    except MissingModelError as e:
+        missing = e
+    else:
+        return FetchResult(ref, "local" if not rm.is_hub else "present", rm)
+    if not is_hub_id(ref):
+        return FetchResult(ref, "failed", error=str(missing))
+    if hub_offline(need):
+        return FetchResult(ref, "failed", error="HF_HUB_OFFLINE is set: unset it to download")
+    try:
+        rm = _download(ref, need, progress=progress, say=say or (lambda s: None))
+    except Exception as e:
+        return FetchResult(ref, "failed", error=_fetch_error(e))
+    return FetchResult(ref, "fetched", rm)
 
 
 def _download(ref: str, need: Need, *, progress: bool, say: Any) -> ResolvedModel:
@@ -447,6 +452,8 @@ def _fetch_error(e: Exception) -> str:
     if name == "RevisionNotFoundError":
         return "no such revision in the repository"
     first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    if name == "LocalEntryNotFoundError":  # what snapshot_download raises when it cannot connect
+        return f"the hub cannot be reached ({first.removeprefix('Got: ')})"[:300]
     return f"{name}: {first}"[:300]
 
 
@@ -475,7 +482,7 @@ class MissingModelsError(ValueError):
         hub = [ref for ref in by_ref if is_hub_id(ref)]
         if hub:
             lines.append(f"hub cache: {hub_cache_dir()}")
-            online = " (with network access and HF_HUB_OFFLINE unset)" if _offline() else ""
+            online = " (with network access and HF_HUB_OFFLINE unset)" if hub_offline() else ""
             if Path(config).is_file():
                 lines.append(f"fetch them all with: calibdcd models fetch {config}{online}")
             else:  # a fit from flags, no config file to name: each one's own command

@@ -1,7 +1,8 @@
 """The known DCD benchmarks and :func:`load_benchmark`, the single entry point for loading data.
 
 Each benchmark loads from a local file or directory (``path=...``) or, when no path is given,
-from its Hugging Face hub dataset (needs the optional ``datasets`` package and network access).
+from its Hugging Face hub dataset's snapshot in the local hub cache, downloaded there first when
+absent (:func:`calibdcd.data.hub.dataset_snapshot`; network access once, offline after).
 
 File formats and label conventions (1 = member everywhere; see ``shared/data/*/SOURCE.md``):
 
@@ -48,7 +49,7 @@ from calibdcd.data.assemble import (
     build_benchmark,
 )
 from calibdcd.data.files import load_table
-from calibdcd.data.hub import load_hub_rows
+from calibdcd.data.hub import HubUnavailableError, dataset_snapshot
 from calibdcd.data.readers import Record, file_format, read_records, rows_as_records
 from calibdcd.data.types import Benchmark
 from calibdcd.data.validation import DataError, Location, Problem
@@ -110,7 +111,6 @@ class BenchmarkSpec:
     length_of: Callable[[str | None], int] = lambda subset: 128
     #: meta fields naming a text's group (book, paper), first present wins -> ``meta["group"]``
     group_fields: tuple[str, ...] = ()
-    hub_args: Callable[[str | None], tuple[str | None, str]] = lambda subset: (None, "train")
 
     @property
     def paper_size(self) -> int | None:
@@ -162,7 +162,6 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
             local_patterns=("WikiMIA_{subset}.*", "WikiMIA_{subset}-*.parquet"),
             subset_parser=_parse_wiki_length,
             length_of=_wiki_length,
-            hub_args=lambda s: (None, f"WikiMIA_{s}"),
         ),
         BenchmarkSpec(
             name="wikimia-24",
@@ -179,7 +178,6 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
             ),
             subset_parser=_parse_wiki_length,
             length_of=_wiki_length,
-            hub_args=lambda s: (None, f"WikiMIA_{s}"),
         ),
         BenchmarkSpec(
             name="bookmia",
@@ -220,9 +218,6 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
             text_fields=("text", "input"),
             local_patterns=("{file}.*",),
             subset_parser=_parse_arxivmia,
-            # The hub layout could not be checked offline: the 2,000-row benchmark is read as the
-            # default config's "train" split, the other files as configs "arxiv_mia_<subset>".
-            hub_args=lambda s: (None if s == "arxiv_mia" else f"arxiv_mia_{s}", "train"),
         ),
     )
 }
@@ -259,19 +254,6 @@ def _is_data_file(p: Path) -> bool:
     except ValueError:
         return False
     return p.is_file()
-
-
-def _hub_snapshot(spec: BenchmarkSpec, revision: str | None) -> Path | None:
-    """The benchmark's dataset repository in the local hub cache (None when not fetched)."""
-    if not spec.hf_repo:
-        return None
-    from calibdcd.model_refs import MissingModelError, resolve_model
-
-    ref = spec.hf_repo + (f"@{revision}" if revision else "")
-    try:
-        return resolve_model(ref, need="dataset").path
-    except MissingModelError:
-        return None
 
 
 def _find_local_files(
@@ -384,7 +366,8 @@ def load_benchmark(
 
     * ``load_benchmark("wikimia", path="shared/data/WikiMIA")``: a known benchmark from a local
       directory (the file for ``split`` is found by name) or a local file;
-    * ``load_benchmark("wikimia", split=128)``: from the Hugging Face hub;
+    * ``load_benchmark("wikimia", split=128)``: from the Hugging Face hub (its snapshot in the
+      local hub cache, fetched once);
     * ``load_benchmark("my.jsonl", text_field="text", label_field="label")``: any file.
 
     ``split`` is the subset: WikiMIA / WikiMIA-24 length (``64``, ``"length64"``,
@@ -433,20 +416,17 @@ def load_benchmark(
             files = [p]
         records, columns = _read_many(files)
         source = str(files[0]) if len(files) == 1 else f"{p} ({len(files)} files)"
-    elif (snapshot := _hub_snapshot(spec, revision)) is not None:
-        # fetched into the local hub cache (`calibdcd models fetch`): read offline from there
+    else:
+        # the dataset repository's snapshot in the local hub cache (fetched there once when
+        # absent, as `calibdcd models fetch` does): its files read as a local directory's
         subset = spec.canonical_subset(split)
+        snapshot = dataset_snapshot(spec.hf_repo, revision=revision, benchmark=spec.name)
         files = _find_local_files(spec, snapshot, subset, recursive=True)
         records, columns = _read_many(files)
-        source = f"hf://datasets/{spec.hf_repo}@{snapshot.name[:12]}"
-    else:
-        subset = spec.canonical_subset(split)
-        config, hf_split = spec.hub_args(subset)
-        rows = load_hub_rows(
-            spec.hf_repo, benchmark=spec.name, config=config, split=hf_split, revision=revision
+        first = files[0].relative_to(snapshot).as_posix()  # the file, as the repository names it
+        source = f"hf://datasets/{spec.hf_repo}@{snapshot.name[:12]}/" + (
+            first if len(files) == 1 else f"{Path(first).parent.as_posix()} ({len(files)} files)"
         )
-        source = f"hf://datasets/{spec.hf_repo}" + (f"/{config}" if config else "") + f"/{hf_split}"
-        records, columns = rows_as_records(rows, source)
 
     n_filtered = 0
     text_of = meta_of = None
@@ -517,22 +497,7 @@ def load_hub_benchmark(
     in the local hub cache (``calibdcd models fetch`` puts it there, or any ``hf download
     --repo-type dataset``), so it loads offline; its source names the snapshot's commit, which
     with the run's content digest is the dataset's fingerprint (``benchmarks.json``)."""
-    from calibdcd.data.hub import HubUnavailableError, hub_offline
-    from calibdcd.model_refs import MissingModelError, resolve_model
-
-    ref = repo + (f"@{revision}" if revision else "")
-    try:
-        snapshot = resolve_model(ref, need="dataset").path
-    except MissingModelError:
-        if hub_offline():
-            raise HubUnavailableError(
-                f"hub dataset {ref} is not in the local hub cache and the hub is disabled "
-                f"(HF_HUB_OFFLINE=1): fetch it once with `calibdcd models fetch CONFIG` or "
-                f"`hf download --repo-type dataset {repo}`"
-            ) from None
-        from huggingface_hub import snapshot_download
-
-        snapshot = Path(snapshot_download(repo, repo_type="dataset", revision=revision))
+    snapshot = dataset_snapshot(repo, revision=revision)
     try:
         import datasets  # the `data` extra (installed by `make`)
     except ImportError:

@@ -1,67 +1,49 @@
-"""Rows of a Hugging Face hub dataset, through the optional ``datasets`` package (lazy import).
+"""A hub dataset's files: its snapshot in the local hub cache, fetched there when it is not.
 
-Nothing here runs at import time; with ``HF_HUB_OFFLINE=1`` (or ``HF_DATASETS_OFFLINE=1``) the
-hub is not contacted at all and :class:`HubUnavailableError` tells the user to pass a local copy.
+One path for every benchmark read from the hub (a named benchmark without ``path``, a ``hub:``
+benchmark): :func:`dataset_snapshot` resolves the dataset repository in the local hub cache and,
+when it is absent, downloads it there with :func:`calibdcd.model_refs.fetch_one`, the download
+``calibdcd models fetch`` does. So a dataset read once online is read offline after, and the
+source names the snapshot's commit. With ``HF_HUB_OFFLINE=1`` (or ``HF_DATASETS_OFFLINE=1``)
+the hub is not contacted at all and :class:`HubUnavailableError` says how to fetch the dataset.
 """
 
 from __future__ import annotations
 
-import os
-from typing import Any
+from pathlib import Path
 
-__all__ = ["HubUnavailableError", "hub_offline", "load_hub_rows"]
-
-_TRUTHY = {"1", "true", "yes", "on"}
+__all__ = ["HubUnavailableError", "dataset_snapshot"]
 
 
 class HubUnavailableError(RuntimeError):
-    """The benchmark cannot be fetched from the hub (offline, package missing, network error)."""
+    """The benchmark cannot be read from the hub (offline, package missing, network error)."""
 
 
-def hub_offline() -> bool:
-    """True when ``HF_HUB_OFFLINE`` or ``HF_DATASETS_OFFLINE`` forbids hub access."""
-    return any(
-        os.environ.get(var, "").strip().lower() in _TRUTHY
-        for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+def dataset_snapshot(
+    repo: str, *, revision: str | None = None, benchmark: str | None = None
+) -> Path:
+    """The snapshot directory of dataset repository ``repo`` (at ``revision``) in the local hub
+    cache, downloaded into it first when absent and the hub is allowed. ``benchmark`` (a known
+    benchmark's name) adds the hint to pass a local copy instead."""
+    from calibdcd.model_refs import download_command, fetch_one, hub_offline
+
+    ref = repo + (f"@{revision}" if revision else "")
+    what = f"hub dataset {ref}" if benchmark is None else f"{benchmark!r} (hub dataset {ref})"
+    fetch = (
+        f"fetch it once with `calibdcd models fetch CONFIG` or `{download_command(ref, 'dataset')}`"
     )
-
-
-def _local_hint(benchmark: str) -> str:
-    return (
-        f"pass a local copy instead: load_benchmark({benchmark!r}, path='/path/to/file-or-dir') "
+    local = (
+        ""
+        if benchmark is None
+        else f"; or pass a local copy: load_benchmark({benchmark!r}, path='/path/to/file-or-dir') "
         f"or `calibdcd data show {benchmark} --path /path/to/file-or-dir`"
     )
-
-
-def load_hub_rows(
-    repo: str,
-    *,
-    benchmark: str,
-    config: str | None = None,
-    split: str = "train",
-    revision: str | None = None,
-) -> list[dict[str, Any]]:
-    """All rows of ``repo`` (config ``config``, split ``split``) as plain dicts."""
-    where = f"hf://datasets/{repo}" + (f" (config {config!r})" if config else "") + f" [{split}]"
-    if hub_offline():
+    got = fetch_one(ref, "dataset")  # the local hub cache first; no request when it is there
+    if got.resolved is not None:
+        return got.resolved.path
+    if hub_offline("dataset"):
         raise HubUnavailableError(
-            f"cannot load {benchmark!r} from {where}: the Hugging Face hub is disabled "
-            f"(HF_HUB_OFFLINE=1) and the dataset is not in the local hub cache; fetch it once "
-            f"with `calibdcd models fetch CONFIG` (or `hf download --repo-type dataset {repo}`), "
-            f"or {_local_hint(benchmark)}"
+            f"{what} is not in the local hub cache and the hub is disabled "
+            f"(HF_HUB_OFFLINE=1): {fetch}{local}"
         )
-    try:
-        import datasets  # optional dependency: pip install 'calibdcd[data]'
-    except ImportError as e:
-        raise HubUnavailableError(
-            f"loading {benchmark!r} from {where} needs the `datasets` package "
-            f"(pip install 'calibdcd[data]'); or {_local_hint(benchmark)}"
-        ) from e
-    try:
-        ds = datasets.load_dataset(repo, name=config, split=split, revision=revision)
-    except Exception as e:  # network, auth, missing split: all mean "not available here"
-        raise HubUnavailableError(
-            f"could not load {benchmark!r} from {where}: {type(e).__name__}: {e}; "
-            f"{_local_hint(benchmark)}"
-        ) from e
-    return [dict(row) for row in ds]
+    raise HubUnavailableError(f"could not fetch {what}: {got.error}; {fetch}{local}")
