@@ -207,3 +207,19 @@ def test_empty_completions_are_warned_and_recorded_by_fit_and_score(audit, tmp_p
         assert res.exit_code == 0, res.output
         summary = json.loads((tmp_path / "s.jsonl").read_text().splitlines()[0])
         assert any("were empty" in w for w in summary["warnings"]), summary
+
+
+def test_a_diagnosed_mistake_is_redacted_with_its_cause_in_the_debug_traceback(tmp_path):
+    """A mistake a command explains itself (here `data show` of a file with a bad label) leaves
+    on the one error path: one line without the traceback hint, a URL's password masked (the
+    command's own handler printed it as it was), and with CALIBDCD_DEBUG=1 the traceback of
+    the error it explains."""
+    bad = tmp_path / "bad.jsonl"
+    rows = [{"text": "a b c", "label": "http://user:hunter2@host/x"}, {"text": "d", "label": 0}]
+    bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = _invoke("data", "show", str(bad))
+    _one_line_error(res, f"{bad}, line 1: label 'http://***@host/x' is not 0/1")
+    assert "hunter2" not in res.output and "CALIBDCD_DEBUG" not in res.output, res.output
+    res = _invoke("data", "show", str(bad), env={"CALIBDCD_DEBUG": "1"})
+    assert res.exit_code == 2 and "hunter2" not in res.output
+    assert "Traceback" in res.output and "DataError" in res.output, res.output

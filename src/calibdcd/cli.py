@@ -145,8 +145,9 @@ def schema(
     import json
 
     if what != "result":
-        typer.echo(f"error: unknown schema {what!r}; known: result", err=True)
-        raise typer.Exit(2)
+        from calibdcd.errors import CommandError
+
+        raise CommandError(f"unknown schema {what!r}; known: result")
     from calibdcd.results import result_json_schema
 
     typer.echo(json.dumps(result_json_schema(), indent=2, sort_keys=True))

@@ -11,7 +11,15 @@ from collections.abc import Callable
 
 from calibdcd.redact import redact
 
-__all__ = ["DEBUG_VAR", "block", "exit_code", "one_line", "render", "show_warning_line"]
+__all__ = [
+    "DEBUG_VAR",
+    "CommandError",
+    "block",
+    "exit_code",
+    "one_line",
+    "render",
+    "show_warning_line",
+]
 
 DEBUG_VAR = "CALIBDCD_DEBUG"
 
@@ -21,6 +29,20 @@ _PLAIN = (
     "ConfigError", "FileNotFoundError", "IsADirectoryError", "NotADirectoryError",
     "FileExistsError", "PermissionError", "TargetMismatchError", "BundleIntegrityError",
 )  # fmt: skip
+
+
+class CommandError(Exception):
+    """A mistake a command diagnosed and explains in full (a bad option, file, config or
+    bundle): printed on the one error path as ``error: MESSAGE``, redacted, on the lines the
+    message has (a config's list of problems), without its type or the traceback hint; exit 2
+    (a user mistake) unless ``exit_code`` says otherwise. Raise it ``from`` the error it
+    explains, so ``CALIBDCD_DEBUG=1`` shows where that came from."""
+
+    cli_block = True
+
+    def __init__(self, message: object, *, exit_code: int = 2):
+        super().__init__(str(message))
+        self.exit_code = exit_code
 
 
 def one_line(exc: BaseException) -> str:

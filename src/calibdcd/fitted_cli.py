@@ -20,6 +20,7 @@ from typing import Annotated, Any
 import typer
 
 from calibdcd.detectors.registry import registered_detectors
+from calibdcd.errors import CommandError
 
 #: ``--detector``'s choices, as registered (the paper's, the overlap baseline, the attacks)
 _DETECTORS = " / ".join(registered_detectors())
@@ -114,8 +115,7 @@ def _preflight(section: Any, spec: Mapping[str, Any], cache: Path) -> None:
     try:
         said = preflight_target(_target_entry(section), _planned_detector(spec, cache).logprobs)
     except ValueError as exc:
-        typer.echo(f"error: target: {exc}", err=True)
-        raise typer.Exit(2) from None
+        raise CommandError(f"target: {exc}") from exc
     if said is not None:
         typer.echo(f"target: {said}", err=True)
 
@@ -373,8 +373,7 @@ def fit_command(
             preset=preset, fpr=fpr, reach=dry_run,
         )  # fmt: skip
     except (OSError, ValueError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        raise CommandError(exc) from exc
     cache_dir = cache_dir.expanduser().resolve() if cache_dir is not None else cfg.cache_root()
     _check_fit_output(cfg, config, out)  # in the dry run as in the real one
     if dry_run:
@@ -454,8 +453,7 @@ def _fit(cfg: Any, cache_dir: Path, progress: bool) -> Any:
     try:
         target, record, views = _target_parts(cfg, cache_dir, progress=progress)
     except ServerTemplateError as exc:  # the served chat template cannot be had: one line
-        typer.echo(f"error: target views: {exc}", err=True)
-        raise typer.Exit(2) from None
+        raise CommandError(f"target views: {exc}") from exc
     dt = cfg.detector
     spec = _section_spec(dt)
     # lab references resolve (and build) under this fit's cache root, in the build
@@ -527,8 +525,7 @@ def score_command(
     """Score texts with a fitted bundle: per-text score, p-value, decision; set-level test;
     an HTML report beside the scores."""
     if not 0.0 < alpha < 1.0:
-        typer.echo(f"error: --alpha must lie in (0, 1), got {alpha:g}", err=True)
-        raise typer.Exit(2)
+        raise CommandError(f"--alpha must lie in (0, 1), got {alpha:g}")
 
     from calibdcd.fitted.report import report_path, write_report
     from calibdcd.paths import cache_root, check_output
@@ -583,22 +580,16 @@ def _bundle_target(bundle: Path, *, model: str | None, base_url: str | None) -> 
     try:
         header = read_bundle_header(bundle)
     except (OSError, BundleIntegrityError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        raise CommandError(exc) from exc
     t = dict(header["target"])
     if base_url is None and MASK in json.dumps(t["options"].get("base_url")):
-        typer.echo(
-            f"error: {bundle}: the fit's base_url held credentials, which a bundle does not "
-            "keep; pass the server with --base-url",
-            err=True,
+        raise CommandError(
+            f"{bundle}: the fit's base_url held credentials, which a bundle does not "
+            "keep; pass the server with --base-url"
         )
-        raise typer.Exit(2)
     if base_url is not None:
         if "base_url" not in backend_options(t["backend"]):
-            typer.echo(
-                f"error: --base-url is for served targets; this one is {t['backend']}", err=True
-            )
-            raise typer.Exit(2)
+            raise CommandError(f"--base-url is for served targets; this one is {t['backend']}")
         t["options"] = {**t["options"], "base_url": base_url}
     tsec = TargetSection(
         name="target", backend=t["backend"], model=model or t["model"],
@@ -630,8 +621,7 @@ def _load_bundle(bundle: Path, record: dict[str, Any], allow_unverified: bool) -
     try:
         return FittedDetector.load(bundle, target=record, allow_unverified=allow_unverified)
     except (TargetMismatchError, BundleIntegrityError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        raise CommandError(exc) from exc
 
 
 def _suspect_texts(texts: Path) -> tuple[list[str], list[str | None]]:
@@ -641,8 +631,7 @@ def _suspect_texts(texts: Path) -> tuple[list[str], list[str | None]]:
     try:
         suspect = load_texts(texts)
     except (OSError, ValueError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        raise CommandError(exc) from exc
     return list(suspect.texts), list(suspect.ids)
 
 

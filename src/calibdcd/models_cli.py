@@ -11,6 +11,8 @@ from typing import Annotated
 
 import typer
 
+from calibdcd.errors import CommandError
+
 app = typer.Typer(
     help=(
         "Models and hub datasets a config names (hub ids, local paths): list them, fetch the "
@@ -44,8 +46,7 @@ def _uses(config: Path):
             return models_in_fit_config(load_fit_config(config))
         return models_in_config(load_config(config))
     except (ConfigError, ValueError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        raise CommandError(exc) from exc
 
 
 @app.command(
@@ -197,8 +198,7 @@ def export_command(
         _check_export_dir(out)
         src = _export_source(spec, cache_dir)
     except (ValueError, OSError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        raise CommandError(exc) from exc
     if out.is_dir():
         out.rmdir()  # empty (checked): atomic_directory publishes only where nothing is
     files = [f for f in sorted(src.iterdir()) if f.is_file()]
@@ -213,7 +213,6 @@ def export_command(
                     pass
             shutil.copyfile(real, tmp / f.name)
     if not (out / "config.json").is_file():  # published concurrently by another process
-        typer.echo(f"error: {out}: was written by another process meanwhile", err=True)
-        raise typer.Exit(1)
+        raise CommandError(f"{out}: was written by another process meanwhile", exit_code=1)
     size = sum(f.stat().st_size for f in out.iterdir()) / 2**20
     typer.echo(f"exported {spec} to {out} ({len(files)} files, {size:.0f} MiB)")

@@ -20,6 +20,7 @@ from calibdcd.data.hub import HubUnavailableError
 from calibdcd.data.protocol import SplitConfig, resolve_subsample_size, split_benchmark
 from calibdcd.data.types import Benchmark
 from calibdcd.data.validation import DataError
+from calibdcd.errors import CommandError
 
 app = typer.Typer(
     help="Inspect DCD benchmarks and the paper's split protocol.", no_args_is_help=True
@@ -131,8 +132,7 @@ def show(
             except ValueError as e:
                 sp, split_error = None, str(e)
         except (DataError, HubUnavailableError, FileNotFoundError, ValueError) as e:
-            typer.echo(f"error: {e}", err=True)
-            raise typer.Exit(code=2) from None
+            raise CommandError(e) from e
     for w in caught:
         typer.echo(f"warning: {w.message}", err=True)
 

@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from calibdcd.errors import CommandError
+
 __all__ = ["demo_command", "finish_dry_run", "report_command", "run_command"]
 
 
@@ -87,17 +89,11 @@ def run_command(
 
     try:
         part = parse_shard(shard) if shard is not None else None
-    except ValueError as exc:
-        echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
-    try:
         cfg, config_problems = read_config(config, cache_dir=cache_dir)
-    except ConfigError as exc:
-        echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    except (ValueError, ConfigError) as exc:
+        raise CommandError(exc) from exc
     if config_problems and not dry_run:
-        echo(f"error: {ConfigError('', '', str(config), problems=config_problems)}", err=True)
-        raise typer.Exit(2)
+        raise CommandError(ConfigError("", "", str(config), problems=config_problems))
     if dry_run:
         # every problem at once: the config's (with lines), then what needs the files and models
         problems = [p.render(str(config)) for p in config_problems]
@@ -193,8 +189,7 @@ def report_command(
             keys = [k.strip() for k in tables.split(",") if k.strip()] if tables else None
             used = write_readme(run_dir, readme, name, keys)
     except (OSError, ValueError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        raise CommandError(exc) from exc
     typer.echo(f"report: {html}")
     if readme is not None:
         typer.echo(f"{readme}: results block {used!r} rewritten")
@@ -255,7 +250,6 @@ def demo_command(
             log=typer.echo,
         )
     except ValueError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        raise CommandError(exc) from exc
     typer.echo(text)
     typer.echo(f"report: {html}")
