@@ -34,8 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from calibdcd.atomic import write_json
-from calibdcd.provenance import commit_label, measured_on
+from calibdcd.provenance import commit_label, measured_on, save_measurement
 
 ANSWER = json.dumps(
     {"id": "cmpl-0", "model": "bench", "choices": [{"text": " a fixed completion", "index": 0}]}
@@ -160,8 +159,7 @@ def main() -> None:
         "command": "python benchmarks/client_throughput.py " + " ".join(sys.argv[1:]),
         "rows": rows,
     }
-    if args.out is not None:
-        write_json(args.out, record)
+    save_measurement(args.out, record)
     if args.write is not None:
         from calibdcd.report.readme import write_block
 

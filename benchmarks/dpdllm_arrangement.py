@@ -197,11 +197,11 @@ def main(argv: list[str] | None = None) -> int:
         )
     # no machine path in the results: the cache and the run directory by name only
     recorded = {k: (v.name if isinstance(v, Path) else str(v)) for k, v in vars(args).items()}
-    (run_dir / "arrangement.json").write_text(
-        json.dumps(
-            {"args": recorded, "rows": rows, "over_seeds": over_seeds, "seconds": seconds},
-            indent=2,
-        )
+    from calibdcd.provenance import save_measurement
+
+    save_measurement(
+        run_dir / "arrangement.json",
+        {"args": recorded, "rows": rows, "over_seeds": over_seeds, "seconds": seconds},
     )
     return 0
 

@@ -43,7 +43,7 @@ from calibdcd.detectors.dpdllm import DPDLLM, DPDLLMConfig, ReferenceLMConfig
 from calibdcd.lab.clean_reference import CleanReferenceConfig, ensure_clean_reference
 from calibdcd.metrics import auc, tpr_at_fpr
 from calibdcd.paths import cache_root
-from calibdcd.provenance import measured_on
+from calibdcd.provenance import measured_on, save_measurement
 from calibdcd.targets.cache import CachedTarget
 from calibdcd.targets.hf import HFTarget
 
@@ -213,21 +213,15 @@ def main(argv: list[str] | None = None) -> int:
             f"| {r['model']} | {r['auc']:.3f} | {r['tpr@5%fpr']:.3f} | {sec['generation']:.1f} | "
             f"{sec['features']:.2f} | {sec['classifier']:.4f} |"
         )
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(
-            json.dumps(
-                {
-                    "args": {k: str(v) for k, v in vars(args).items()},
-                    "config": repr(det.config),
-                    **measured_on(torch=True),
-                    "reference_base": str(ref_base),
-                    "reference": ref_info,
-                    "results": results,
-                },
-                indent=2,
-            )
-        )
+    record = {
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "config": repr(det.config),
+        **measured_on(torch=True),
+        "reference_base": str(ref_base),
+        "reference": ref_info,
+        "results": results,
+    }
+    save_measurement(args.out, record)
     return 0
 
 

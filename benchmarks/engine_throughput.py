@@ -177,7 +177,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from calibdcd.paths import strip_locations
-    from calibdcd.provenance import measured_on
+    from calibdcd.provenance import measured_on, save_measurement
     from calibdcd.targets import GenerationParams
     from calibdcd.targets.cache import CachedTarget
     from calibdcd.targets.openai import OpenAITarget, request_seed
@@ -258,9 +258,7 @@ def main() -> None:
         + " ".join(strip_locations(sys.argv[1:])),
     }
     print(json.dumps({k: record[k] for k in ("calibdcd_over_plain", "same_texts_share")}))
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(record, indent=2) + "\n")
+    save_measurement(args.out, record)
 
 
 if __name__ == "__main__":

@@ -137,8 +137,9 @@ def run(args: argparse.Namespace) -> None:
             flush=True,
         )
     out["labels"] = y_out.tolist()
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=1))
+    from calibdcd.provenance import save_measurement
+
+    save_measurement(args.out, out)
 
 
 def summary(args: argparse.Namespace) -> None:

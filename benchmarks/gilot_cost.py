@@ -121,7 +121,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="write the figures there")
     args = ap.parse_args()
 
-    from calibdcd.provenance import measured_on
+    from calibdcd.provenance import measured_on, save_measurement
 
     texts, pool = _texts(args.texts, args.n_texts, args.prompt_fraction)
     proxies = [
@@ -143,8 +143,7 @@ def main() -> None:
         ),
     }
     print(json.dumps(result, indent=2))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    save_measurement(args.json, result)
 
 
 if __name__ == "__main__":

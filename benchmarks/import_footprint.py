@@ -27,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "src"))
 
-from calibdcd.provenance import measured_on  # noqa: E402
+from calibdcd.provenance import measured_on, save_measurement  # noqa: E402
 from client_throughput import start_stub_server  # noqa: E402
 
 _CHILD = """\
@@ -116,9 +116,7 @@ def main() -> None:
         "rows": rows,
         "torch_first_over_as_run": round(ratio, 2),
     }
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(record, indent=2) + "\n")
+    save_measurement(args.out, record)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ def main() -> None:
     import torch
 
     from calibdcd.detectors.veilprobe.ot import cosine_cost, ot_distance, ot_distances
-    from calibdcd.provenance import measured_on
+    from calibdcd.provenance import measured_on, save_measurement
 
     rng = np.random.default_rng(args.seed)
     emb = rng.normal(size=(args.vocab, args.hidden)).astype(np.float32)
@@ -80,8 +80,7 @@ def main() -> None:
         "max_relative_difference": rel,
     }
     print(json.dumps(result, indent=2))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    save_measurement(args.json, result)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
-import json
 import os
 import re
 import subprocess
@@ -158,7 +157,9 @@ def main() -> None:
             print("$", " ".join(cmd), flush=True)
             subprocess.run(cmd, check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     rows = summary(args.out, args.lab_seeds)
-    (args.out / "bands.json").write_text(json.dumps(rows, indent=2) + "\n")
+    from calibdcd.provenance import save_measurement
+
+    save_measurement(args.out / "bands.json", rows)
     print("| lab seed | target | detector | AUC (uncalibrated, split-seed mean) | band | in band |")
     print("|---|---|---|---|---|---|")
     for r in rows:

@@ -45,7 +45,7 @@ from typing import Any
 
 import yaml
 
-from calibdcd.provenance import resumed_phrase
+from calibdcd.provenance import resumed_phrase, save_measurement
 from calibdcd.report.aggregate import (
     COMPARISONS,
     load_results,
@@ -279,8 +279,7 @@ def main() -> None:
     rows = pooled(args.runs, detectors=None if args.detectors is None else tuple(args.detectors))
     where = provenance(args.runs)
     text = where + "\n\n" + table(rows) + "\n\n" + LEGEND
-    if args.out:
-        args.out.write_text(json.dumps({"provenance": where, "rows": rows}, indent=2) + "\n")
+    save_measurement(args.out, {"provenance": where, "rows": rows})
     if args.readme:
         write_block(args.readme, args.name, text)
     print(text)

@@ -199,10 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     res = profile(args.preset, args.device, args.steps, args.warmup, args.profile_steps)
     res["prediction"] = predict(res)
     print(json.dumps(res, indent=2))
-    if args.json:
-        from calibdcd.atomic import write_json
+    from calibdcd.provenance import save_measurement
 
-        write_json(args.json, res)
+    save_measurement(args.json, res)
     return 0
 
 

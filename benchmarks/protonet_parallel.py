@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import numpy as np
 
 from calibdcd.experiment.analyses import HALF_SAMPLE_SPLITS, half_sample_indices
+from calibdcd.provenance import measured_on, save_measurement
 
 
 def _data(dim: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -78,10 +79,10 @@ def main() -> None:
         "pool_s": round(t_par, 2),
         "speedup": round(t_seq / t_par, 2),
         "bitwise_equal": same,
+        **measured_on(torch=True),
     }
     print(json.dumps(out, indent=2))
-    if a.json:
-        a.json.write_text(json.dumps(out, indent=2) + "\n")
+    save_measurement(a.json, out)
 
 
 if __name__ == "__main__":

@@ -65,7 +65,7 @@ def main() -> int:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from calibdcd.provenance import measured_on
+    from calibdcd.provenance import measured_on, save_measurement
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -104,11 +104,7 @@ def main() -> int:
         **measured_on(torch=True),
         "rows": rows,
     }
-    if args.out:
-        from calibdcd.atomic import write_json
-
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        write_json(args.out, result)
+    save_measurement(args.out, result)
     return 0
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from calibdcd.provenance import measured_on  # noqa: E402
+from calibdcd.provenance import measured_on, save_measurement  # noqa: E402
 from client_throughput import start_stub_server  # noqa: E402
 
 
@@ -102,9 +102,7 @@ def main() -> None:
         "goal": "peak RSS < 600 MB at 100,000 texts",
         "rows": rows,
     }
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(record, indent=2) + "\n")
+    save_measurement(args.out, record)
 
 
 if __name__ == "__main__":

@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is None:
         ap.error("--out is required")
 
-    from calibdcd.provenance import measured_on
+    from calibdcd.provenance import measured_on, save_measurement
     from calibdcd.targets.hf import HFTarget
     from calibdcd.targets.openai import OpenAITarget
     from calibdcd.targets.serve import (
@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     }
 
     def save() -> None:  # after every part: a crash (or a killed session) keeps what was measured
-        out_json.write_text(json.dumps(result, indent=1) + "\n")
+        save_measurement(out_json, result)
 
     local = HFTarget(served, device="cpu", batch_size=64)
     extra = args.server_args.split()

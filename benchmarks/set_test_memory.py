@@ -334,9 +334,9 @@ def main() -> None:
         },
         "rows": rows,
     }
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(record, indent=2) + "\n")
+    from calibdcd.provenance import save_measurement
+
+    save_measurement(args.out, record)
 
 
 if __name__ == "__main__":

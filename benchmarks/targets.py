@@ -36,8 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import torch
 
-from calibdcd.atomic import write_json
-from calibdcd.provenance import commit_label
+from calibdcd.provenance import commit_label, save_measurement
 from calibdcd.report.readme import write_block
 from calibdcd.targets import GenerationParams
 from calibdcd.targets.cache import CachedTarget
@@ -318,8 +317,7 @@ def main() -> None:
             f"HFTarget / model.generate (tokens/s, batch 16): median {row['ratio_median']:.2f}x "
             f"over {len(runs)} runs, range {ratios[0]:.2f}-{ratios[-1]:.2f} (goal >= 0.8x)"
         )
-        if args.json:
-            write_json(args.json, row)
+        save_measurement(args.json, row)
         if args.write:
             write_block(args.write, "generation-parity", parity_table(row))
         return
@@ -331,8 +329,7 @@ def main() -> None:
     results: dict = {"model": str(model_dir)}
 
     def save() -> None:  # after every part: a run cut short keeps what it measured
-        if args.json:
-            args.json.write_text(json.dumps(results, indent=1))
+        save_measurement(args.json, results)
 
     results["batching"] = bench_batching(model_dir, n, params, args.device, args.dtype)
     print("batching:", json.dumps(results["batching"], indent=1), flush=True)

@@ -23,8 +23,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import platform
-import sys
 import time
 from pathlib import Path
 
@@ -104,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from calibdcd.detectors.veilprobe import VeilProbe
     from calibdcd.metrics import auc, tpr_at_fpr
+    from calibdcd.provenance import measured_on, save_measurement
     from calibdcd.targets.cache import CachedTarget
     from calibdcd.targets.hf import HFTarget
 
@@ -126,8 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         "seeds": seeds,
         "config": {**cfg.as_dict(), "cache_dir": None},  # a machine path, not a setting
         "torch_threads": args.threads,
-        "platform": platform.platform(),
-        "python": sys.version.split()[0],
+        **measured_on(torch=True),
         "models": {},
     }
     gen_cache = Path(args.cache_dir) / "generations.sqlite"
@@ -177,11 +175,7 @@ def main(argv: list[str] | None = None) -> int:
             + "  ".join(f"{k} {v:.1f}s" for k, v in res["seconds"].items()),
             flush=True,
         )
-    if args.out:
-        from calibdcd.atomic import write_json
-
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        write_json(args.out, results)
+    save_measurement(args.out, results)
     return 0
 
 

@@ -222,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     from calibdcd.detectors.veilprobe import VeilProbe, VeilProbeConfig
     from calibdcd.lab import load_ground_truth
     from calibdcd.metrics import auc, tpr_at_fpr
+    from calibdcd.provenance import save_measurement
     from calibdcd.targets.cache import CachedTarget
     from calibdcd.targets.hf import HFTarget
     from calibdcd.views import universal_views
@@ -284,9 +285,7 @@ def main(argv: list[str] | None = None) -> int:
             previous = old.get("models", {})
 
     def save() -> None:
-        if args.out:  # after every toggle, so an interrupted run keeps what it measured
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps(results, indent=2))
+        save_measurement(args.out, results)  # after every toggle: a cut run keeps its figures
 
     for model in args.models:
         target = CachedTarget(HFTarget(str(lab / model), batch_size=32), gen_cache)

@@ -175,3 +175,30 @@ def test_measured_on_names_the_machine_and_the_commit_a_benchmark_ran():
     if re.fullmatch(r"[0-9a-f]{40}", head):  # (a checkout without git: nothing to compare)
         assert rec["git"]["commit"] == head and isinstance(rec["git"]["dirty"], bool)
     json.dumps(rec)  # a record the scripts write as it is
+
+
+def test_every_benchmark_stores_its_record_through_save_measurement(tmp_path):
+    """One way a benchmark stores what it measured (provenance.save_measurement): its folder
+    made, atomically (no temporary file left), numpy values as JSON; no script in benchmarks/
+    writes a record by hand (several did, non-atomically, one without its folder)."""
+    import re
+
+    import numpy as np
+
+    from calibdcd.provenance import measured_on, save_measurement
+
+    assert save_measurement(None, {"x": 1}) is None
+    out = tmp_path / "new" / "deeper" / "figures.json"
+    rec = {**measured_on(), "seconds": np.float64(1.5), "n": np.int64(3)}
+    assert save_measurement(out, rec) == out
+    assert json.loads(out.read_text())["seconds"] == 1.5 and sorted(
+        p.name for p in out.parent.iterdir()
+    ) == ["figures.json"]
+    by_hand = re.compile(r"write_text\(\s*json\.dumps|\bwrite_json\(")
+    offenders = [
+        f.name
+        for f in sorted((REPO / "benchmarks").glob("*.py"))
+        # import_footprint writes the run config it measures (JSON as YAML), not a record
+        if by_hand.search(f.read_text()) and f.name != "import_footprint.py"
+    ]
+    assert offenders == [], offenders

@@ -47,6 +47,7 @@ __all__ = [
     "record_start",
     "resumed_phrase",
     "run_environment",
+    "save_measurement",
     "setting_provenance",
     "start_record",
 ]
@@ -201,6 +202,20 @@ def measured_on(*, torch: bool = False) -> dict[str, Any]:
         "torch": getattr(sys.modules.get("torch"), "__version__", None),
         "git": git_commit(),
     }
+
+
+def save_measurement(path: str | Path | None, record: Any) -> Path | None:
+    """Write a benchmark's record (:func:`measured_on` and its numbers) to ``path`` as indented
+    JSON, atomically (a crash leaves the previous file or none), creating its folder; the one
+    way every script in ``benchmarks/`` stores what it measured. ``None``: nothing written."""
+    if path is None:
+        return None
+    from calibdcd.atomic import write_json
+
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_json(out, record)
+    return out
 
 
 def _torch_info(load: bool = True) -> dict[str, Any]:
