@@ -624,6 +624,18 @@ def test_cli_show_wikimia():
     assert any(line.split()[:3] == ["member", "(1)", "284"] for line in lines)
 
 
+@needs_data
+def test_cli_show_prints_a_warning_even_when_an_error_follows():
+    """A warning raised while reading (arXivTection's blank passage dropped) prints on the one
+    warning line even when the command then stops on an error (it was recorded and lost)."""
+    args = ["data", "show", "arxivtection", "--path", str(DATA / "arXivTection")]
+    res = CliRunner().invoke(app, [*args, "--subsample", "lots"])
+    assert res.exit_code == 2, res.output
+    warned = [ln for ln in res.output.splitlines() if ln.startswith("warning: ")]
+    assert len(warned) == 1 and "dropped 1 record(s) with empty text (line 615)" in warned[0]
+    assert "expected 'paper', 'all' or an integer" in res.output  # the usage error itself
+
+
 def test_cli_show_generic_file_and_errors(tmp_path, monkeypatch):
     rows = [{"text": f"t{i} word", "label": i % 2} for i in range(240)]
     f = write_jsonl(tmp_path / "g.jsonl", rows)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from typing import Annotated
 
 import numpy as np
@@ -103,38 +102,35 @@ def show(
     seed: Annotated[int, typer.Option(help="protocol seed")] = 0,
 ) -> None:
     """Print label counts, text lengths and the protocol's split sizes for one benchmark."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    # warnings print as they arise, redacted, on the one error path's warning line
+    try:
+        if _is_hub_id(name, path):
+            pair = tuple(pairs.split(",")) if pairs else None
+            if pair is not None and len(pair) != 2:
+                raise ValueError(f"--pairs takes MEMBER,NONMEMBER columns, got {pairs!r}")
+            bench = load_hub_benchmark(
+                name, config=config, split=split, revision=revision,
+                text_field=text_field, label_field=label_field, dedupe=dedupe,
+                pair_fields=pair,  # type: ignore[arg-type]
+            )  # fmt: skip
+        else:
+            bench = load_benchmark(
+                name,
+                path=path,
+                split=split,
+                text_field=text_field,
+                label_field=label_field,
+                dedupe=dedupe,
+            )
+        config = SplitConfig(protocol=protocol, subsample=_parse_subsample(subsample))  # type: ignore[arg-type]
+        size = resolve_subsample_size(config, bench.name, bench.subset)
         try:
-            if _is_hub_id(name, path):
-                pair = tuple(pairs.split(",")) if pairs else None
-                if pair is not None and len(pair) != 2:
-                    raise ValueError(f"--pairs takes MEMBER,NONMEMBER columns, got {pairs!r}")
-                bench = load_hub_benchmark(
-                    name, config=config, split=split, revision=revision,
-                    text_field=text_field, label_field=label_field, dedupe=dedupe,
-                    pair_fields=pair,  # type: ignore[arg-type]
-                )  # fmt: skip
-            else:
-                bench = load_benchmark(
-                    name,
-                    path=path,
-                    split=split,
-                    text_field=text_field,
-                    label_field=label_field,
-                    dedupe=dedupe,
-                )
-            config = SplitConfig(protocol=protocol, subsample=_parse_subsample(subsample))  # type: ignore[arg-type]
-            size = resolve_subsample_size(config, bench.name, bench.subset)
-            try:
-                sp = split_benchmark(bench, config, seed=seed)
-                split_error = None
-            except ValueError as e:
-                sp, split_error = None, str(e)
-        except (DataError, HubUnavailableError, FileNotFoundError, ValueError) as e:
-            raise CommandError(e) from e
-    for w in caught:
-        typer.echo(f"warning: {w.message}", err=True)
+            sp = split_benchmark(bench, config, seed=seed)
+            split_error = None
+        except ValueError as e:
+            sp, split_error = None, str(e)
+    except (DataError, HubUnavailableError, FileNotFoundError, ValueError) as e:
+        raise CommandError(e) from e
 
     rep = bench.report
     out = [
