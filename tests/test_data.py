@@ -1010,3 +1010,23 @@ def test_any_hub_dataset_loads_offline_from_the_local_hub_cache(tmp_path, monkey
     assert "benchmarks[0] (mine-train): 40 texts from hf://datasets/someone/my-mia@c0ffee" in text
     assert "benchmarks[1] (gone): hub dataset someone/absent not fetched yet" in text
     assert "someone/absent: not in the local hub cache; used by benchmarks[1]" in text
+
+
+def test_dry_run_keeps_a_benchmarks_warning_beside_its_error(tmp_path):
+    """The dry run names a benchmark's problem (too few texts for the split) and keeps the
+    warning its reading raised before (repeated texts dropped), which it used to lose."""
+    from calibdcd.experiment import dry_run, load_config
+
+    rows = [{"text": f"t{i % 8} words here", "label": i % 2} for i in range(16)]
+    write_jsonl(tmp_path / "d.jsonl", rows)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "benchmarks:\n  - {name: mine, path: d.jsonl, dedupe: true}\n"
+        "targets: [{name: m, backend: openai, model: m, family: qwen2.5,"
+        " options: {base_url: 'http://127.0.0.1:9/v1'}}]\n"
+        "detectors: [overlap]\n"
+    )
+    lines, problems = dry_run(load_config(cfg))
+    assert any(p.startswith("benchmarks[0] (mine): ") for p in problems), problems
+    assert any("benchmarks[0] (mine): warning: " in ln and "8 duplicate text(s)" in ln
+               for ln in lines), lines  # fmt: skip

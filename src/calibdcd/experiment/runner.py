@@ -678,14 +678,15 @@ def _check_benchmark(
             lines.append(f"  {key}: hub dataset {repo} not fetched yet (see models below)")
             return
     seed = plan.config.seeds[0]
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
             bench = load_benchmark_file(b, planned.path, planned.id_field)
             split = split_benchmark(bench, planned.split, seed=seed)
-    except Exception as exc:
-        problems.append(f"{key}: {exc}")
-        return
+        except Exception as exc:
+            problems.append(f"{key}: {exc}")
+            lines.extend(f"  {key}: warning: {w.message}" for w in caught)  # not lost
+            return
     sz = split.sizes()
     sizes[b.label] = (int(sz["subsample"][0]), int(sz["calibration"][0]))
     lines.append(
