@@ -197,11 +197,17 @@ def main(argv: list[str] | None = None) -> int:
         )
     # no machine path in the results: the cache and the run directory by name only
     recorded = {k: (v.name if isinstance(v, Path) else str(v)) for k, v in vars(args).items()}
-    from calibdcd.provenance import save_measurement
+    from calibdcd.provenance import measured_on, save_measurement
 
     save_measurement(
         run_dir / "arrangement.json",
-        {"args": recorded, "rows": rows, "over_seeds": over_seeds, "seconds": seconds},
+        {
+            "args": recorded,
+            "rows": rows,
+            "over_seeds": over_seeds,
+            "seconds": seconds,
+            **measured_on(torch=True),
+        },
     )
     return 0
 

@@ -98,12 +98,15 @@ def run(args: argparse.Namespace) -> None:
     target = build_target(entry, cache / "generations.sqlite")
     record = target_record("hf", args.model, model_dir=lab / args.model, lab=args.lab)
     views = view_bank(None, str(lab / args.model), system="official")
+    from calibdcd.provenance import measured_on
+
     out: dict = {
         "seed": args.seed,
         "detector": args.detector,
         "n_outside": len(outside),
         "n_outside_nonmembers": int((y_out == 0).sum()),
         "settings": vars(args),
+        **measured_on(torch=True),
     }
     for mode in ("inductive", "transductive"):
         t0 = time.perf_counter()

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import torch
 
-from calibdcd.provenance import commit_label, save_measurement
+from calibdcd.provenance import commit_label, measured_on, save_measurement
 from calibdcd.report.readme import write_block
 from calibdcd.targets import GenerationParams
 from calibdcd.targets.cache import CachedTarget
@@ -295,7 +295,6 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(2)
     if args.parity:
-        from calibdcd.provenance import measured_on
         from calibdcd.targets.packaged import checkpoint_dir
 
         p = GenerationParams(max_new_tokens=48, temperature=1.0, top_p=1.0, n=1, seed=0)
@@ -326,7 +325,7 @@ def main() -> None:
     if args.model is None:
         print("building/loading the lab-sized model ...", flush=True)
     model_dir = args.model or cached_tiny_lm(LAB_SIZED)
-    results: dict = {"model": str(model_dir)}
+    results: dict = {"model": str(model_dir), **measured_on(torch=True)}
 
     def save() -> None:  # after every part: a run cut short keeps what it measured
         save_measurement(args.json, results)

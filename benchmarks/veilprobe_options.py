@@ -31,8 +31,6 @@ import argparse
 import dataclasses
 import json
 import os
-import platform
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -222,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     from calibdcd.detectors.veilprobe import VeilProbe, VeilProbeConfig
     from calibdcd.lab import load_ground_truth
     from calibdcd.metrics import auc, tpr_at_fpr
-    from calibdcd.provenance import save_measurement
+    from calibdcd.provenance import measured_on, save_measurement
     from calibdcd.targets.cache import CachedTarget
     from calibdcd.targets.hf import HFTarget
     from calibdcd.views import universal_views
@@ -267,8 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         "n_texts": len(texts),
         "views": [v.code for v in views],
         "torch_threads": args.threads,
-        "platform": platform.platform(),
-        "python": sys.version.split()[0],
+        **measured_on(torch=True),
         "toggles": {name: TOGGLES[name] for name in args.toggles},
         "models": {},
     }

@@ -183,7 +183,7 @@ def test_directory_without_the_split_file():
 # --- hub and registry --------------------------------------------------------------------------
 def test_hub_offline_error_names_a_local_path(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(HubUnavailableError, match=r"swj0419/WikiMIA.*HF_HUB_OFFLINE=1.*path="):
+    with pytest.raises(HubUnavailableError, match=r"swj0419/WikiMIA.*HF_HUB_OFFLINE is set.*path="):
         load_benchmark("WikiMIA", split=128)
     with pytest.raises(HubUnavailableError, match="avduarte333/BookTection"):
         load_benchmark("booktection")
@@ -624,15 +624,15 @@ def test_cli_show_wikimia():
     assert any(line.split()[:3] == ["member", "(1)", "284"] for line in lines)
 
 
-@needs_data
-def test_cli_show_prints_a_warning_even_when_an_error_follows():
-    """A warning raised while reading (arXivTection's blank passage dropped) prints on the one
-    warning line even when the command then stops on an error (it was recorded and lost)."""
-    args = ["data", "show", "arxivtection", "--path", str(DATA / "arXivTection")]
-    res = CliRunner().invoke(app, [*args, "--subsample", "lots"])
+def test_cli_show_prints_a_warning_even_when_an_error_follows(tmp_path):
+    """A warning raised while reading (repeated texts dropped) prints on the one warning line
+    even when the command then stops on an error (it was recorded and lost)."""
+    rows = [{"text": f"t{i % 8} words here", "label": i % 2} for i in range(16)]
+    f = write_jsonl(tmp_path / "d.jsonl", rows)
+    res = CliRunner().invoke(app, ["data", "show", str(f), "--dedupe", "--subsample", "lots"])
     assert res.exit_code == 2, res.output
     warned = [ln for ln in res.output.splitlines() if ln.startswith("warning: ")]
-    assert len(warned) == 1 and "dropped 1 record(s) with empty text (line 615)" in warned[0]
+    assert len(warned) == 1 and "8 duplicate text(s)" in warned[0], res.output
     assert "expected 'paper', 'all' or an integer" in res.output  # the usage error itself
 
 
@@ -762,7 +762,7 @@ def test_a_named_benchmark_is_fetched_once_into_the_hub_cache_then_read_offline(
     finally:
         hub.close()
     assert first.returncode == 0, first.stderr
-    assert f"hf://datasets/swj0419/BookMIA@{commit[:12]}" in first.stdout
+    assert f"hf://datasets/swj0419/BookMIA@{commit}/data/BookMIA.jsonl" in first.stdout
     assert "member (1)            6" in first.stdout
     snap = cache / "datasets--swj0419--BookMIA" / "snapshots" / commit / "data" / "BookMIA.jsonl"
     assert snap.read_bytes() == _jsonl_bytes(books)
@@ -773,7 +773,7 @@ def test_a_named_benchmark_is_fetched_once_into_the_hub_cache_then_read_offline(
     assert wrong.returncode == 2
     [line] = wrong.stderr.strip().splitlines()[-1:]
     assert line.startswith(
-        f"error: hf://datasets/swj0419/WikiMIA@{commit[:12]}/data/WikiMIA_length128.jsonl, "
+        f"error: hf://datasets/swj0419/WikiMIA@{commit}/data/WikiMIA_length128.jsonl, "
         "line 1: no text column"
     ), wrong.stderr
     assert absent.returncode == 2
@@ -787,6 +787,44 @@ def test_a_named_benchmark_is_fetched_once_into_the_hub_cache_then_read_offline(
                                              "HF_ENDPOINT": "http://127.0.0.1:9"})  # fmt: skip
     assert gone.returncode == 2
     assert "'bookmia' (hub dataset swj0419/BookMIA): the hub cannot be reached (" in gone.stderr
+
+
+def test_a_hub_benchmark_in_a_layout_its_patterns_do_not_know_is_read_by_datasets(tmp_path):
+    """A known benchmark's repository whose files are not named as the local copies are (here
+    BookTection as `data/train-00000-of-00001.csv`) is read from its snapshot by `datasets`
+    (the split its card defines), DE-COP handling and all; a snapshot holding no data at all
+    is one line naming the repository, what was looked for and the files it holds."""
+    pytest.importorskip("datasets")
+    from hub_support import FakeHub
+
+    commit = "e" * 40
+    rows = [(f"medium passage {i}", f"Book_{i % 3}", i % 2, "medium") for i in range(8)]
+    rows += [(f"small passage {i}", "Book_9", i % 2, "small") for i in range(4)]
+    csv_bytes = write_decop_csv(tmp_path / "x.csv", rows).read_bytes()
+    hub = FakeHub(
+        {},
+        datasets={
+            "avduarte333/BookTection": (commit, {"data/train-00000-of-00001.csv": csv_bytes}),
+            "avduarte333/arXivTection": (commit, {"README.md": b"# nothing here", "a.txt": b""}),
+        },
+    )
+    online = {"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_ENDPOINT": hub.url,
+              "HF_HUB_OFFLINE": "0", "HF_DATASETS_OFFLINE": "0", "HF_TOKEN": "",
+              "HF_DATASETS_CACHE": str(tmp_path / "datasets")}  # fmt: skip
+    try:
+        shown = _data_cli("show", "booktection", "--subsample", "all", env=online)
+        empty = _data_cli("show", "arxivtection", env=online)
+    finally:
+        hub.close()
+    assert shown.returncode == 0, shown.stderr
+    assert f"hf://datasets/avduarte333/BookTection@{commit}/train" in shown.stdout
+    assert "records read     8" in shown.stdout and "member (1)            4" in shown.stdout
+    assert empty.returncode == 2
+    [line] = empty.stderr.strip().splitlines()[-1:]
+    assert line.startswith(f"error: hf://datasets/avduarte333/arXivTection@{commit}: no file "), (
+        line
+    )
+    assert "the snapshot holds README.md, a.txt" in line
 
 
 def _jsonl_bytes(rows: list[dict]) -> bytes:
@@ -906,7 +944,7 @@ def test_hub_benchmark_reads_offline_from_a_fetched_dataset_snapshot(tmp_path, m
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     bench = load_benchmark("bookmia")
     assert len(bench) == 12 and sum(bench.labels) == 6
-    assert bench.source == f"hf://datasets/swj0419/BookMIA@{commit[:12]}/data/BookMIA.jsonl"
+    assert bench.source == f"hf://datasets/swj0419/BookMIA@{commit}/data/BookMIA.jsonl"
     # not fetched: one line that says how to fetch it
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty"))
     with pytest.raises(HubUnavailableError, match=r"calibdcd models fetch CONFIG.*repo-type"):
@@ -1028,5 +1066,26 @@ def test_dry_run_keeps_a_benchmarks_warning_beside_its_error(tmp_path):
     )
     lines, problems = dry_run(load_config(cfg))
     assert any(p.startswith("benchmarks[0] (mine): ") for p in problems), problems
-    assert any("benchmarks[0] (mine): warning: " in ln and "8 duplicate text(s)" in ln
-               for ln in lines), lines  # fmt: skip
+    at = lines.index("  benchmarks[0] (mine): not read (its problem is below)")
+    assert lines[at + 1].startswith("    warning: ") and "8 duplicate text(s)" in lines[at + 1]
+
+
+def test_hub_offline_names_the_variable_that_forbids_the_hub(monkeypatch):
+    """One check for models and datasets: HF_HUB_OFFLINE for both, each library's own switch
+    for its kind only; the one that is set is named (the messages say which to unset)."""
+    from calibdcd.data.hub import dataset_snapshot
+    from calibdcd.model_refs import hub_offline
+
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    assert hub_offline("model") is None and hub_offline("dataset") is None
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "yes")
+    assert hub_offline("dataset") == "HF_DATASETS_OFFLINE" and hub_offline("model") is None
+    with pytest.raises(
+        HubUnavailableError, match=r"hub is disabled \(HF_DATASETS_OFFLINE is set\)"
+    ):
+        dataset_snapshot("someone/nowhere-to-be-found")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    assert hub_offline("model") == "TRANSFORMERS_OFFLINE"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "ON")
+    assert hub_offline("model") == hub_offline("dataset") == "HF_HUB_OFFLINE"

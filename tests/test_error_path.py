@@ -223,3 +223,22 @@ def test_a_diagnosed_mistake_is_redacted_with_its_cause_in_the_debug_traceback(t
     res = _invoke("data", "show", str(bad), env={"CALIBDCD_DEBUG": "1"})
     assert res.exit_code == 2 and "hunter2" not in res.output
     assert "Traceback" in res.output and "DataError" in res.output, res.output
+
+
+def test_a_command_error_keeps_what_the_error_it_explains_said(monkeypatch):
+    """CommandError keeps the explained error's notes (the setting it arose in) and its own exit
+    code (the list of missing models exits 1); rendered as one block, without the hint."""
+    from calibdcd.errors import CommandError, exit_code, render
+
+    monkeypatch.delenv("CALIBDCD_DEBUG", raising=False)
+    err = ValueError("no such view")
+    err.add_note("in setting lab__chat__VeilProbe__s0")
+    wrapped = CommandError(err)
+    assert render(wrapped) == ["error: no such view (in setting lab__chat__VeilProbe__s0)"]
+    assert exit_code(wrapped) == 2
+
+    class Own(ValueError):
+        exit_code = 1
+
+    assert exit_code(CommandError(Own("models missing"))) == 1
+    assert exit_code(CommandError("raced", exit_code=3)) == 3

@@ -479,7 +479,7 @@ def test_models_fetch_fetches_a_hub_benchmark_dataset_read_offline_after(tmp_pat
         "missing  swj0419/BookMIA" in listed.stdout and "benchmarks[0] (BookMIA)" in listed.stdout
     )
     env = {"HF_HUB_CACHE": str(cache), "HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "0",
-           "TRANSFORMERS_OFFLINE": "0", "HF_TOKEN": ""}  # fmt: skip
+           "HF_DATASETS_OFFLINE": "0", "HF_TOKEN": ""}  # fmt: skip
     try:
         r = _cli("models", "fetch", str(cfg), "--no-progress", env=env)
     finally:

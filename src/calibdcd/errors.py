@@ -35,14 +35,20 @@ class CommandError(Exception):
     """A mistake a command diagnosed and explains in full (a bad option, file, config or
     bundle): printed on the one error path as ``error: MESSAGE``, redacted, on the lines the
     message has (a config's list of problems), without its type or the traceback hint; exit 2
-    (a user mistake) unless ``exit_code`` says otherwise. Raise it ``from`` the error it
-    explains, so ``CALIBDCD_DEBUG=1`` shows where that came from."""
+    (a user mistake) unless ``exit_code``, or the explained error's own, says otherwise; the
+    explained error's notes are kept. Raise it ``from`` the error it explains, so
+    ``CALIBDCD_DEBUG=1`` shows where that came from."""
 
     cli_block = True
 
-    def __init__(self, message: object, *, exit_code: int = 2):
-        super().__init__(str(message))
-        self.exit_code = exit_code
+    def __init__(self, message: object, *, exit_code: int | None = None):
+        text = str(message)
+        notes = getattr(message, "__notes__", None)  # e.g. the setting an error arose in
+        if notes:
+            text += f" ({'; '.join(notes)})"
+        super().__init__(text)
+        # an error that states its own exit code keeps it (the list of missing models: 1)
+        self.exit_code = exit_code or getattr(message, "exit_code", None) or 2
 
 
 def one_line(exc: BaseException) -> str:

@@ -10,8 +10,10 @@ A model reference (``ref``) is what a user writes wherever a model is named: a t
   model is resolved, not when the module is imported).
 
 :func:`resolve_model` never downloads: a hub id that is not in the local hub cache raises
-:class:`MissingModelError`. Fetching is an explicit step, :func:`fetch_models`
-(``calibdcd models fetch CONFIG``), which downloads only what transformers needs: the config,
+:class:`MissingModelError`. Fetching is a step of its own, :func:`fetch_models` (``calibdcd
+models fetch CONFIG``) or :func:`fetch_one` for one reference (a benchmark that ``load_benchmark``
+or ``calibdcd data show`` reads from the hub is fetched through it when absent; runs and fits
+never download), which downloads only what transformers needs: the config,
 generation config and tokenizer files, and the weights as safetensors (``*.bin`` only for repos
 without safetensors); files in sub-folders (ONNX, ``original/`` consolidated checkpoints, ...)
 are skipped.
@@ -366,15 +368,15 @@ def _needs(refs: Iterable[str | ModelUse]) -> dict[str, Need]:
     return out
 
 
-def hub_offline(need: Need = "model") -> bool:
-    """True when the environment forbids the hub at call time: ``HF_HUB_OFFLINE``, or the
-    library's own switch for what is needed (``HF_DATASETS_OFFLINE`` for a dataset,
+def hub_offline(need: Need = "model") -> str | None:
+    """The environment variable that forbids the hub at call time, or None: ``HF_HUB_OFFLINE``,
+    or the library's own switch for what is needed (``HF_DATASETS_OFFLINE`` for a dataset,
     ``TRANSFORMERS_OFFLINE`` otherwise), set to 1/on/yes/true as huggingface_hub reads it."""
     own = "HF_DATASETS_OFFLINE" if need == "dataset" else "TRANSFORMERS_OFFLINE"
-    return any(
-        os.environ.get(v, "").strip().upper() in ("1", "ON", "YES", "TRUE")
-        for v in ("HF_HUB_OFFLINE", own)
-    )
+    for var in ("HF_HUB_OFFLINE", own):
+        if os.environ.get(var, "").strip().upper() in ("1", "ON", "YES", "TRUE"):
+            return var
+    return None
 
 
 def fetch_models(
@@ -401,8 +403,8 @@ def fetch_one(
         return FetchResult(ref, "local" if not rm.is_hub else "present", rm)
     if not is_hub_id(ref):
         return FetchResult(ref, "failed", error=str(missing))
-    if hub_offline(need):
-        return FetchResult(ref, "failed", error="HF_HUB_OFFLINE is set: unset it to download")
+    if (var := hub_offline(need)) is not None:
+        return FetchResult(ref, "failed", error=f"{var} is set: unset it to download")
     try:
         rm = _download(ref, need, progress=progress, say=say or (lambda s: None))
     except Exception as e:
@@ -482,7 +484,8 @@ class MissingModelsError(ValueError):
         hub = [ref for ref in by_ref if is_hub_id(ref)]
         if hub:
             lines.append(f"hub cache: {hub_cache_dir()}")
-            online = " (with network access and HF_HUB_OFFLINE unset)" if hub_offline() else ""
+            var = hub_offline() or hub_offline("dataset" if "dataset" in kinds else "model")
+            online = f" (with network access and {var} unset)" if var else ""
             if Path(config).is_file():
                 lines.append(f"fetch them all with: calibdcd models fetch {config}{online}")
             else:  # a fit from flags, no config file to name: each one's own command

@@ -49,7 +49,7 @@ from calibdcd.data.assemble import (
     build_benchmark,
 )
 from calibdcd.data.files import load_table
-from calibdcd.data.hub import HubUnavailableError, dataset_snapshot
+from calibdcd.data.hub import dataset_snapshot, hub_source, read_snapshot
 from calibdcd.data.readers import Record, file_format, read_records, rows_as_records
 from calibdcd.data.types import Benchmark
 from calibdcd.data.validation import DataError, Location, Problem
@@ -111,6 +111,9 @@ class BenchmarkSpec:
     length_of: Callable[[str | None], int] = lambda subset: 128
     #: meta fields naming a text's group (book, paper), first present wins -> ``meta["group"]``
     group_fields: tuple[str, ...] = ()
+    #: (config, split) of the hub dataset's card for a subset: read with ``datasets`` when the
+    #: snapshot holds no file the patterns name
+    hub_args: Callable[[str | None], tuple[str | None, str]] = lambda subset: (None, "train")
 
     @property
     def paper_size(self) -> int | None:
@@ -162,6 +165,7 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
             local_patterns=("WikiMIA_{subset}.*", "WikiMIA_{subset}-*.parquet"),
             subset_parser=_parse_wiki_length,
             length_of=_wiki_length,
+            hub_args=lambda s: (None, f"WikiMIA_{s}"),
         ),
         BenchmarkSpec(
             name="wikimia-24",
@@ -178,6 +182,7 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
             ),
             subset_parser=_parse_wiki_length,
             length_of=_wiki_length,
+            hub_args=lambda s: (None, f"WikiMIA_{s}"),
         ),
         BenchmarkSpec(
             name="bookmia",
@@ -218,6 +223,10 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
             text_fields=("text", "input"),
             local_patterns=("{file}.*",),
             subset_parser=_parse_arxivmia,
+            # the hub layout could not be checked offline: where its files are not named as
+            # locally, the 2,000-row benchmark is read as the default config's "train" split,
+            # the other files as configs "arxiv_mia_<subset>"
+            hub_args=lambda s: (None if s == "arxiv_mia" else f"arxiv_mia_{s}", "train"),
         ),
     )
 }
@@ -256,18 +265,19 @@ def _is_data_file(p: Path) -> bool:
     return p.is_file()
 
 
-def _find_local_files(
+def _file_patterns(spec: BenchmarkSpec, subset: str | None, recursive: bool) -> list[str]:
+    """The glob patterns that name the benchmark's files for ``subset``, in order of choice."""
+    file_stem = "arxiv_mia" if subset == "arxiv_mia" else f"arxiv_mia_{subset}"
+    patterns = [p.format(subset=subset, file=file_stem) for p in spec.local_patterns]
+    return patterns + ([f"**/{p}" for p in patterns] if recursive else [])
+
+
+def _matching_files(
     spec: BenchmarkSpec, directory: Path, subset: str | None, *, recursive: bool = False
 ) -> list[Path]:
     """The benchmark's files in ``directory`` (``recursive``: also below it, as a hub dataset
-    repository keeps them under ``data/``)."""
-    file_stem = "arxiv_mia" if subset == "arxiv_mia" else f"arxiv_mia_{subset}"
-    tried = []
-    patterns = [p.format(subset=subset, file=file_stem) for p in spec.local_patterns]
-    if recursive:
-        patterns += [f"**/{p}" for p in patterns]
-    for pat in patterns:
-        tried.append(pat)
+    repository keeps them under ``data/``); none when no pattern matches."""
+    for pat in _file_patterns(spec, subset, recursive):
         hits = sorted(p for p in directory.glob(pat) if _is_data_file(p))
         if not hits:
             continue
@@ -277,11 +287,25 @@ def _find_local_files(
         order = {"jsonl": 0, "csv": 1, "tsv": 2, "parquet": 3, "json": 4}
         hits.sort(key=lambda p: (order[file_format(p)[0]], p.name))
         return [hits[0]]
-    raise FileNotFoundError(
-        f"{directory}: no file for benchmark {spec.name!r}"
+    return []
+
+
+def _no_file(spec: BenchmarkSpec, subset: str | None, recursive: bool) -> str:
+    return (
+        f"no file for benchmark {spec.name!r}"
         + (f" split {subset!r}" if subset else "")
-        + f" (looked for {tried}); pass the file itself as path"
+        + f" (looked for {_file_patterns(spec, subset, recursive)})"
     )
+
+
+def _find_local_files(spec: BenchmarkSpec, directory: Path, subset: str | None) -> list[Path]:
+    """The benchmark's files in a local ``directory``, or an error naming what was looked for."""
+    files = _matching_files(spec, directory, subset)
+    if not files:
+        raise FileNotFoundError(
+            f"{directory}: {_no_file(spec, subset, False)}; pass the file itself as path"
+        )
+    return files
 
 
 def _read_many(files: Sequence[Path]) -> tuple[list[Record], list[str]]:
@@ -293,6 +317,36 @@ def _read_many(files: Sequence[Path]) -> tuple[list[Record], list[str]]:
         records.extend(dataclasses.replace(r, index=r.index + offset) for r in recs)
         columns = columns or cols
     return records, columns
+
+
+def _read_snapshot_files(
+    spec: BenchmarkSpec, snapshot: Path, subset: str | None
+) -> tuple[list[Record], list[str], str]:
+    """A known benchmark's records from its dataset snapshot: the files its patterns name, read
+    as a local directory's; where none match (a layout the patterns do not know), the split
+    the dataset's card defines (``spec.hub_args``), read by ``datasets``."""
+    files = _matching_files(spec, snapshot, subset, recursive=True)
+    if not files:
+        config, hf_split = spec.hub_args(subset)
+        try:
+            ds, source = read_snapshot(spec.hf_repo, snapshot, config, hf_split)
+        except ValueError as exc:
+            held = sorted(
+                f.relative_to(snapshot).as_posix() for f in snapshot.rglob("*") if f.is_file()
+            )
+            raise FileNotFoundError(
+                f"{hub_source(spec.hf_repo, snapshot)}: {_no_file(spec, subset, True)}, and "
+                f"`datasets` could not read it either ({exc}); the snapshot holds "
+                + (", ".join(held[:12]) or "no file")
+                + (f" and {len(held) - 12} more" if len(held) > 12 else "")
+                + f"; pass a local copy: load_benchmark({spec.name!r}, path=...)"
+            ) from None
+        records, columns = rows_as_records((dict(r) for r in ds), source)
+        return records, columns, source
+    records, columns = _read_many(files)
+    first = files[0].relative_to(snapshot).as_posix()  # the file, as the repository names it
+    where = first if len(files) == 1 else f"{Path(first).parent.as_posix()} ({len(files)} files)"
+    return records, columns, hub_source(spec.hf_repo, snapshot, where)
 
 
 # --- DE-COP format ---------------------------------------------------------------------------
@@ -378,6 +432,11 @@ def load_benchmark(
     ``dedupe=True`` drops repeated texts (see :mod:`calibdcd.data.assemble`).
     """
     spec = benchmark_spec(str(name_or_path)) if isinstance(name_or_path, str) else None
+    if revision is not None and (spec is None or path is not None):
+        raise ValueError(
+            f"revision {revision!r} applies to a benchmark read from the hub; a local file "
+            "has none (leave out the path to read the benchmark's hub dataset at it)"
+        )
     if spec is None:
         file = Path(path) if path is not None else Path(name_or_path)
         if not file.exists():
@@ -421,12 +480,7 @@ def load_benchmark(
         # absent, as `calibdcd models fetch` does): its files read as a local directory's
         subset = spec.canonical_subset(split)
         snapshot = dataset_snapshot(spec.hf_repo, revision=revision, benchmark=spec.name)
-        files = _find_local_files(spec, snapshot, subset, recursive=True)
-        records, columns = _read_many(files)
-        first = files[0].relative_to(snapshot).as_posix()  # the file, as the repository names it
-        source = f"hf://datasets/{spec.hf_repo}@{snapshot.name[:12]}/" + (
-            first if len(files) == 1 else f"{Path(first).parent.as_posix()} ({len(files)} files)"
-        )
+        records, columns, source = _read_snapshot_files(spec, snapshot, subset)
 
     n_filtered = 0
     text_of = meta_of = None
@@ -498,20 +552,7 @@ def load_hub_benchmark(
     --repo-type dataset``), so it loads offline; its source names the snapshot's commit, which
     with the run's content digest is the dataset's fingerprint (``benchmarks.json``)."""
     snapshot = dataset_snapshot(repo, revision=revision)
-    try:
-        import datasets  # the `data` extra (installed by `make`)
-    except ImportError:
-        raise HubUnavailableError(
-            f"reading hub dataset {repo} needs the `datasets` package: pip install 'calibdcd[data]'"
-        ) from None
-    hf_split = split or "train"
-    datasets.disable_progress_bars()  # its "Generating split" bars; the run has its own
-    try:
-        ds = datasets.load_dataset(str(snapshot), name=config, split=hf_split)
-    except (ValueError, FileNotFoundError) as exc:  # an unknown config or split: say which
-        raise ValueError(f"hub dataset {repo}: {exc}") from None
-    source = f"hf://datasets/{repo}@{snapshot.name}" + (f"/{config}" if config else "")
-    source += f"/{hf_split}"
+    ds, source = read_snapshot(repo, snapshot, config, split or "train")
     rows: Any = (dict(r) for r in ds)
     if pair_fields is not None:
         member, nonmember = pair_fields

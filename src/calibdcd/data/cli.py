@@ -121,6 +121,7 @@ def show(
                 text_field=text_field,
                 label_field=label_field,
                 dedupe=dedupe,
+                revision=revision,
             )
         config = SplitConfig(protocol=protocol, subsample=_parse_subsample(subsample))  # type: ignore[arg-type]
         size = resolve_subsample_size(config, bench.name, bench.subset)

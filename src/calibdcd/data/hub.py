@@ -10,9 +10,11 @@ the hub is not contacted at all and :class:`HubUnavailableError` says how to fet
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import Any
 
-__all__ = ["HubUnavailableError", "dataset_snapshot"]
+__all__ = ["HubUnavailableError", "dataset_snapshot", "hub_source", "read_snapshot"]
 
 
 class HubUnavailableError(RuntimeError):
@@ -38,12 +40,38 @@ def dataset_snapshot(
         else f"; or pass a local copy: load_benchmark({benchmark!r}, path='/path/to/file-or-dir') "
         f"or `calibdcd data show {benchmark} --path /path/to/file-or-dir`"
     )
-    got = fetch_one(ref, "dataset")  # the local hub cache first; no request when it is there
+    # the local hub cache first (no request when it is there); a download says so on stderr
+    got = fetch_one(ref, "dataset", say=lambda line: print(line, file=sys.stderr, flush=True))
     if got.resolved is not None:
         return got.resolved.path
-    if hub_offline("dataset"):
+    if (var := hub_offline("dataset")) is not None:
         raise HubUnavailableError(
-            f"{what} is not in the local hub cache and the hub is disabled "
-            f"(HF_HUB_OFFLINE=1): {fetch}{local}"
+            f"{what} is not in the local hub cache and the hub is disabled ({var} is set): "
+            f"{fetch}{local}"
         )
     raise HubUnavailableError(f"could not fetch {what}: {got.error}; {fetch}{local}")
+
+
+def hub_source(repo: str, snapshot: Path, *parts: str | None) -> str:
+    """A hub benchmark's source, the one spelling for every reader: ``hf://datasets/`` the
+    repository ``@`` the snapshot's commit, then what was read in it (a file, or a config and
+    a split)."""
+    return f"hf://datasets/{repo}@{snapshot.name}" + "".join(f"/{p}" for p in parts if p)
+
+
+def read_snapshot(repo: str, snapshot: Path, config: str | None, split: str) -> tuple[Any, str]:
+    """Split ``split`` of config ``config`` of a dataset snapshot, as its card (or the files'
+    layout) defines them, read offline by ``datasets``; with its :func:`hub_source`."""
+    try:
+        import datasets  # the `data` extra (installed by `make`)
+    except ImportError:
+        raise HubUnavailableError(
+            f"reading hub dataset {repo} needs the `datasets` package: pip install 'calibdcd[data]'"
+        ) from None
+    datasets.disable_progress_bars()  # its "Generating split" bars; the run has its own
+    try:
+        ds = datasets.load_dataset(str(snapshot), name=config, split=split)
+    except Exception as exc:  # an unknown config or split, files it cannot parse: say which
+        kind = "" if isinstance(exc, (ValueError, FileNotFoundError)) else f"{type(exc).__name__}: "
+        raise ValueError(f"hub dataset {repo}@{snapshot.name[:12]}: {kind}{exc}") from exc
+    return ds, hub_source(repo, snapshot, config, split)

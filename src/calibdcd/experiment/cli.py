@@ -116,12 +116,15 @@ def run_command(
             echo(f"report: {html}")
     except (KeyboardInterrupt, typer.Exit):
         raise
-    except Exception as exc:  # (the list of missing models prints as its block of lines)
+    except Exception as exc:
+        # the one error path's lines (the list of missing models prints as its block), with
+        # this command's --debug; exit 1 for any failure once the config is read (the run's own
+        # errors are not the user's mistakes, which the one path's 2 would say), or the error's
         from calibdcd.errors import render
 
         for line in render(exc, debug=debug, hint="(run again with --debug for the traceback)"):
             echo(line, err=True)
-        raise typer.Exit(1) from None
+        raise typer.Exit(getattr(exc, "exit_code", 1)) from None
 
 
 def report_command(

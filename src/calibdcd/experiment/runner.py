@@ -685,7 +685,9 @@ def _check_benchmark(
             split = split_benchmark(bench, planned.split, seed=seed)
         except Exception as exc:
             problems.append(f"{key}: {exc}")
-            lines.extend(f"  {key}: warning: {w.message}" for w in caught)  # not lost
+            if caught:  # not lost: under the benchmark's line, as a read one's are
+                lines.append(f"  {key}: not read (its problem is below)")
+                lines.extend(f"    warning: {w.message}" for w in caught)
             return
     sz = split.sizes()
     sizes[b.label] = (int(sz["subsample"][0]), int(sz["calibration"][0]))
