@@ -144,3 +144,25 @@ def test_fit_texts_from_files_read_every_format(tmp_path):
     a = FitTexts.from_files(m["json"], n["csv"], seed=0)
     b = FitTexts.from_files(m["txt"], n["jsonl.gz"], seed=0)
     assert a == b
+
+
+def test_veilprobes_local_model_pool_is_read_by_the_one_reader(tmp_path):
+    """`calibdcd veilprobe train-local-models --pool` reads its texts as fit and score do: a
+    JSON array is its rows (it was read as raw lines, brackets and all, and trained on), and a
+    file without a text column stops before any training with one line naming file and line."""
+    from typer.testing import CliRunner
+
+    from calibdcd.cli import app
+
+    rows = [{"body": t} for t in TEXTS]
+    p = tmp_path / "pool.json"
+    p.write_text(json.dumps(rows, indent=2), encoding="utf-8")
+    cache = tmp_path / "cache"
+    args = ["veilprobe", "train-local-models", "--pool", str(p), "--cache-dir", str(cache)]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2, res.output
+    [line] = [ln for ln in res.output.splitlines() if ln.startswith("error: ")]
+    assert str(p) in line and "no text column" in line, line
+    assert not cache.exists()  # nothing trained
+    res = CliRunner().invoke(app, [*args[:3], str(tmp_path / "absent.txt")])
+    assert res.exit_code == 2 and "absent.txt" in res.output and "Traceback" not in res.output
