@@ -113,8 +113,14 @@ def test_pool_files_and_errors(tmp_path, shared_data_dir):
     assert len(clean_pool(wiki, PoolConfig())) > 500
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "ok"}\n{oops\n')
-    with pytest.raises(ValueError, match=r"bad.jsonl:2"):
-        load_pool(bad)
+    with pytest.raises(ValueError, match=r"bad.jsonl, line 2: bad JSON line"):
+        load_pool(bad)  # the one text reader's error: file, line and what is wrong
+    # any text file the one reader takes: texts as strings, one a line, gzipped
+    for name, body in (("s.json", '["a", {"text": "b"}]'), ("s.jsonl", '"a"\n{"text": "b"}\n'),
+                       ("s.txt", "a\n\nb\n")):  # fmt: skip
+        (tmp_path / name).write_text(body)
+        assert [t.text for t in load_pool(tmp_path / name)] == ["a", "b"], name
+    assert [t.source for t in load_pool(tmp_path / "s.txt")] == ["s.txt:1", "s.txt:3"]
     nofield = tmp_path / "n.jsonl"
     nofield.write_text('{"body": "x"}\n')
     with pytest.raises(ValueError, match="no text field"):

@@ -1,10 +1,11 @@
 """Read raw records (dicts) from jsonl / json / csv / tsv / parquet files, with their locations;
-and, for lists of texts only (``calibdcd fit``'s members, ``score``'s suspect texts), ``.txt``:
-one text per line, as the record ``{"text": line}``.
+and, for lists of texts only (``calibdcd fit``'s members, ``score``'s suspect texts, a lab's or
+VeilProbe's pool), ``.txt``: one text per line, as the record ``{"text": line}``, and JSON
+strings as texts.
 
-This is the one reader of every text input: benchmarks, fit texts and suspect texts. A file is
-read by its name's suffix (``.gz`` allowed except for parquet); an unknown suffix is an error
-naming the supported ones, never raw lines by default.
+This is the one reader of every text input: benchmarks, fit texts, suspect texts and pools. A
+file is read by its name's suffix (``.gz`` allowed except for parquet); an unknown suffix is an
+error naming the supported ones, never raw lines by default.
 
 Readers do not interpret fields; they only report structural problems (a line that is not valid
 JSON, a JSON value that is not an object, a CSV row with the wrong number of fields). All such
@@ -67,7 +68,9 @@ def _open_text(path: Path, gz: bool) -> io.TextIOBase:
     return open(path, encoding="utf-8-sig", newline="")
 
 
-def _read_jsonl(path: Path, gz: bool) -> tuple[list[Record], list[Problem], list[str]]:
+def _read_jsonl(
+    path: Path, gz: bool, text_list: bool = False
+) -> tuple[list[Record], list[Problem], list[str]]:
     records: list[Record] = []
     problems: list[Problem] = []
     columns: list[str] = []
@@ -84,9 +87,12 @@ def _read_jsonl(path: Path, gz: bool) -> tuple[list[Record], list[Problem], list
             except json.JSONDecodeError as e:
                 problems.append(Problem(loc, f"bad JSON line ({e.msg} at column {e.colno})"))
                 continue
+            if text_list and isinstance(obj, str):
+                obj = {"text": obj}  # a list of texts may hold the texts themselves
             if not isinstance(obj, dict):
+                expected = "an object or a string" if text_list else "an object"
                 problems.append(
-                    Problem(loc, f"JSON line is a {type(obj).__name__}, expected an object")
+                    Problem(loc, f"JSON line is a {type(obj).__name__}, expected {expected}")
                 )
                 continue
             if not columns:
@@ -107,7 +113,9 @@ def _read_txt(path: Path, gz: bool) -> tuple[list[Record], list[Problem], list[s
     return records, [], ["text"]
 
 
-def _read_json(path: Path, gz: bool) -> tuple[list[Record], list[Problem], list[str]]:
+def _read_json(
+    path: Path, gz: bool, text_list: bool = False
+) -> tuple[list[Record], list[Problem], list[str]]:
     with _open_text(path, gz) as fh:
         text = fh.read()
     try:
@@ -124,8 +132,11 @@ def _read_json(path: Path, gz: bool) -> tuple[list[Record], list[Problem], list[
     columns: list[str] = []
     for i, item in enumerate(obj):
         loc = Location(str(path), i + 1, unit="item")
+        if text_list and isinstance(item, str):
+            item = {"text": item}
         if not isinstance(item, dict):
-            problems.append(Problem(loc, f"item is a {type(item).__name__}, expected an object"))
+            expected = "an object or a string" if text_list else "an object"
+            problems.append(Problem(loc, f"item is a {type(item).__name__}, expected {expected}"))
             continue
         if not columns:
             columns = list(item)
@@ -194,7 +205,8 @@ def _read_parquet(path: Path) -> tuple[list[Record], list[Problem], list[str]]:
 
 def read_records(path: str | Path, *, text_list: bool = False) -> tuple[list[Record], list[str]]:
     """All records of ``path`` and its column names (CSV header / first object's keys);
-    ``text_list``: the file is a list of texts, so ``.txt`` (one text per line) is read too.
+    ``text_list``: the file is a list of texts, so ``.txt`` (one text per line) is read too,
+    and a JSON string in a .jsonl line or a .json array is the record ``{"text": string}``.
 
     Raises :class:`DataError` listing every structural problem of the file.
     """
@@ -208,9 +220,9 @@ def read_records(path: str | Path, *, text_list: bool = False) -> tuple[list[Rec
         if fmt == "txt":
             records, problems, columns = _read_txt(path, gz)
         elif fmt == "jsonl":
-            records, problems, columns = _read_jsonl(path, gz)
+            records, problems, columns = _read_jsonl(path, gz, text_list)
         elif fmt == "json":
-            records, problems, columns = _read_json(path, gz)
+            records, problems, columns = _read_json(path, gz, text_list)
         elif fmt in ("csv", "tsv"):
             records, problems, columns = _read_csv(path, gz, "," if fmt == "csv" else "\t")
     except UnicodeDecodeError:

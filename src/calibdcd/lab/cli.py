@@ -26,7 +26,10 @@ def build(
     ] = "micro",
     pool: Annotated[
         Optional[Path],  # noqa: UP045 - typer needs Optional on py3.10
-        typer.Option(help="jsonl/json/csv of texts (default: prose from CPython's own docs)."),
+        typer.Option(
+            help="texts: .jsonl/.json/.csv/.tsv/.parquet (a text column) or .txt (default: "
+            "prose from CPython's own docs)."
+        ),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed for split, initialisation, data order.")] = 0,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N | mps.")] = "auto",

@@ -18,7 +18,6 @@ the tokenizer nor the post-training ever sees a candidate.
 from __future__ import annotations
 
 import ast
-import csv
 import dataclasses
 import functools
 import hashlib
@@ -200,61 +199,49 @@ def _read_default_pool(min_words: int, max_words: int) -> tuple[PoolText, ...]:
 def load_pool(
     path: str | Path, text_field: str | None = None, where: dict[str, Any] | None = None
 ) -> list[PoolText]:
-    """Texts from a ``.jsonl`` (one object or string per line), ``.json`` (a list) or ``.csv``.
+    """Texts from any file the one text reader takes (:func:`calibdcd.data.readers.read_records`
+    with ``text_list``): ``.jsonl`` (one object or string per line), ``.json`` (a list),
+    ``.csv``/``.tsv``, ``.parquet`` or ``.txt`` (one text per line), ``.gz`` allowed.
 
     ``text_field`` names the column; by default the first of ``text``, ``input``, ``snippet``,
     ``passage``, ``content``, ``document``, ``Example_A`` that is present. ``where`` keeps only
     the objects whose fields equal its values (e.g. ``{"label": 0}``, which also matches a CSV
     field ``"0"``; no matching row is an error); a text keeps its line as its source either way.
     """
+    from calibdcd.data.readers import file_format, read_records
+
     path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"pool file {path} does not exist")
-    suffix = path.suffix.lower()
-    rows: list[tuple[str, object]] = []
-    if suffix == ".jsonl":
-        with path.open(encoding="utf-8") as fh:
-            for i, line in enumerate(fh, 1):
-                if line.strip():
-                    try:
-                        rows.append((f"{path.name}:{i}", json.loads(line)))
-                    except json.JSONDecodeError as exc:
-                        raise ValueError(f"{path}:{i}: invalid JSON ({exc.msg})") from None
-    elif suffix == ".json":
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(data, list):
-            raise ValueError(f"{path}: a .json pool must hold a list of texts or objects")
-        rows = [(f"{path.name}[{i}]", r) for i, r in enumerate(data)]
-    elif suffix in (".csv", ".tsv"):
-        csv.field_size_limit(1 << 26)
-        with path.open(encoding="utf-8", newline="") as fh:
-            reader = csv.DictReader(fh, delimiter="\t" if suffix == ".tsv" else ",")
-            rows = [(f"{path.name}:{i + 2}", r) for i, r in enumerate(reader)]
-    else:
-        raise ValueError(f"pool file {path}: unsupported extension {suffix!r} (jsonl, json, csv)")
+    # the one reader of text files (every structural problem at once, as one DataError); each
+    # text's source is its place in the file, spelled as this function always has
+    records, _ = read_records(path, text_list=True)
+    fmt = file_format(path, text_list=True)[0]
+
+    def place(rec: Any) -> str:
+        if fmt == "json":
+            return f"{path.name}[{rec.index}]"
+        if fmt in ("csv", "tsv", "parquet"):
+            return f"{path.name}:{rec.index + 2}"  # the header is line 1
+        return f"{path.name}:{rec.location.line}"
+
+    rows = [(place(r), r.fields) for r in records]
     out: list[PoolText] = []
     field = text_field
     if where:
-        rows = [(w, r) for w, r in rows if isinstance(r, dict) and _matches(r, where)]
+        rows = [(w, r) for w, r in rows if _matches(r, where)]
         if not rows:
             raise ValueError(f"pool file {path}: no row has {where}")
     for loc, row in rows:
-        if isinstance(row, str):
-            text = row
-        elif isinstance(row, dict):
+        if field is None:
+            field = next((f for f in _TEXT_FIELDS if f in row), None)
             if field is None:
-                field = next((f for f in _TEXT_FIELDS if f in row), None)
-                if field is None:
-                    raise ValueError(
-                        f"{loc}: no text field found (tried {list(_TEXT_FIELDS)}); pass text_field"
-                    )
-            if field not in row:
-                raise ValueError(f"{loc}: missing field {field!r}")
-            text = row[field]
-            if not isinstance(text, str):
-                raise ValueError(f"{loc}: field {field!r} is not a string")
-        else:
-            raise ValueError(f"{loc}: expected a string or an object, got {type(row).__name__}")
+                raise ValueError(
+                    f"{loc}: no text field found (tried {list(_TEXT_FIELDS)}); pass text_field"
+                )
+        if field not in row:
+            raise ValueError(f"{loc}: missing field {field!r}")
+        text = row[field]
+        if not isinstance(text, str):
+            raise ValueError(f"{loc}: field {field!r} is not a string")
         out.append(PoolText(text, loc))
     return out
 
