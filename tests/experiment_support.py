@@ -10,12 +10,35 @@ complete, nothing is recomputed).
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def calibdcd_cli(
+    *args: str,
+    env: dict[str, str] | None = None,
+    cwd: Path = REPO,
+    timeout: float | None = 300,
+) -> subprocess.CompletedProcess:
+    """``python -m calibdcd ARGS`` in a fresh process on this checkout's ``src``: the command's
+    own exit code and output, and a fresh import (huggingface_hub reads its endpoint and offline
+    switch at import). The hub is off unless ``env`` says otherwise; ``env`` goes over this
+    process's environment."""
+    full = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1", **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "calibdcd", *args],
+        capture_output=True,
+        text=True,
+        env=full,
+        cwd=cwd,
+        timeout=timeout,
+    )
 
 
 def lab_micro() -> Path:

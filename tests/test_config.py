@@ -300,14 +300,9 @@ def test_dry_run_reports_config_options_split_and_damaged_weights_together(tmp_p
     assert [(q.path, q.line) for q in problems] == [("targets[1].options.concurrancy", 5)]
 
     # through the CLI: every kind in one report
-    import subprocess
-    import sys
+    from experiment_support import calibdcd_cli
 
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1"}
-    out = subprocess.run(
-        [sys.executable, "-m", "calibdcd", "run", str(p), "--dry-run"],
-        capture_output=True, text=True, env=env, timeout=300,
-    )  # fmt: skip
+    out = calibdcd_cli("run", str(p), "--dry-run")
     assert out.returncode == 1, out.stderr
     err = out.stderr
     assert f"{p}:5: targets[1].options.concurrancy" in err and "did you mean 'concurrency'" in err

@@ -715,16 +715,9 @@ def test_parquet_shards_in_a_directory(tmp_path):
 def _data_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     """`calibdcd data ...` in a fresh process (huggingface_hub reads its endpoint and offline
     switch at import), with ``env`` over this one's."""
-    import os
+    from experiment_support import calibdcd_cli
 
-    src = str(Path(__file__).resolve().parents[1] / "src")
-    return subprocess.run(
-        [sys.executable, "-m", "calibdcd", "data", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": src, **env},
-        timeout=120,
-    )
+    return calibdcd_cli("data", *args, env=env, timeout=120)
 
 
 def test_a_named_benchmark_is_fetched_once_into_the_hub_cache_then_read_offline(tmp_path):

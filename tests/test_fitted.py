@@ -14,7 +14,6 @@ import math
 import os
 import re
 import subprocess
-import sys
 import warnings
 import zipfile
 from pathlib import Path
@@ -29,19 +28,10 @@ from calibdcd.fitted.audit import (
     set_level_test,
     threshold_at,
 )
+from experiment_support import calibdcd_cli as _cli
 from experiment_support import lab_micro, micro_run
 
 SETTING = "lab__chat-qwen__Overlap__s0"
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    import calibdcd
-
-    src = str(Path(calibdcd.__file__).resolve().parents[1])
-    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=src)
-    return subprocess.run(
-        [sys.executable, "-m", "calibdcd", *args], env=env, capture_output=True, text=True
-    )
 
 
 def _jsonl(path: Path, rows: list[dict]) -> None:

@@ -12,8 +12,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -29,6 +27,7 @@ from calibdcd.model_refs import (  # noqa: E402
     select_files,
 )
 from calibdcd.targets.tiny import cached_tiny_lm, synthetic_sentences  # noqa: E402
+from experiment_support import calibdcd_cli as _cli  # noqa: E402
 from hub_support import FakeHub  # noqa: E402
 from veilprobe_support import tiny_bert_mlm  # noqa: E402
 
@@ -278,18 +277,6 @@ def test_models_in_config_includes_defaults_and_skips_lab_and_remote(hub, tmp_pa
     # offline, the way out is a local reference, named beside the fetch command
     assert "options.reference.model_path to a checkpoint directory" in str(err.value)
     assert "packaged:smollm2-135m-instruct" in str(err.value)
-
-
-def _cli(*args: str, env: dict[str, str], cwd: Path = REPO) -> subprocess.CompletedProcess:
-    full = {**os.environ, "PYTHONPATH": str(REPO / "src"), **env}
-    return subprocess.run(
-        [sys.executable, "-m", "calibdcd", *args],
-        capture_output=True,
-        text=True,
-        env=full,
-        cwd=cwd,
-        timeout=300,
-    )
 
 
 def test_models_list_reports_present_and_missing(hub, tmp_path):
