@@ -104,6 +104,25 @@ def test_split_is_deterministic_iid_and_disjoint():
     assert abs(mean(s0.members) - mean(s0.nonmembers)) < 8
 
 
+def test_a_labs_ground_truth_is_read_by_the_one_reader(tmp_path):
+    """ground_truth.jsonl is read by the reader of every labelled file: ids, texts and labels as
+    written, and every problem of a damaged one at once, each with its line."""
+    rows = [
+        {"id": "a", "text": "first text", "label": 1},
+        {"id": "b", "text": "second", "label": 0},
+    ]
+    (tmp_path / "ground_truth.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = load_ground_truth(tmp_path)
+    assert [(x.id, x.text, x.label) for x in got] == [("a", "first text", 1), ("b", "second", 0)]
+    rows += [{"id": "c", "text": "", "label": 1}, {"id": "d", "text": "x", "label": 5}]
+    (tmp_path / "ground_truth.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ValueError) as caught:
+        load_ground_truth(tmp_path)
+    assert "line 3" in str(caught.value) and "line 4" in str(caught.value)
+    with pytest.raises(ValueError, match="is not a lab directory"):
+        load_ground_truth(tmp_path / "nowhere")
+
+
 def test_pool_files_and_errors(tmp_path, shared_data_dir):
     wiki = load_pool(shared_data_dir / "WikiMIA" / "WikiMIA_length64.jsonl")
     wiki_csv_path = shared_data_dir / "WikiMIA" / "WikiMIA_length64.csv"

@@ -63,14 +63,11 @@ def load_ground_truth(lab_dir: str | Path) -> list[EvalItem]:
     path = Path(lab_dir) / "ground_truth.jsonl"
     if not path.is_file():
         raise ValueError(f"{lab_dir} is not a lab directory: {path.name} is missing")
-    items = []
-    with path.open(encoding="utf-8") as fh:
-        for i, line in enumerate(fh, 1):
-            row = json.loads(line)
-            if row.get("label") not in (0, 1) or not isinstance(row.get("text"), str):
-                raise ValueError(f"{path}:{i}: needs a string 'text' and a 0/1 'label'")
-            items.append(EvalItem(str(row["id"]), row["text"], int(row["label"])))
-    return items
+    from calibdcd.data.files import load_table
+
+    # the one reader of labelled texts (every problem of the file at once, naming its line)
+    bench = load_table(path, text_field="text", label_field="label", id_field="id")
+    return [EvalItem(s.id, s.text, s.label) for s in bench.samples]
 
 
 def _select(items: Sequence[EvalItem], n_per_class: int | None) -> list[EvalItem]:
