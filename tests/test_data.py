@@ -1063,7 +1063,7 @@ def test_dry_run_keeps_a_benchmarks_warning_beside_its_error(tmp_path):
     assert lines[at + 1].startswith("    warning: ") and "8 duplicate text(s)" in lines[at + 1]
 
 
-def test_hub_offline_names_the_variable_that_forbids_the_hub(monkeypatch):
+def test_hub_offline_names_the_variable_that_forbids_the_hub(monkeypatch, tmp_path):
     """One check for models and datasets: HF_HUB_OFFLINE for both, each library's own switch
     for its kind only; the one that is set is named (the messages say which to unset)."""
     from calibdcd.data.hub import dataset_snapshot
@@ -1078,6 +1078,17 @@ def test_hub_offline_names_the_variable_that_forbids_the_hub(monkeypatch):
         HubUnavailableError, match=r"hub is disabled \(HF_DATASETS_OFFLINE is set\)"
     ):
         dataset_snapshot("someone/nowhere-to-be-found")
+    # the list of missing models names the switch that forbids fetching what is missing
+    from calibdcd.model_refs import MissingModelError, MissingModelsError, ModelUse
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("")
+    use = ModelUse("benchmarks[0] (wikimia)", "swj0419/WikiMIA", need="dataset")
+    missing = MissingModelError("swj0419/WikiMIA", kind="dataset")
+    text = str(MissingModelsError([(use, missing)], str(cfg)))
+    assert (
+        f"calibdcd models fetch {cfg} (with network access and HF_DATASETS_OFFLINE unset)" in text
+    )
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
     assert hub_offline("model") == "TRANSFORMERS_OFFLINE"
     monkeypatch.setenv("HF_HUB_OFFLINE", "ON")

@@ -484,7 +484,9 @@ class MissingModelsError(ValueError):
         hub = [ref for ref in by_ref if is_hub_id(ref)]
         if hub:
             lines.append(f"hub cache: {hub_cache_dir()}")
-            var = hub_offline() or hub_offline("dataset" if "dataset" in kinds else "model")
+            # the switch that forbids fetching what is missing (a dataset's, a model's or both)
+            needs = sorted({"dataset" if k == "dataset" else "model" for k in kinds})
+            var = next((v for n in needs if (v := hub_offline(n)) is not None), None)
             online = f" (with network access and {var} unset)" if var else ""
             if Path(config).is_file():
                 lines.append(f"fetch them all with: calibdcd models fetch {config}{online}")
