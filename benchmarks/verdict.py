@@ -409,8 +409,10 @@ def main() -> int:
     if args.write:
         old = args.write.read_text(encoding="utf-8")
         new = replace_verdict(old, table, source=str(args.write))
-        if new != old:
-            args.write.write_text(new, encoding="utf-8")
+        if new != old:  # atomically: a killed rewrite never leaves half a README
+            from calibdcd.atomic import atomic_write_text
+
+            atomic_write_text(args.write, new)
         print(f"{args.write}: verdict block {'rewritten' if new != old else 'unchanged'}")
     elif args.check:
         have = verdict_block(args.check.read_text(encoding="utf-8"), source=str(args.check))

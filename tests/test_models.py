@@ -629,3 +629,20 @@ def test_a_packaged_model_is_one_checkpoint_for_every_detector_that_reads_it():
     assert proxy.embeddings.shape[0] == proxy.model.config.vocab_size
     with pytest.raises(MissingModelError, match="packaged:nope"):
         checkpoint_dir("packaged:nope")
+
+
+def test_models_list_and_fetch_print_no_secret(tmp_path):
+    """`models list` / `fetch` lines are redacted as every other command's: a model path built
+    from a secret ``${VAR}`` printed the secret as it was."""
+    (tmp_path / "d.jsonl").write_text('{"text": "a b", "label": 1}\n')
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "benchmarks:\n  - {name: mine, path: d.jsonl}\n"
+        'targets:\n  - {name: t, backend: hf, model: "/models/${MY_API_TOKEN}/llm"}\n'
+        "detectors: [overlap]\n"
+    )
+    for cmd in ("list", "fetch"):
+        r = _cli("models", cmd, str(cfg), env={"MY_API_TOKEN": "tok-secret-5c1e"})
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert "/models/***/llm" in r.stdout + r.stderr, (cmd, r.stdout, r.stderr)
+        assert "tok-secret-5c1e" not in r.stdout + r.stderr, cmd

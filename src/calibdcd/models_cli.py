@@ -68,13 +68,19 @@ def list_command(config: ConfigArg) -> None:
         else:
             state = "present"
             detail = f"{rm.repo_id} @ {rm.revision}" if rm.is_hub else "local path"
-        typer.echo(f"{state:8} {use.ref}  [{detail}]  {use.describe()}")
-    typer.echo(
-        f"{len(uses)} model and dataset use(s), {missing} missing; hub cache {hub_cache_dir()}"
-    )
+        _say(f"{state:8} {use.ref}  [{detail}]  {use.describe()}")
+    _say(f"{len(uses)} model and dataset use(s), {missing} missing; hub cache {hub_cache_dir()}")
     if missing:
-        typer.echo(f"fetch the missing ones with: calibdcd models fetch {config}")
+        _say(f"fetch the missing ones with: calibdcd models fetch {config}")
         raise typer.Exit(1)
+
+
+def _say(line: str, err: bool = False) -> None:
+    """A line of `models list` / `models fetch`, redacted (a hub error may quote a URL that
+    holds credentials, e.g. an ``HF_ENDPOINT`` with a password)."""
+    from calibdcd.redact import redact
+
+    typer.echo(redact(line), err=err)
 
 
 @app.command("fetch", short_help="Download the missing hub models and datasets of CONFIG.")
@@ -86,18 +92,18 @@ def fetch_command(
     CONFIG."""
     from calibdcd.model_refs import fetch_models
 
-    results = fetch_models(_uses(config), progress=progress, log=typer.echo)
+    results = fetch_models(_uses(config), progress=progress, log=_say)
     failed = 0
     for r in results:
         if r.status == "failed":
             failed += 1
-            typer.echo(f"failed   {r.ref}: {r.error}", err=True)
+            _say(f"failed   {r.ref}: {r.error}", err=True)
         else:
             rm = r.resolved
             detail = f"{rm.repo_id} @ {rm.revision}" if rm is not None and rm.is_hub else "local"
-            typer.echo(f"{r.status:8} {r.ref}  [{detail}]")
+            _say(f"{r.status:8} {r.ref}  [{detail}]")
     if failed:
-        typer.echo(f"{failed} model(s) could not be fetched", err=True)
+        _say(f"{failed} model(s) could not be fetched", err=True)
         raise typer.Exit(1)
 
 

@@ -28,6 +28,7 @@ def dataset_snapshot(
     cache, downloaded into it first when absent and the hub is allowed. ``benchmark`` (a known
     benchmark's name) adds the hint to pass a local copy instead."""
     from calibdcd.model_refs import download_command, fetch_one, hub_offline
+    from calibdcd.redact import redact
 
     ref = repo + (f"@{revision}" if revision else "")
     what = f"hub dataset {ref}" if benchmark is None else f"{benchmark!r} (hub dataset {ref})"
@@ -41,7 +42,9 @@ def dataset_snapshot(
         f"or `calibdcd data show {benchmark} --path /path/to/file-or-dir`"
     )
     # the local hub cache first (no request when it is there); a download says so on stderr
-    got = fetch_one(ref, "dataset", say=lambda line: print(line, file=sys.stderr, flush=True))
+    got = fetch_one(
+        ref, "dataset", say=lambda line: print(redact(line), file=sys.stderr, flush=True)
+    )
     if got.resolved is not None:
         return got.resolved.path
     if (var := hub_offline("dataset")) is not None:

@@ -95,7 +95,7 @@ COMPARISONS = (
 )
 
 
-def _read_pool(path: Path) -> dict[str, np.ndarray] | None:
+def read_pool(path: Path) -> dict[str, np.ndarray] | None:
     """The evaluation pool's labels and per-method scores of one setting (None when absent)."""
     if not path.is_file():
         return None
@@ -171,7 +171,7 @@ def load_results(run_dir: str | Path) -> list[SettingResult]:
         except (OSError, ValueError) as exc:
             warnings.warn(f"{found[i]}: unreadable result skipped ({exc})", stacklevel=2)
             continue
-        r.pool = _read_pool(found[i].parent / "scores.csv")
+        r.pool = read_pool(found[i].parent / "scores.csv")
         if score_only(r.detector_name):
             # its classifier learns nothing: a noise floor a run stored before runs left it out
             # retrained nothing and measured nothing (a zero-width interval), so none is shown

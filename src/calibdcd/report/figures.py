@@ -5,7 +5,6 @@ post-trained."""
 
 from __future__ import annotations
 
-import csv
 import textwrap
 from collections import Counter
 from collections.abc import Sequence
@@ -34,20 +33,24 @@ def _plt() -> Any:
     return plt
 
 
-def _read_scores(path: Path) -> dict[str, np.ndarray]:
-    with path.open(encoding="utf-8") as fh:
-        rows = list(csv.DictReader(fh))
-    pool = [r for r in rows if r["in_pool"] == "1"]
-    return {
-        "label": np.array([int(r["label"]) for r in pool]),
-        "before": np.array([float(r["score_before"]) for r in pool]),
-        "after": np.array([float(r["score_after"]) for r in pool]),
-    }
+def _read_scores(path: Path) -> dict[str, np.ndarray] | None:
+    """The pool's labels and scores before and after CalibDCD, read by the report's one reader
+    of ``scores.csv`` (:func:`calibdcd.report.aggregate.read_pool`); None without them."""
+    pool = agg.read_pool(path)
+    if pool is None or "original" not in pool or "calibdcd" not in pool:
+        return None
+    return {"label": pool["label"], "before": pool["original"], "after": pool["calibdcd"]}
 
 
 def _save(fig: Any, path: Path, rect: tuple[float, float, float, float] | None = None) -> Path:
+    import io
+
+    from calibdcd.atomic import atomic_write_bytes
+
     fig.tight_layout(rect=rect)
-    fig.savefig(path, format="png")
+    buf = io.BytesIO()  # rendered whole, then published: a killed report leaves no half PNG
+    fig.savefig(buf, format="png")
+    atomic_write_bytes(path, buf.getvalue())
     import matplotlib.pyplot as plt
 
     plt.close(fig)
@@ -326,7 +329,7 @@ def make_figures(
             summary.append(p)
     per: list[Path] = []
     for r in results:
-        sp = run_dir / "settings" / r.id / "scores.csv"
-        if sp.is_file():
-            per.append(setting_figure(r, _read_scores(sp), out_dir / f"setting_{r['id']}.png"))
+        scores = _read_scores(run_dir / "settings" / r.id / "scores.csv")
+        if scores is not None:
+            per.append(setting_figure(r, scores, out_dir / f"setting_{r['id']}.png"))
     return {"summary": summary, "settings": per}
