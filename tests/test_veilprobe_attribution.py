@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -176,3 +178,34 @@ def test_a_texts_ot_distances_in_one_batch_score_as_one_at_a_time(proxy, method,
     batched = np.array([s.score for s in attribute(proxy, text, cfg)])
     assert len(one_by_one) > 5 and one_by_one.max() > 0
     np.testing.assert_allclose(batched, one_by_one, rtol=1e-12, atol=1e-14)
+
+
+def test_a_tiny_model_is_published_whole_or_not_at_all(tmp_path, monkeypatch):
+    """VeilProbe's pool-trained proxy (and masked LM) is built in a temporary sibling and renamed
+    into place: a build that fails before its end leaves no directory the cache would half
+    trust (it wrote into the final one), and a leftover without its done.json is replaced."""
+    import calibdcd.detectors.veilprobe.mlm as mlm
+
+    cfg = MaskedLMConfig(
+        vocab_size=200, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, epochs=1
+    )
+
+    def crash(path, text):
+        raise OSError("disk full")
+
+    with monkeypatch.context() as m:
+        m.setattr(mlm, "atomic_write_text", crash)  # fails at the last write, done.json
+        with pytest.raises(OSError, match="disk full"):
+            mlm.train_causal_proxy(POOL, tmp_path, cfg, progress=False)
+    assert not [p for p in (tmp_path / "proxy").iterdir() if p.is_dir()]
+    path, done = mlm._cached("proxy", mlm._texts(POOL), cfg, tmp_path)
+    assert not done
+    path.mkdir()
+    (path / "config.json").write_text("{half")  # an older build's leftover
+    built = mlm.train_causal_proxy(POOL, tmp_path, cfg, progress=False)
+    assert built == path and (path / "done.json").is_file()
+    assert json.loads((path / "config.json").read_text())  # the leftover replaced
+    assert load_proxy(path, device="cpu") is not None
+    # the tokenizer was published once, whole, beside its lock
+    (tok,) = [p for p in (tmp_path / "tokenizer").iterdir() if p.is_dir()]
+    assert (tok / "tokenizer.json").is_file()

@@ -33,7 +33,7 @@ from calibdcd.provenance import build_environment, library_versions
 from calibdcd.resumable import ResumableTraining
 from calibdcd.tiny_lm import bert_config
 
-from .cache import atomic_write_text, content_key
+from .cache import atomic_write_text, build_once, content_key
 from .config import FeatureConfig, MappingConfig
 from .tokenization import train_wordpiece
 from .torchutil import seed_everything
@@ -104,11 +104,13 @@ def _tokenizer(cfg: MappingConfig, corpus: list[str], cache_dir: Path):
             str(resolve_model(cfg.tokenizer, need="tokenizer").path)
         )
     key = content_key("maptok", cfg.vocab_size, corpus, library_versions(("tokenizers",)))
-    path = cache_dir / "mapping-tokenizer" / key
-    if not (path / "tokenizer.json").exists():
-        train_wordpiece(corpus, vocab_size=cfg.vocab_size, lowercase=True).save_pretrained(
-            str(path)
-        )
+    path = build_once(
+        cache_dir / "mapping-tokenizer" / key,
+        "tokenizer.json",
+        lambda tmp: train_wordpiece(
+            corpus, vocab_size=cfg.vocab_size, lowercase=True
+        ).save_pretrained(str(tmp)),
+    )
     return AutoTokenizer.from_pretrained(str(path))
 
 

@@ -24,7 +24,7 @@ from calibdcd.progress import inner_bar
 from calibdcd.provenance import build_environment, library_versions
 from calibdcd.tiny_lm import bert_config, llama_config
 
-from .cache import atomic_write_text, content_key
+from .cache import atomic_write_text, build_once, content_key
 from .config import MaskedLMConfig
 from .tokenization import train_wordpiece
 from .torchutil import seed_everything
@@ -116,11 +116,13 @@ def _tokenizer_for(texts: list[str], cfg: MaskedLMConfig, cache_dir: Path):
     from transformers import AutoTokenizer
 
     key = content_key("tok", cfg.vocab_size, texts, library_versions(("tokenizers",)))
-    path = Path(cache_dir) / "tokenizer" / key
-    if (path / "tokenizer.json").exists():
-        return AutoTokenizer.from_pretrained(str(path))
-    tok = train_wordpiece(texts, vocab_size=cfg.vocab_size, lowercase=False)
-    tok.save_pretrained(str(path))
+    path = build_once(
+        Path(cache_dir) / "tokenizer" / key,
+        "tokenizer.json",
+        lambda tmp: train_wordpiece(
+            texts, vocab_size=cfg.vocab_size, lowercase=False
+        ).save_pretrained(str(tmp)),
+    )
     return AutoTokenizer.from_pretrained(str(path))
 
 
@@ -143,14 +145,18 @@ def _train_cached(
     path, done = _cached(kind, pool, cfg, Path(cache_dir))
     if done:
         return path
-    seed_everything(cfg.seed)
-    tok = _tokenizer_for(pool, cfg, Path(cache_dir))
-    model, make_batch = build(tok, cfg)
-    _train_loop(model, _chunks(tok, pool, cfg.max_length), cfg, make_batch, desc, progress)
-    model.save_pretrained(str(path))
-    tok.save_pretrained(str(path))
-    atomic_write_text(path / "done.json", json.dumps({"config": dataclasses.asdict(cfg)}))
-    return path
+
+    def train_into(tmp: Path) -> None:  # under the lock: a second process waits, then reuses
+        seed_everything(cfg.seed)
+        tok = _tokenizer_for(pool, cfg, Path(cache_dir))
+        model, make_batch = build(tok, cfg)
+        _train_loop(model, _chunks(tok, pool, cfg.max_length), cfg, make_batch, desc, progress)
+        model.save_pretrained(str(tmp))
+        tok.save_pretrained(str(tmp))
+        atomic_write_text(tmp / "done.json", json.dumps({"config": dataclasses.asdict(cfg)}))
+
+    waiting = f"waiting for another process training VeilProbe's {desc} ({path})"
+    return build_once(path, "done.json", train_into, waiting=waiting)
 
 
 def train_masked_lm(
