@@ -19,14 +19,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import random
-import shutil
 import time
 from pathlib import Path
 from typing import Any
 
-from calibdcd.atomic import file_lock
+from calibdcd.atomic import atomic_directory, file_lock, write_json
 from calibdcd.lab.config import CleanReferenceConfig
 from calibdcd.paths import cache_root
 from calibdcd.provenance import build_environment
@@ -202,12 +200,6 @@ def _train_clean_reference(
         desc="DPDLLM clean reference", resume=resume,
     )  # fmt: skip
     model.to("cpu")
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
     info = {
         "lab": lab_dir.name,
         "lab_config_hash": meta["config_hash"],
@@ -218,9 +210,10 @@ def _train_clean_reference(
         "torch_threads": torch.get_num_threads(),
         "build_environment": build_environment(cfg.device),
     }
-    (tmp / "reference.json").write_text(json.dumps(info, indent=2))
-    if out.exists():  # an unfinished earlier attempt (no reference.json): replaced
-        shutil.rmtree(out)
-    os.replace(tmp, out)
+    # published whole (an unfinished earlier attempt, without reference.json, is replaced)
+    with atomic_directory(out, replace=True) as tmp:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        write_json(tmp / "reference.json", info)
     discard_saves_beside(out)
     return out
