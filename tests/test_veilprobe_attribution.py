@@ -198,8 +198,8 @@ def test_a_tiny_model_is_published_whole_or_not_at_all(tmp_path, monkeypatch):
         with pytest.raises(OSError, match="disk full"):
             mlm.train_causal_proxy(POOL, tmp_path, cfg, progress=False)
     assert not [p for p in (tmp_path / "proxy").iterdir() if p.is_dir()]
-    path, done = mlm._cached("proxy", mlm._texts(POOL), cfg, tmp_path)
-    assert not done
+    path = mlm._model_path("proxy", mlm._texts(POOL), cfg, tmp_path)
+    assert not (path / "done.json").exists()
     path.mkdir()
     (path / "config.json").write_text("{half")  # an older build's leftover
     built = mlm.train_causal_proxy(POOL, tmp_path, cfg, progress=False)

@@ -5,12 +5,17 @@ A :class:`Persistable` object has ``state()`` (name -> ndarray, JSON-able meta) 
 version, class, meta); :func:`unpack_state` reads it with ``allow_pickle=False`` and rebuilds the
 class it is given (which must be the recorded one). Used by the experiment's model cache
 (:class:`calibdcd.experiment.caches.ArrayCache`) and the fitted-detector bundles.
+
+:func:`read_cached_arrays` is the one reader of a cached ``.npz`` of arrays (the experiment's
+feature cache, VeilProbe's features): a file that cannot be read is a miss with
+:func:`cache_miss_warning`, never an error.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import warnings
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -21,9 +26,11 @@ from calibdcd.atomic import json_default
 __all__ = [
     "MODEL_FORMAT",
     "Persistable",
+    "cache_miss_warning",
     "class_name",
     "json_default",
     "pack_state",
+    "read_cached_arrays",
     "unpack_state",
 ]
 
@@ -80,3 +87,30 @@ def unpack_state(path: Path, cls: type[P]) -> P:
     if header.get("class") != class_name(cls):
         raise ValueError(f"holds a {header.get('class')!r}, expected {class_name(cls)!r}")
     return cls.from_state(arrays, header["meta"])  # type: ignore[attr-defined]
+
+
+def cache_miss_warning(path: Path, exc: BaseException) -> None:
+    """The one warning for a cache entry that exists but cannot be read (it is recomputed)."""
+    warnings.warn(
+        f"{path}: corrupt cache entry ignored, recomputing ({type(exc).__name__}: {exc})",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
+def read_cached_arrays(path: Path, require: Sequence[str] = ()) -> dict[str, np.ndarray] | None:
+    """The arrays of the cached ``.npz`` at ``path``, or None: when it is absent, and (with
+    :func:`cache_miss_warning`) when it cannot be read (truncated, edited by hand, pickled
+    content) or lacks an array named in ``require``."""
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            out = {k: f[k] for k in f.files}
+        lacking = [k for k in require if k not in out]
+        if lacking:
+            raise ValueError(f"no array {', '.join(map(repr, lacking))} in the file")
+    except Exception as exc:  # BadZipFile, zlib/EOF errors, pickled content, ...
+        cache_miss_warning(path, exc)
+        return None
+    return out

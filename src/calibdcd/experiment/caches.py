@@ -8,7 +8,6 @@ version, class, JSON-able meta), loaded with ``allow_pickle=False`` and rebuilt 
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -16,21 +15,18 @@ from typing import Any, TypeVar
 import numpy as np
 
 from calibdcd.atomic import atomic_savez, atomic_write_bytes
-from calibdcd.persist import Persistable, pack_state, unpack_state
+from calibdcd.persist import (
+    Persistable,
+    cache_miss_warning,
+    pack_state,
+    read_cached_arrays,
+    unpack_state,
+)
 
 __all__ = ["ArrayCache", "cache_miss_warning"]
 
 
 P = TypeVar("P")
-
-
-def cache_miss_warning(path: Path, exc: BaseException) -> None:
-    """The one warning for a cache entry that exists but cannot be read (it is recomputed)."""
-    warnings.warn(
-        f"{path}: corrupt cache entry ignored, recomputing ({type(exc).__name__}: {exc})",
-        RuntimeWarning,
-        stacklevel=3,
-    )
 
 
 class ArrayCache:
@@ -55,21 +51,11 @@ class ArrayCache:
     ) -> dict[str, np.ndarray] | None:
         """The arrays stored under ``key``, else None (a miss); an unreadable file or one
         without every ``require``d array is a miss with a warning naming the file."""
-        p = self._path(kind, key, "npz")
-        if not p.is_file():
+        out = read_cached_arrays(self._path(kind, key, "npz"), require)
+        if out is None:
             self.misses += 1
-            return None
-        try:
-            with np.load(p, allow_pickle=False) as f:
-                out = {k: f[k] for k in f.files}
-            lacking = [k for k in require if k not in out]
-            if lacking:
-                raise ValueError(f"no array {', '.join(map(repr, lacking))} in the file")
-        except Exception as exc:  # BadZipFile, zlib/EOF errors, pickled content, ...
-            cache_miss_warning(p, exc)
-            self.misses += 1
-            return None
-        self.hits += 1
+        else:
+            self.hits += 1
         return out
 
     def save_arrays(self, kind: str, key: str, arrays: Mapping[str, np.ndarray]) -> None:

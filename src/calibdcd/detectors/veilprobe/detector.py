@@ -30,7 +30,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-import warnings
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -39,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from calibdcd.atomic import atomic_savez
+from calibdcd.persist import read_cached_arrays
 from calibdcd.targets.base import GenerationParams
 
 from ..base import (
@@ -198,9 +198,9 @@ class VeilProbe(PoolTrained, Timed, NeedsSupervised):
             r_suf,
         )
         path = self.config.cache_path / "features" / f"{key}.npz"
-        z = _load_cached_features(path)
-        if z is not None:
-            feats = Features(z, self.blocks)
+        cached = read_cached_arrays(path, ("z",))
+        if cached is not None:
+            feats = Features(cached["z"], self.blocks)
         else:
             use_suffix = fcfg.decoder_input == "suffix"
             E_s, D_s = pooled_features(mm_s, s_in, s_suf if use_suffix else None, fcfg)
@@ -312,19 +312,3 @@ def _view_code(view: Any | None) -> str:
     if code is None:
         raise ValueError("view has no .code attribute")
     return f"view:{code}"
-
-
-def _load_cached_features(path: Path) -> np.ndarray | None:
-    """The cached feature matrix, or None when absent or unreadable (a warning names the file)."""
-    if not path.is_file():
-        return None
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            return np.asarray(f["z"])
-    except Exception as exc:  # truncated / corrupt: recompute
-        warnings.warn(
-            f"{path}: corrupt cache entry ignored, recomputing ({type(exc).__name__}: {exc})",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-        return None

@@ -105,11 +105,12 @@ def _train_loop(model, chunks, cfg: MaskedLMConfig, make_batch, desc: str, progr
     return model
 
 
-def _cached(kind: str, texts: list[str], cfg: MaskedLMConfig, cache_dir: Path) -> tuple[Path, bool]:
+def _model_path(kind: str, texts: list[str], cfg: MaskedLMConfig, cache_dir: Path) -> Path:
+    """Where the ``kind`` model trained on ``texts`` with ``cfg`` is cached (complete when it
+    holds ``done.json``, which :func:`build_once` checks)."""
     # library versions, device type and CPU threads change the trained bytes
     key = content_key(kind, dataclasses.asdict(cfg), texts, build_environment(None))
-    path = Path(cache_dir) / kind / key
-    return path, (path / "done.json").exists()
+    return Path(cache_dir) / kind / key
 
 
 def _tokenizer_for(texts: list[str], cfg: MaskedLMConfig, cache_dir: Path):
@@ -142,9 +143,7 @@ def _train_cached(
     its tokenizer."""
     cfg = config or MaskedLMConfig()
     pool = _texts(texts)
-    path, done = _cached(kind, pool, cfg, Path(cache_dir))
-    if done:
-        return path
+    path = _model_path(kind, pool, cfg, Path(cache_dir))
 
     def train_into(tmp: Path) -> None:  # under the lock: a second process waits, then reuses
         seed_everything(cfg.seed)
