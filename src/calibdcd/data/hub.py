@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from calibdcd.errors import one_line
+
 __all__ = ["HubUnavailableError", "dataset_snapshot", "hub_source", "read_snapshot"]
 
 
@@ -75,6 +77,5 @@ def read_snapshot(repo: str, snapshot: Path, config: str | None, split: str) -> 
     try:
         ds = datasets.load_dataset(str(snapshot), name=config, split=split)
     except Exception as exc:  # an unknown config or split, files it cannot parse: say which
-        kind = "" if isinstance(exc, (ValueError, FileNotFoundError)) else f"{type(exc).__name__}: "
-        raise ValueError(f"hub dataset {repo}@{snapshot.name[:12]}: {kind}{exc}") from exc
+        raise ValueError(f"hub dataset {repo}@{snapshot.name[:12]}: {one_line(exc)}") from exc
     return ds, hub_source(repo, snapshot, config, split)
