@@ -142,8 +142,22 @@ def test_pool_files_and_errors(tmp_path, shared_data_dir):
     assert [t.source for t in load_pool(tmp_path / "s.txt")] == ["s.txt:1", "s.txt:3"]
     nofield = tmp_path / "n.jsonl"
     nofield.write_text('{"body": "x"}\n')
-    with pytest.raises(ValueError, match="no text field"):
+    with pytest.raises(ValueError, match=r"n.jsonl, line 1: no text column: looked for \['text'"):
         load_pool(nofield)
+    # the column is found as a benchmark's is (any case); every bad row is named at once
+    rows = tmp_path / "r.jsonl"
+    rows.write_text('{"Passage": "a"}\n{"other": "b"}\n{"Passage": 3}\n')
+    with pytest.raises(ValueError) as bad_rows:
+        load_pool(rows)
+    assert [str(p) for p in bad_rows.value.problems] == [
+        f"{rows}, line 2: 'Passage': missing",
+        f"{rows}, line 3: 'Passage': not a string",
+    ]
+    rows.write_text('{"Passage": "a"}\n')
+    assert [t.text for t in load_pool(rows)] == ["a"]
+    (tmp_path / "e.jsonl").write_text("\n")
+    with pytest.raises(ValueError, match=r"e.jsonl, line 1: no texts"):
+        load_pool(tmp_path / "e.jsonl")
     # a row filter keeps each text's own line as its source
     mixed = tmp_path / "m.jsonl"
     mixed.write_text('{"text": "a", "label": 1}\n\n{"text": "b", "label": 0}\n{"text": "c"}\n')

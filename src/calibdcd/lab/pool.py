@@ -31,9 +31,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from calibdcd.data.assemble import DEFAULT_TEXT_FIELDS, resolve_field
 from calibdcd.lab.config import PoolConfig
 
 __all__ = [
+    "POOL_TEXT_FIELDS",
     "PoolText",
     "Split",
     "clean_pool",
@@ -43,7 +45,9 @@ __all__ = [
     "split_pool",
 ]
 
-_TEXT_FIELDS = ("text", "input", "snippet", "passage", "content", "document", "Example_A")
+#: a pool's text column when none is named: the benchmarks' candidates, then those of other
+#: corpora (BookTection's passages, DE-COP's Example_A); resolved by the benchmarks' resolver
+POOL_TEXT_FIELDS = (*DEFAULT_TEXT_FIELDS, "passage", "content", "document", "Example_A")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,12 +207,15 @@ def load_pool(
     with ``text_list``): ``.jsonl`` (one object or string per line), ``.json`` (a list),
     ``.csv``/``.tsv``, ``.parquet`` or ``.txt`` (one text per line), ``.gz`` allowed.
 
-    ``text_field`` names the column; by default the first of ``text``, ``input``, ``snippet``,
-    ``passage``, ``content``, ``document``, ``Example_A`` that is present. ``where`` keeps only
-    the objects whose fields equal its values (e.g. ``{"label": 0}``, which also matches a CSV
-    field ``"0"``; no matching row is an error); a text keeps its line as its source either way.
+    ``text_field`` names the column; by default the first of :data:`POOL_TEXT_FIELDS` the
+    first row has (:func:`calibdcd.data.assemble.resolve_field`, as for a benchmark). ``where``
+    keeps only the objects whose fields equal its values (e.g. ``{"label": 0}``, which also
+    matches a CSV field ``"0"``; no matching row is an error); a text keeps its line as its
+    source either way. Rows without the field, or with a non-string in it, are one
+    :class:`~calibdcd.data.validation.DataError` listing each.
     """
     from calibdcd.data.readers import file_format, read_records
+    from calibdcd.data.validation import DataError, Location, Problem
 
     path = Path(path)
     # the one reader of text files (every structural problem at once, as one DataError); each
@@ -223,27 +230,28 @@ def load_pool(
             return f"{path.name}:{rec.index + 2}"  # the header is line 1
         return f"{path.name}:{rec.location.line}"
 
-    rows = [(place(r), r.fields) for r in records]
-    out: list[PoolText] = []
-    field = text_field
+    if not records:
+        empty = "no texts (empty file, or only blank lines)"
+        raise DataError(Problem(Location(str(path), 1), empty))
     if where:
-        rows = [(w, r) for w, r in rows if _matches(r, where)]
-        if not rows:
+        records = [r for r in records if _matches(r.fields, where)]
+        if not records:
             raise ValueError(f"pool file {path}: no row has {where}")
-    for loc, row in rows:
-        if field is None:
-            field = next((f for f in _TEXT_FIELDS if f in row), None)
-            if field is None:
-                raise ValueError(
-                    f"{loc}: no text field found (tried {list(_TEXT_FIELDS)}); pass text_field"
-                )
-        if field not in row:
-            raise ValueError(f"{loc}: missing field {field!r}")
-        text = row[field]
-        if not isinstance(text, str):
-            raise ValueError(f"{loc}: field {field!r} is not a string")
-        out.append(PoolText(text, loc))
-    return out
+    # the column as every other reader picks it (the first candidate the first row has)
+    field = resolve_field(
+        list(records[0].fields), text_field or POOL_TEXT_FIELDS, "text", str(path)
+    )
+    problems = [
+        Problem(
+            r.location,
+            f"{field!r}: missing" if field not in r.fields else f"{field!r}: not a string",
+        )
+        for r in records
+        if not isinstance(r.fields.get(field), str)
+    ]
+    if problems:
+        raise DataError(problems)  # every bad row at once, each with its line
+    return [PoolText(r.fields[field], place(r)) for r in records]
 
 
 def _matches(row: dict[str, Any], where: dict[str, Any]) -> bool:
