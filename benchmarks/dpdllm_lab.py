@@ -40,7 +40,9 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from calibdcd.detectors.dpdllm import DPDLLM, DPDLLMConfig, ReferenceLMConfig
+from calibdcd.lab import load_ground_truth
 from calibdcd.lab.clean_reference import CleanReferenceConfig, ensure_clean_reference
+from calibdcd.lab.evaluate import EvalItem
 from calibdcd.metrics import auc, tpr_at_fpr
 from calibdcd.paths import cache_root
 from calibdcd.provenance import measured_on, save_measurement
@@ -54,12 +56,12 @@ def make_target(path: Path, cache_dir: Path) -> CachedTarget:
     return CachedTarget(target, cache_dir / "generations.sqlite")
 
 
-def split_lab(rows: list[dict], n_per_class: int, seed: int):
+def split_lab(rows: list[EvalItem], n_per_class: int, seed: int):
     """The experiments' own split (``calibdcd.data.make_split``, paper protocol, no subsample):
     ``n_per_class`` members + as many non-members supervised, every other text in the pool."""
     from calibdcd.data import SplitConfig, make_split
 
-    labels = np.array([int(r["label"]) for r in rows])
+    labels = np.array([r.label for r in rows])
     sp = make_split(labels, SplitConfig(n_supervised_per_class=n_per_class), seed=seed)
     return [rows[i] for i in sp.supervised], [rows[i] for i in sp.evaluation]
 
@@ -115,10 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     lab = args.lab
     if args.cache is None:
         args.cache = cache_root() / "dpdllm-bench"
-    rows = [json.loads(x) for x in (lab / "ground_truth.jsonl").read_text().splitlines() if x]
-    train, pool = split_lab(rows, args.n_per_class, args.seed)
-    tr_texts, ytr = [r["text"] for r in train], np.array([int(r["label"]) for r in train])
-    ev_texts, yev = [r["text"] for r in pool], np.array([int(r["label"]) for r in pool])
+    train, pool = split_lab(load_ground_truth(lab), args.n_per_class, args.seed)
+    tr_texts, ytr = [r.text for r in train], np.array([r.label for r in train])
+    ev_texts, yev = [r.text for r in pool], np.array([r.label for r in pool])
     models = args.models or sorted(
         p.name for p in lab.iterdir() if (p / "config.json").exists() and p.name != "reference"
     )

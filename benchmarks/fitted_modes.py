@@ -67,16 +67,17 @@ def run(args: argparse.Namespace) -> None:
     from calibdcd.experiment.target_entries import build_target
     from calibdcd.fitted import FitTexts, fit_detector, target_record
     from calibdcd.fitted.audit import threshold_at
+    from calibdcd.lab import load_ground_truth
     from calibdcd.metrics import auc, tpr_at_fpr
     from calibdcd.views import view_bank
 
     cache = Path(args.cache)
     lab = resolve_lab(args.lab)
     assert lab is not None
-    gt = [json.loads(x) for x in (lab / "ground_truth.jsonl").read_text().splitlines()]
+    gt = load_ground_truth(lab)
     rng = np.random.default_rng([args.seed, 0xF17ED])
-    mem = [g["text"] for g in gt if g["label"] == 1]
-    non = [g["text"] for g in gt if g["label"] == 0]
+    mem = [g.text for g in gt if g.label == 1]
+    non = [g.text for g in gt if g.label == 0]
     mem = [mem[i] for i in rng.permutation(len(mem))]
     non = [non[i] for i in rng.permutation(len(non))]
     s, c, h = args.sup, args.cal, args.held

@@ -54,23 +54,24 @@ def prompt_set(lab_dir: Path | None, n: int, seed: int) -> list[tuple[str, list[
     """(first half, words of the true second half, label) for ``n`` texts of the lab, half of
     them members, drawn with ``seed``; the halves as the Overlap detector splits them."""
     from calibdcd.detectors.overlap import OverlapConfig, _split
+    from calibdcd.lab import load_ground_truth
 
     if lab_dir is None or not (lab_dir / "ground_truth.jsonl").is_file():
         raise SystemExit(
             "--model must name a lab model (lab:<preset>/<model>) for its texts, or --texts a "
             "ground_truth.jsonl"
         )
-    rows = [json.loads(line) for line in (lab_dir / "ground_truth.jsonl").open()]
+    rows = load_ground_truth(lab_dir)
     rng = np.random.default_rng(seed)
     picked = []
     for label in (1, 0):
-        idx = [i for i, r in enumerate(rows) if int(r["label"]) == label]
+        idx = [i for i, r in enumerate(rows) if r.label == label]
         picked += [rows[i] for i in rng.choice(idx, size=n // 2, replace=False)]
     cfg = OverlapConfig()
     out = []
     for r in picked:
-        prompt, truth = _split(r["text"], cfg)
-        out.append((prompt, truth, int(r["label"])))
+        prompt, truth = _split(r.text, cfg)
+        out.append((prompt, truth, r.label))
     return out
 
 
