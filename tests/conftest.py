@@ -36,7 +36,7 @@ os.environ["CALIBDCD_CACHE"] = _TEST_CACHE
 def shared_dir() -> Path:
     """``$CALIBDCD_SHARED``, else a ``shared`` directory beside the repository or one of its
     parents (tests that need it skip when it is absent)."""
-    from calibdcd.experiment.config import default_shared
+    from calibdcd.paths import default_shared
 
     found = default_shared()
     return Path(found) if found else Path("shared-data-not-found")

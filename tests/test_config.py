@@ -234,6 +234,33 @@ def test_a_lab_reference_names_its_build_seed(tmp_path, monkeypatch):
         )
 
 
+def test_a_lab_spec_resolves_in_one_place_for_the_config_and_the_run(tmp_path, monkeypatch):
+    """The config's LabRef and the run's resolve_lab are one resolver (they were two): they
+    name the same directory, a prebuilt copy is looked for at every call (the cached
+    resolution of the lab's key does not hide a copy that appears later), and a spec neither
+    can resolve is the same message from both."""
+    from calibdcd.experiment.config import resolve_lab_ref
+    from calibdcd.experiment.labs import resolve_lab
+    from experiment_support import lab_micro
+
+    monkeypatch.setenv("CALIBDCD_LAB_ROOT", str(tmp_path / "labs"))
+    cache = tmp_path / "c"
+    ref = resolve_lab_ref("micro", cache_dir=cache)
+    assert not ref.prebuilt and not ref.built and ref.directory.startswith(str(cache / "lab"))
+    assert resolve_lab("micro", build=False, root=cache) is None
+    (tmp_path / "labs").mkdir()
+    (tmp_path / "labs" / "lab-micro").symlink_to(lab_micro(), target_is_directory=True)
+    ref = resolve_lab_ref("micro", cache_dir=cache)
+    assert ref.prebuilt and ref.built and ref.key.startswith("micro-prebuilt-")
+    for build in (False, True):  # used as it is, never built
+        assert resolve_lab("micro", build=build, root=cache) == tmp_path / "labs" / "lab-micro"
+    assert not (cache / "lab").exists()
+    assert resolve_lab_ref("nope@1", cache_dir=cache).startswith("unknown lab preset 'nope'")
+    assert resolve_lab("nope@1", build=False, root=cache) is None
+    with pytest.raises(ValueError, match="unknown lab preset 'nope'"):
+        resolve_lab("nope@1", root=cache)
+
+
 def test_hashing_with_the_lab_built_trains_no_clean_reference(tmp_path, monkeypatch):
     """The lab is built, DPDLLM's clean reference LM is not: checking a stored result's inputs
     names the missing reference instead of training it (minutes of CPU on the micro lab)."""

@@ -30,8 +30,8 @@ from calibdcd.experiment import (
     run_experiment,
     threshold_at_fpr,
 )
-from calibdcd.experiment.config import default_shared
 from calibdcd.metrics import auc, tpr_at_fpr
+from calibdcd.paths import default_shared
 from experiment_support import REPO, lab_micro, micro_config_text, micro_run
 
 SHARED = Path(default_shared() or "shared-data-not-found")

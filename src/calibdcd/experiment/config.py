@@ -80,8 +80,8 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 from calibdcd.calibration import CalibrationConfig
 from calibdcd.keys import added_field
 from calibdcd.options import suggestion
-from calibdcd.paths import default_shared
-from calibdcd.redact import is_secret_var, register_secret
+from calibdcd.redact import register_secret
+from calibdcd.variables import expand_variables
 
 __all__ = [
     "AnalysisSpec",
@@ -111,7 +111,6 @@ __all__ = [
 ]
 
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
-_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 Loc = tuple[str | int, ...]
 
@@ -381,6 +380,8 @@ class LabRef:
     seed: int
     key: str
     directory: str | None = dataclasses.field(default=None, compare=False, repr=False)
+    #: a copy under ``$CALIBDCD_LAB_ROOT`` (used as it is, never built)
+    prebuilt: bool = dataclasses.field(default=False, compare=False, repr=False)
 
     @property
     def built(self) -> bool:
@@ -667,36 +668,6 @@ class ExperimentConfig(BaseModel):
 # --------------------------------------------------------------------------------------------
 # Environment variables, paths, lines
 # --------------------------------------------------------------------------------------------
-
-
-def expand_variables(v: Any, loc: Loc, problems: list[tuple[Loc, str]]) -> Any:
-    """``${VAR}`` expanded in every string of the tree (keys excepted); an unset variable is a
-    problem at its key path (the value is left as written)."""
-    if isinstance(v, str):
-        missing: list[str] = []
-
-        def sub(m: re.Match[str]) -> str:
-            var, default = m.group(1), m.group(2)
-            if var in os.environ:
-                if is_secret_var(var):
-                    register_secret(os.environ[var])
-                return os.environ[var]
-            if var == "CALIBDCD_SHARED" and default_shared() is not None:
-                return default_shared()  # type: ignore[return-value]
-            if default is not None:
-                return default
-            missing.append(var)
-            return m.group(0)
-
-        out = _ENV.sub(sub, v)
-        for var in missing:
-            problems.append((loc, f"environment variable {var} is not set"))
-        return out
-    if isinstance(v, Mapping):
-        return {k: expand_variables(x, (*loc, str(k)), problems) for k, x in v.items()}
-    if isinstance(v, list):
-        return [expand_variables(x, (*loc, i), problems) for i, x in enumerate(v)]
-    return v
 
 
 def _resolve_path(p: str | None, base: Path | None) -> str | None:
@@ -1106,38 +1077,37 @@ def labs_of(cfg: ExperimentConfig, *entries: Any) -> list[LabRef]:
     return out
 
 
-def resolve_lab_ref(spec: str, cache_dir: str | None = None) -> LabRef | str:
-    """The :class:`LabRef` of a lab (``<preset>[@<seed>]``, :func:`lab_spec`) under the run's
-    cache root (``cache_dir``, else :func:`calibdcd.paths.cache_root`'s default; nothing is
-    built), or why it cannot be resolved. A prebuilt ``$CALIBDCD_LAB_ROOT/lab-<spec>`` is
-    identified by its ``lab.json``.
-    Computed once per process and environment (the lab's key hashes its text pool)."""
+def resolve_lab_ref(spec: str, cache_dir: str | Path | None = None) -> LabRef | str:
+    """The :class:`LabRef` of a lab (``<preset>[@<seed>]``, :func:`lab_spec`), or why it cannot
+    be resolved; nothing is built. The one place a lab spec becomes a directory: a prebuilt
+    ``$CALIBDCD_LAB_ROOT/lab-<spec>`` holding its ground truth (looked for at each call,
+    identified by its ``lab.json``), else the lab's cache directory under the run's cache root
+    (``cache_dir``, else :func:`calibdcd.paths.cache_root`'s default), computed once per
+    process (the lab's key hashes its text pool)."""
     from calibdcd.paths import cache_root
 
-    env = os.environ.get
-    return _lab_ref(spec, env("CALIBDCD_LAB_ROOT"), str(cache_root(cache_dir)))
-
-
-@functools.lru_cache(maxsize=32)
-def _lab_ref(spec: str, root: str | None, cache: str | None) -> LabRef | str:
     try:
         preset, seed = lab_spec(spec)
     except ValueError as exc:
         return str(exc)
-    if root and (Path(root) / f"lab-{spec}" / "ground_truth.jsonl").is_file():
-        prebuilt = Path(root) / f"lab-{spec}"
+    labs = os.environ.get("CALIBDCD_LAB_ROOT")
+    prebuilt = Path(labs) / f"lab-{spec}" if labs else None
+    if prebuilt is not None and (prebuilt / "ground_truth.jsonl").is_file():
         try:
             import hashlib
 
             key = hashlib.sha256((prebuilt / "lab.json").read_bytes()).hexdigest()[:12]
         except OSError:
             key = "unidentified"
-        return LabRef(preset, seed, f"{preset}-prebuilt-{key}", str(prebuilt))
-    try:
-        from calibdcd.lab import KNOWN_PRESETS  # type: ignore[attr-defined]
-        from calibdcd.lab.build import lab_cache_dir  # type: ignore
-    except ImportError:
-        return LabRef(preset, seed, f"{preset}-s{seed}")
+        return LabRef(preset, seed, f"{preset}-prebuilt-{key}", str(prebuilt), prebuilt=True)
+    return _cached_lab_ref(spec, preset, seed, str(cache_root(cache_dir)))
+
+
+@functools.lru_cache(maxsize=32)
+def _cached_lab_ref(spec: str, preset: str, seed: int, cache: str) -> LabRef | str:
+    from calibdcd.lab import KNOWN_PRESETS
+    from calibdcd.lab.build import lab_cache_dir
+
     if preset not in KNOWN_PRESETS:
         return f"unknown lab preset {preset!r}; known: {list(KNOWN_PRESETS)}"
     try:

@@ -5,12 +5,11 @@ of a lab, trained on first use)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from calibdcd.experiment.config import lab_spec, option_strings
+from calibdcd.experiment.config import option_strings, resolve_lab_ref
 from calibdcd.paths import cache_root
 
 __all__ = ["resolve_lab", "resolve_lab_refs", "unbuilt_clean_references"]
@@ -28,30 +27,22 @@ def resolve_lab(
     ``cache_dir``; :func:`calibdcd.paths.cache_root`). With ``build=False`` returns None when
     no built lab is found. ``progress``: the build's progress bars (a run's ``--no-progress``).
     """
-    preset, seed = lab_spec(spec)
-    labs = os.environ.get("CALIBDCD_LAB_ROOT")
-    prebuilt = Path(labs) / f"lab-{spec}" if labs else None
-    if prebuilt is not None and (prebuilt / "ground_truth.jsonl").is_file():
-        return prebuilt
-    try:
-        from calibdcd.lab import ensure_lab  # type: ignore[attr-defined]
-    except ImportError as exc:
+    ref = resolve_lab_ref(spec, cache_dir=root)  # the one resolver, which the config used
+    if isinstance(ref, str):
         if not build:
             return None
-        raise ValueError(f"lab {spec!r}: calibdcd.lab is not available ({exc})") from None
+        raise ValueError(ref)
+    d = Path(str(ref.directory))
+    if ref.prebuilt:
+        return d
     if not build:
-        try:
-            from calibdcd.lab.build import is_complete_lab, lab_cache_dir  # type: ignore
-
-            d = lab_cache_dir(preset, seed=seed, root=cache_root(root))
-            return d if is_complete_lab(d) else None
-        except Exception:
-            return None
+        return d if ref.built else None
     # experiments measure the lab themselves: skip the build's own ``lab check`` (~2 min on
     # small; it does not change the lab or its cache key)
-    return Path(
-        ensure_lab(preset, seed=seed, root=cache_root(root), check=False, progress=progress)
-    )
+    from calibdcd.lab import ensure_lab
+
+    root = cache_root(root)
+    return Path(ensure_lab(ref.preset, seed=ref.seed, root=root, check=False, progress=progress))
 
 
 def resolve_lab_refs(

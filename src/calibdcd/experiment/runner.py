@@ -664,7 +664,7 @@ def _check_benchmark(
     b = planned.entry
     key = f"benchmarks[{i}] ({b.label})"
     if b.lab is not None and plan.lab_dir(b.lab) is None:
-        ok = _lab_preset_known(b.lab)
+        ok = _lab_preset_known(b.lab, plan.cache_root)
         if ok is not True:
             problems.append(f"{key}.lab: {ok}")
         else:
@@ -791,7 +791,7 @@ def _target_where(plan: RunPlan, t: Any, key: str, problems: list[str]) -> str |
     e = t.entry
     if e.lab is not None:
         lab = plan.lab_dir(e.lab)
-        ok = True if lab is not None else _lab_preset_known(e.lab)  # prebuilt: any name
+        ok = True if lab is not None else _lab_preset_known(e.lab, plan.cache_root)
         if ok is not True:
             problems.append(f"{key}.lab: {ok}")
             return None
@@ -974,20 +974,13 @@ def dry_view_bank(t: Any, system: str, root: Path) -> list[str] | None:
     return None if views is None else [v.code for v in views]
 
 
-def _lab_preset_known(spec: str) -> bool | str:
-    try:
-        preset, _ = lab_spec(spec)
-    except ValueError as exc:
-        return str(exc)
-    try:
-        from calibdcd.lab import KNOWN_PRESETS  # type: ignore[attr-defined]
-    except ImportError:
-        return True  # cannot check here; the run will
-    return (
-        True
-        if preset in KNOWN_PRESETS
-        else f"unknown lab preset {preset!r}; known: {list(KNOWN_PRESETS)}"
-    )
+def _lab_preset_known(spec: str, root: Path) -> bool | str:
+    """True when the lab ``spec`` resolves here (built or not), else why not: the one resolver
+    (:func:`calibdcd.experiment.config.resolve_lab_ref`) the config was loaded with."""
+    from calibdcd.experiment.config import resolve_lab_ref
+
+    ref = resolve_lab_ref(spec, cache_dir=root)
+    return ref if isinstance(ref, str) else True
 
 
 def _unbuilt_lab_model_problem(spec: str, model: str) -> str | None:
