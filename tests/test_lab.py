@@ -246,6 +246,9 @@ def test_lab_layout_and_metadata(lab_micro):
     for key in ("config", "seed", "versions", "timings", "sizes", "pool", "seeds", "check"):
         assert key in meta, key
     assert meta["versions"]["torch"] and meta["versions"]["transformers"]
+    # the provenance every lab records, the real-model lab's alike (provenance.build_record)
+    assert {"build_environment", "hardware", "platform", "git", "argv"} <= set(meta)
+    assert not any(a.startswith("/") for a in meta["argv"])
     # whoever built the shared lab first decides whether its check ran: the conftest fixture
     # builds with it, an experiment (or a test going through one) without; the cache key
     # ignores check, so either is this lab, and lab.json says which

@@ -32,6 +32,25 @@ def test_the_pool_is_one_distribution_and_replay_never_overlaps_it(wikimia24):
     assert len(later) >= len(pool) >= 2 * cfg.n_members + 1
 
 
+def test_the_pool_paths_expand_any_variable_as_a_config_does(tmp_path, monkeypatch):
+    """The real lab's pool paths go through the config's one ${VAR} expansion (they knew only
+    ${CALIBDCD_SHARED}): any variable, a default, and an unset one named with its key."""
+    pool = tmp_path / "p.jsonl"
+    words = [" ".join(f"w{i}x{k}" for k in range(40)) for i in range(5)]  # no two alike
+    rows = [{"input": w, "label": int(i >= 3)} for i, w in enumerate(words)]
+    pool.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    monkeypatch.setenv("MY_POOLS", str(tmp_path))
+    cfg = resolve_real_config(
+        "real-smollm2", pool_path="${MY_POOLS}/p.jsonl", replay_path="${NOT_SET:-" + str(pool) + "}"
+    )
+    got, replay = real_pools(cfg)
+    assert (len(got), len(replay)) == (3, 2)
+    cfg = resolve_real_config("real-smollm2", pool_path="${NOT_SET}/p.jsonl")
+    unset = r"real lab: pool_path: \$\{NOT_SET\}/p.jsonl: environment variable NOT_SET is not set"
+    with pytest.raises(ValueError, match=unset):
+        real_pools(cfg)
+
+
 def test_the_cache_key_follows_the_recipe(wikimia24):
     key = real_lab_key("real-smollm2", 0)
     assert key.startswith("real-smollm2-s0-")
@@ -67,6 +86,9 @@ def test_a_tiny_real_build(wikimia24, tmp_path):
     )
     meta = json.loads((out / "lab.json").read_text())
     assert meta["complete"] and meta["kind"] == "real"
+    # the provenance every lab records (provenance.build_record; this lab wrote its own)
+    assert {"versions", "build_environment", "hardware", "platform", "git", "argv"} <= set(meta)
+    assert not any(a.startswith("/") for a in meta["argv"])
     assert meta["corpus"]["members"] == meta["corpus"]["nonmembers"] == 6
     truth = [json.loads(x) for x in (out / "ground_truth.jsonl").read_text().splitlines()]
     assert [r["label"] for r in truth] == [1] * 6 + [0] * 6

@@ -256,6 +256,22 @@ def run_environment(*, torch: bool = True) -> dict[str, Any]:
     }
 
 
+def build_record(device: str | None, threads: int | None) -> dict[str, Any]:
+    """What a built artefact (a lab's ``lab.json``) records of how and where it was built, the
+    same for every kind of lab: the library versions, the environment that can change its
+    bytes (:func:`build_environment`), the hardware, the platform, the commit of the code and
+    the command line (no absolute paths, as :func:`run_environment`'s)."""
+    versions = {k: v for k, v in library_versions().items() if v is not None}
+    return {
+        "versions": {"python": platform.python_version(), **versions},
+        "build_environment": build_environment(device, threads),
+        "hardware": hardware_info(),
+        "platform": platform.platform(),
+        "git": git_commit(),
+        "argv": [portable_arg(a) for a in sys.argv],
+    }
+
+
 def hostname() -> str | None:
     """The machine's host name (what the run directory's ``.lock`` names too), None unknown."""
     try:

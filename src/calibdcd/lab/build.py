@@ -35,7 +35,7 @@ from calibdcd.lab.pool import (
     split_pool,
 )
 from calibdcd.paths import cache_root
-from calibdcd.provenance import build_environment, hardware_info, portable_arg
+from calibdcd.provenance import build_record
 from calibdcd.resumable import ResumableTraining, discard_saves_beside
 
 __all__ = ["build_lab", "ensure_lab", "is_complete_lab", "prepare_split"]
@@ -82,17 +82,6 @@ def prepare_split(
     cfg = resolve_config(preset, **overrides)
     texts, spec = _load_texts(pool, cfg)
     return cfg, split_pool(texts, cfg.pretrain.n_members, seed), spec
-
-
-def _versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for name in ("calibdcd", "torch", "transformers", "tokenizers", "numpy"):
-        try:
-            mod = __import__(name)
-            out[name] = str(getattr(mod, "__version__", "?"))
-        except ImportError:
-            pass
-    return out
 
 
 def _peak_rss_mb() -> float:
@@ -415,11 +404,7 @@ def build_lab(
                 "pretrain_packing": f"calibdcd-lab-pack-{seed}",
                 "sft_data": f"calibdcd-lab-sftdata-{seed}",
             },
-            "versions": _versions(),
-            "build_environment": build_environment(cfg.device, cfg.num_threads),
-            "hardware": hardware_info(),
-            "platform": platform.platform(),
-            "argv": [portable_arg(a) for a in sys.argv],
+            **build_record(cfg.device, cfg.num_threads),
             **info,
         }
         if cfg.check:

@@ -28,10 +28,8 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import platform
 import random
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -46,7 +44,7 @@ from calibdcd.lab.config import (
 from calibdcd.lab.evaluate import CHECK_SKIPPED
 from calibdcd.lab.pool import PoolText, Split, clean_pool, load_pool, pool_fingerprint
 from calibdcd.lab.sftdata import Conversation
-from calibdcd.provenance import hardware_info
+from calibdcd.provenance import build_record
 from calibdcd.resumable import ResumableTraining, discard_saves_beside
 
 __all__ = [
@@ -189,32 +187,21 @@ def resolve_real_config(preset: str, **overrides: Any) -> RealLabConfig:
     return replace_settings(cfg, top, "real lab")
 
 
-def _expand(path: str) -> Path:
-    from calibdcd.paths import default_shared
+def _labelled(cfg: RealLabConfig, key: str) -> list[PoolText]:
+    """The texts of the pool file ``cfg.<key>_path`` (its ``${VAR}`` expanded) with the label
+    ``cfg.<key>_label`` (any label when None)."""
+    from calibdcd.variables import expand
 
-    if "${CALIBDCD_SHARED}" in path:
-        shared = default_shared()
-        if shared is None:
-            raise ValueError(
-                f"real lab: {path} needs the shared data directory (set CALIBDCD_SHARED)"
-            )
-        path = path.replace("${CALIBDCD_SHARED}", str(shared))
-    return Path(path)
-
-
-def _labelled(path: Path, label: int | None) -> list[PoolText]:
+    path = Path(expand(getattr(cfg, f"{key}_path"), f"real lab: {key}_path"))
+    label = getattr(cfg, f"{key}_label")
     return load_pool(path, where=None if label is None else {"label": label})
 
 
 def real_pools(cfg: RealLabConfig) -> tuple[list[PoolText], list[PoolText]]:
     """The cleaned pool and the replay texts (replay texts that are also pool texts dropped)."""
-    pool = clean_pool(_labelled(_expand(cfg.pool_path), cfg.pool_label), cfg.pool)
+    pool = clean_pool(_labelled(cfg, "pool"), cfg.pool)
     seen = {t.text for t in pool}
-    replay = [
-        t
-        for t in clean_pool(_labelled(_expand(cfg.replay_path), cfg.replay_label), cfg.pool)
-        if t.text not in seen
-    ]
+    replay = [t for t in clean_pool(_labelled(cfg, "replay"), cfg.pool) if t.text not in seen]
     return pool, replay
 
 
@@ -256,15 +243,6 @@ def real_lab_key(preset: str, seed: int = 0, **overrides: Any) -> str:
     pool, replay = real_pools(cfg)
     sha = pool_fingerprint(pool + replay)
     return f"{preset}-s{seed}-{real_config_hash(cfg, seed, sha)}"
-
-
-def _model_dir(spec: str, cache: str | Path | None = None) -> Path:
-    from calibdcd.paths import cache_root
-    from calibdcd.targets.packaged import packaged_checkpoint
-
-    if spec.startswith("packaged:"):
-        return packaged_checkpoint(spec, cache_root(cache))
-    return Path(spec)
 
 
 def _lora(model, spec: LoraSpec):
@@ -537,7 +515,9 @@ def build_real_lab(
     if cfg.num_threads > 0:
         torch.set_num_threads(cfg.num_threads)
     corpus = _corpus(cfg, seed)
-    src = _model_dir(cfg.model, cache)
+    from calibdcd.targets.packaged import checkpoint_dir
+
+    src = checkpoint_dir(cfg.model, cache)  # the one resolver of a model reference
     out_dir = Path(out_dir)
     timings: dict[str, float] = {}
     exposures = cfg.inject.repeats * cfg.inject.epochs
@@ -605,9 +585,7 @@ def build_real_lab(
             "stats": stats,
             "check": check or {"skipped": CHECK_SKIPPED},
             "timings": {k: round(v, 1) for k, v in timings.items()},
-            "versions": {"python": platform.python_version(), "torch": torch.__version__},
-            "hardware": hardware_info(),
-            "argv": sys.argv[1:],
+            **build_record("cpu", cfg.num_threads),  # trained on the CPU (see above)
         }
         (tmp / "lab.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
     discard_saves_beside(out_dir)
