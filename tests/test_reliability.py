@@ -107,17 +107,21 @@ def test_truncated_feature_npz_is_a_miss_naming_the_file(tmp_path):
     assert cache.load_arrays("features", "aa11")["z"].tolist() == [0.0, 1.0, 2.0]
 
 
-def test_veilprobe_features_cache_truncated_is_a_miss(tmp_path):
-    from calibdcd.detectors.veilprobe.detector import _load_cached_features
+def test_a_cached_feature_file_truncated_or_without_its_array_is_a_miss(tmp_path):
+    """The one reader of cached arrays, which VeilProbe's feature cache uses too (it had its
+    own copy): truncated, or lacking the array the reader needs, is a miss naming the file."""
+    from calibdcd.atomic import atomic_savez
+    from calibdcd.persist import read_cached_arrays
 
     p = tmp_path / "features" / "k.npz"
-    from calibdcd.atomic import atomic_savez
-
+    assert read_cached_arrays(p, ("z",)) is None  # absent: a miss without a warning
     atomic_savez(p, {"z": np.ones((4, 8))})
-    assert _load_cached_features(p).shape == (4, 8)
+    assert read_cached_arrays(p, ("z",))["z"].shape == (4, 8)
+    with pytest.warns(RuntimeWarning, match=f"{p}.*no array 'y'"):
+        assert read_cached_arrays(p, ("y",)) is None
     p.write_bytes(p.read_bytes()[:-10])
-    with pytest.warns(RuntimeWarning, match=str(p)):
-        assert _load_cached_features(p) is None
+    with pytest.warns(RuntimeWarning, match=f"{p}.*corrupt"):
+        assert read_cached_arrays(p, ("z",)) is None
 
 
 def test_veilprobe_perturbed_cache_with_a_torn_line(tmp_path):
@@ -462,3 +466,40 @@ def test_a_run_names_a_served_target_without_views_before_any_setting(tmp_path):
             run_experiment(cfg, tmp_path / "run", progress=False)
         assert not (tmp_path / "run" / "settings").exists()
         assert srv.successes == {} or sum(srv.successes.values()) == 0  # nothing generated
+
+
+def test_a_sampling_copy_is_published_whole_and_never_replaces_other_files(tmp_path, monkeypatch):
+    """`sampling_copy` wrote into its final directory, so a copy cut short left a checkpoint a
+    server would load half of; now it is published whole, and a directory holding anything
+    that is not the checkpoint's is refused rather than replaced."""
+    from calibdcd.targets import serve
+
+    src = tmp_path / "ckpt"
+    src.mkdir()
+    (src / "config.json").write_text("{}")
+    (src / "model.safetensors").write_bytes(b"w" * 10)
+    (src / "generation_config.json").write_text('{"top_k": 20}')
+    out = serve.sampling_copy(src, tmp_path / "copy")
+    assert json.loads((out / "generation_config.json").read_text()) == {
+        "top_k": 20,
+        "do_sample": True,
+    }
+    assert (out / "model.safetensors").read_bytes() == b"w" * 10
+    assert json.loads((src / "generation_config.json").read_text()) == {"top_k": 20}
+    assert serve.sampling_copy(src, out) == out  # made again: replaced whole
+
+    def cut_short(*args):
+        raise OSError("disk full")
+
+    with monkeypatch.context() as m:
+        m.setattr(serve.os, "link", cut_short)
+        m.setattr(serve.shutil, "copy2", cut_short)
+        with pytest.raises(OSError, match="disk full"):
+            serve.sampling_copy(src, tmp_path / "new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "copy"]
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("x")
+    with pytest.raises(FileExistsError, match=r"notes\.txt"):
+        serve.sampling_copy(src, mine)
+    assert (mine / "notes.txt").read_text() == "x"

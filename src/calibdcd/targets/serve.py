@@ -22,6 +22,8 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from calibdcd.atomic import atomic_directory
+
 __all__ = [
     "VLLM_CPU_ARGS",
     "VLLM_CPU_ENV",
@@ -141,21 +143,29 @@ def sampling_copy(model_dir: str | os.PathLike[str], out: str | os.PathLike[str]
     ``do_sample`` set it honours ``temperature`` (0 = greedy), ``top_p`` and ``seed``. Every
     other generation field is kept, so both backends inherit the same defaults (top-k ...)."""
     src, dst = Path(model_dir), Path(out)
-    dst.mkdir(parents=True, exist_ok=True)
-    for f in src.iterdir():
-        if not f.is_file() or f.name == "generation_config.json":
-            continue
-        target = dst / f.name
-        if target.exists():
-            target.unlink()
-        try:
-            os.link(f, target)
-        except OSError:
-            shutil.copy2(f, target)
+    if dst.exists():  # replaced whole: only ever a copy of this checkpoint
+        if not dst.is_dir():
+            raise NotADirectoryError(f"{dst}: exists and is not a directory")
+        own = {f.name for f in src.iterdir()} | {"generation_config.json"}
+        other = sorted(f.name for f in dst.iterdir() if f.name not in own)
+        if other:
+            raise FileExistsError(
+                f"{dst}: holds files that are not {src.name}'s ({', '.join(other[:3])}); "
+                "name a new directory for the sampling copy"
+            )
     gc_path = src / "generation_config.json"
     gc = json.loads(gc_path.read_text()) if gc_path.is_file() else {}
     gc["do_sample"] = True
-    (dst / "generation_config.json").write_text(json.dumps(gc, indent=2, sort_keys=True) + "\n")
+    # published whole: a copy cut short leaves no directory a server would load half of
+    with atomic_directory(dst, replace=True) as tmp:
+        for f in src.iterdir():
+            if not f.is_file() or f.name == "generation_config.json":
+                continue
+            try:
+                os.link(f, tmp / f.name)
+            except OSError:
+                shutil.copy2(f, tmp / f.name)
+        (tmp / "generation_config.json").write_text(json.dumps(gc, indent=2, sort_keys=True) + "\n")
     return dst
 
 
