@@ -33,6 +33,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 def _texts(path: Path, n: int, prompt_fraction: float) -> tuple[list[str], int]:
     """The first ``n`` texts of ``path`` as VeilProbe queries them, and how many it holds."""
+    from calibdcd.data.files import load_texts
     from calibdcd.detectors.veilprobe import VeilProbe, VeilProbeConfig
 
     cfg = VeilProbeConfig.preset("paper")
@@ -40,8 +41,8 @@ def _texts(path: Path, n: int, prompt_fraction: float) -> tuple[list[str], int]:
         cfg, sampling=dataclasses.replace(cfg.sampling, prompt_fraction=prompt_fraction)
     )
     detector = VeilProbe(cfg)
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [detector.query(r["text"]) for r in rows[:n]], len(rows)
+    texts = load_texts(path).texts  # the one reader of a file of texts, any format
+    return [detector.query(t) for t in texts[:n]], len(texts)
 
 
 def measure(

@@ -222,15 +222,16 @@ def run_auc(
     exe = Path(sys.executable).parent / "calibdcd"
     subprocess.run([str(exe), "run", str(path), "--no-progress"], check=True)
     seconds = time.perf_counter() - t0
-    rows = [json.loads(line) for line in (out / "auc-run" / "results.jsonl").open()]
+    from calibdcd.report.aggregate import load_results  # the report's one reader of a run
+
     table = [
         {
-            "target": r["target"],
-            "seed": r["seed"],
-            "auc_before": r["before"]["auc"],
-            "auc_after": r["after"]["auc"],
+            "target": r.target,
+            "seed": r.seed,
+            "auc_before": r.before.auc.model_dump(exclude_none=True),
+            "auc_after": r.after.auc.model_dump(exclude_none=True),
         }
-        for r in rows
+        for r in load_results(out / "auc-run")
     ]
     return {"seconds": seconds, "config": path.name, "results": table}  # no machine path
 
