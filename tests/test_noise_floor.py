@@ -55,9 +55,24 @@ def test_the_scale_factor_gives_the_n_sample_variance_of_a_mean(fraction):
 
 
 def _centroid_auc(x, y, x_pool, y_pool):
-    """A trained detector: the class-mean difference as its direction, AUC on a fixed pool."""
+    """A trained detector: the class-mean difference as its direction, AUC on a fixed pool
+    (as the Mann-Whitney statistic of the ranks: ``metrics.auc``'s value, checked below, in
+    a thirtieth of its time over the 4,300 AUCs of the simulation)."""
+    from scipy.stats import rankdata
+
     w = x[y == 1].mean(0) - x[y == 0].mean(0)
-    return auc(y_pool, x_pool @ w)
+    r = rankdata(x_pool @ w)
+    n1 = int(y_pool.sum())
+    return (r[y_pool == 1].sum() - n1 * (n1 + 1) / 2) / (n1 * (len(y_pool) - n1))
+
+
+def test_the_simulations_auc_is_the_metrics_auc():
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(40, 3)), np.r_[np.ones(20, int), np.zeros(20, int)]
+    x_pool = np.round(rng.normal(size=(300, 3)), 1)  # ties in the scores too
+    y_pool = np.r_[np.ones(150, int), np.zeros(150, int)]
+    w = x[y == 1].mean(0) - x[y == 0].mean(0)
+    assert _centroid_auc(x, y, x_pool, y_pool) == pytest.approx(auc(y_pool, x_pool @ w))
 
 
 def test_the_half_sample_interval_covers_at_the_training_set_size():
