@@ -239,6 +239,9 @@ def test_lab_pooled_pools_the_settings_of_several_runs(tmp_path_factory):
     rec = json.loads(first.read_text())
     rec["provenance"].update(commit="0" * 40, dirty=False)
     first.write_text(json.dumps(rec))
+    from calibdcd.experiment.rundir import record_setting_digests
+
+    record_setting_digests(first.parent)  # as the run at that commit wrote it (not an edit)
     where = lab_pooled.provenance([two, resumed])
     n = len(list((resumed / "settings").glob("*/result.json")))
     assert where.count("resumed across 2 commits: ") == 1 and "0000000 (1 setting)" in where

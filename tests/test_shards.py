@@ -155,6 +155,29 @@ def test_an_edited_result_is_refused_and_an_older_one_unverified(shards, tmp_pat
     assert "note: 1 result(s) carry no digests.json" in res.output and BASE in res.output
 
 
+def test_an_outdated_result_is_left_out_of_the_reports_tables(shards, tmp_path):
+    """`report` said a result was outdated (of another config) yet its tables read it:
+    load_results reads what run_progress counts as done, so the tables, the README block and
+    every benchmark script leave it out, with a warning naming it."""
+    from calibdcd.report.aggregate import load_results
+
+    _, run_dir, _ = shards
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    grid = json.loads((run / "grid.json").read_text())
+    everything = load_results(run)
+    assert len(everything) == len(grid)
+    gone = grid[0]["id"]
+    grid[0]["setting_hash"] = "0" * 16  # the config changed for this setting since it ran
+    (run / "grid.json").write_text(json.dumps(grid))
+    with pytest.warns(UserWarning, match=f"1 outdated result.*{gone}"):
+        kept = load_results(run)
+    assert len(kept) == len(grid) - 1
+    assert everything[0].setting_hash not in {r.setting_hash for r in kept}
+    res = _report(run, "-o", tmp_path / "r")
+    assert res.exit_code == 0 and "outdated (a result.json of another config" in res.output
+
+
 def test_report_out_is_never_inside_the_run_nor_a_shard(shards, tmp_path):
     """``report -o``: a file, a directory inside the run (other than its report/), a shard's
     directory are refused in one line and nothing is written; an existing directory elsewhere

@@ -151,19 +151,31 @@ def load_results(run_dir: str | Path) -> list[SettingResult]:
     :class:`~calibdcd.results.SettingResult` (results without a schema version
     are read as version 0, the same content).
 
-    Settings in ``settings/`` that are not in the grid (left by an earlier config) are not read:
-    :func:`stale_settings` lists them. A run directory without ``grid.json`` (older runs) reads
-    every setting. A ``result.json`` that cannot be parsed is skipped with a warning naming it."""
+    Which results are read is what :func:`calibdcd.experiment.rundir.run_progress` counts as
+    done, the check a resume and a merge make: a result edited after the run wrote it is an
+    error naming it (its ``digests.json`` no longer vouches for it), and one of another config
+    (its setting hash is not the grid's: "outdated", recomputed by the next run) is left out
+    with a warning naming it. Settings in ``settings/`` that are not in the grid (left by an
+    earlier config) are not read: :func:`stale_settings` lists them. A run directory without
+    ``grid.json`` (older runs) reads every setting. A ``result.json`` that cannot be parsed is
+    skipped with a warning naming it."""
+    from calibdcd.experiment.rundir import run_progress
+
     run = Path(run_dir)
     if not run.is_dir():
         raise FileNotFoundError(f"{run}: no such run directory")
-    found = {p.parent.name: p for p in (run / "settings").glob("*/result.json")}
-    ids = grid_ids(run)
-    if ids is not None:
-        found = {i: p for i, p in found.items() if i in ids}
-    if not found:
+    progress = run_progress(run)
+    if progress.outdated:
+        warnings.warn(
+            f"{run}: {len(progress.outdated)} outdated result(s) left out (of another config; "
+            f"the next run recomputes them): {', '.join(progress.outdated[:5])}"
+            + (" ..." if len(progress.outdated) > 5 else ""),
+            stacklevel=2,
+        )
+    order = list(progress.done)
+    if not order:
         raise ValueError(f"{run}: no completed setting of its grid (settings/*/result.json)")
-    order = [i for i in (ids or []) if i in found] + sorted(set(found) - set(ids or []))
+    found = {i: run / "settings" / i / "result.json" for i in order}
     out = []
     for i in order:
         try:
