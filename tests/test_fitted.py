@@ -273,6 +273,35 @@ def test_distribution_check_flags_different_texts_and_not_same_ones():
     assert not near.differ and near.warning is None
 
 
+def test_fit_reads_a_file_of_texts_as_score_and_a_run_do(tmp_path):
+    """fit's data files took only a `text` column while `score` and a run's benchmark try
+    `text`, `input`, `snippet` (a WikiMIA-style `input` file failed fit only): one default."""
+    from calibdcd.data import load_texts
+    from calibdcd.experiment.fit_config import load_fit_config
+    from calibdcd.fitted_cli import _fit_texts
+
+    for name, label in (("m.jsonl", 1), ("n.jsonl", 0)):
+        rows = [{"input": f"{name} text {i}", "label": label} for i in range(30)]
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    p = tmp_path / "fit.yaml"
+    p.write_text(
+        "target: {backend: hf, model: x}\ndetector: {name: overlap}\n"
+        "data: {members: m.jsonl, nonmembers: n.jsonl}\n"
+    )
+    texts = _fit_texts(load_fit_config(p), tmp_path)
+    assert len(texts.supervised) + len(texts.calibration) + len(texts.heldout) == 60
+    assert set(texts.supervised) <= set(load_texts(tmp_path / "m.jsonl").texts) | set(
+        load_texts(tmp_path / "n.jsonl").texts
+    )
+    (tmp_path / "both.jsonl").write_text(
+        (tmp_path / "m.jsonl").read_text() + (tmp_path / "n.jsonl").read_text()
+    )
+    p.write_text(
+        p.read_text().replace("{members: m.jsonl, nonmembers: n.jsonl}", "{path: both.jsonl}")
+    )
+    assert len(_fit_texts(load_fit_config(p), tmp_path).labels) > 0
+
+
 def test_fit_config_reports_every_problem_with_its_line(tmp_path):
     from calibdcd.experiment.fit_config import load_fit_config
 

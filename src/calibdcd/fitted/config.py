@@ -20,7 +20,8 @@ every command (``$CALIBDCD_CACHE``, else the user cache), so ``score`` run from 
 ``calibration`` + ``heldout`` (+ ``pool``). Every file is read by the one reader of benchmarks
 (:func:`calibdcd.data.load_table`, :func:`calibdcd.data.load_texts`): jsonl, json, csv, tsv,
 parquet, their ``.gz`` forms, and for lists of texts ``.txt`` (one text per line); the text
-column is ``text_field``, an ``id`` column is kept. Relative paths are relative to the config
+column is ``text_field`` (by default the first of ``text``, ``input``, ``snippet`` present, as
+for ``score``'s texts), an ``id`` column is kept. Relative paths are relative to the config
 file.
 """
 
@@ -30,6 +31,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from calibdcd.data.assemble import DEFAULT_LABEL_FIELDS, DEFAULT_TEXT_FIELDS
 
 __all__ = ["FitConfig", "parse_target_spec"]
 
@@ -61,8 +64,11 @@ class DetectorSection(_Strict):
 class DataSection(_Strict):
     lab: str | None = None
     path: str | None = None
-    text_field: str = "text"
-    label_field: str = "label"
+    #: the text / label column (a name or candidates, the first present wins); by default the
+    #: candidates every reader of texts tries (``text``, ``input``, ``snippet``; ``label``,
+    #: ``Label``), so fit reads a file as ``score`` and a run's benchmark do
+    text_field: str | list[str] = Field(default_factory=lambda: list(DEFAULT_TEXT_FIELDS))
+    label_field: str | list[str] = Field(default_factory=lambda: list(DEFAULT_LABEL_FIELDS))
     members: str | None = None
     nonmembers: str | None = None
     supervised: str | None = None

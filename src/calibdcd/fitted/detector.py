@@ -68,6 +68,7 @@ import numpy as np
 
 from calibdcd.atomic import atomic_write_bytes, atomic_write_text
 from calibdcd.calibration import CalibrationConfig
+from calibdcd.data.assemble import DEFAULT_TEXT_FIELDS
 from calibdcd.data.textkey import first_occurrences, keys, text_key
 from calibdcd.detectors.adapter import DetectorAdapter
 from calibdcd.detectors.base import (
@@ -251,7 +252,7 @@ class FitTexts:
         members: str | Path,
         nonmembers: str | Path,
         *,
-        text_field: str | Sequence[str] = "text",
+        text_field: str | Sequence[str] = DEFAULT_TEXT_FIELDS,
         **split: Any,
     ) -> FitTexts:
         """:meth:`split` of the known members and non-members read from two files by the one
