@@ -322,6 +322,28 @@ def test_fit_config_reports_every_problem_with_its_line(tmp_path):
         assert f"fit.yaml:{line}: {key}" in msg, msg
 
 
+def test_a_fit_config_checks_calibdcd_and_its_labs_as_a_run_config_does(tmp_path):
+    """A mistyped CalibDCD setting was a TypeError once the fit had built its lab and target,
+    and an unknown lab passed the dry run as "not built yet": both are config problems now,
+    with their lines, in the run config's words."""
+    from calibdcd.experiment.fit_config import load_fit_config
+
+    p = tmp_path / "fit.yaml"
+    p.write_text(
+        "target: {backend: hf, lab: mikro, model: chat-qwen}\n"
+        "detector: {name: overlap}\n"
+        "data: {lab: mikro@1}\n"
+        "calibdcd: {rankz: [3], tau: 2}\n"
+    )
+    with pytest.raises(ValueError) as err:
+        load_fit_config(p)
+    msg = str(err.value)
+    assert "fit.yaml:1: target.lab: unknown lab preset 'mikro'" in msg, msg
+    assert "fit.yaml:3: data.lab: unknown lab preset 'mikro'" in msg, msg
+    assert "fit.yaml:4: calibdcd.rankz: unknown key (did you mean 'ranks'?)" in msg, msg
+    assert "fit.yaml:4: calibdcd.tau:" in msg, msg
+
+
 def test_fit_config_reads_like_a_run_config_every_problem_at_once(tmp_path, monkeypatch):
     """${VAR} expansion (unset ones reported), the target's backend options and the detector's
     options are checked with the run configs' reader: all problems at once, each with its

@@ -51,9 +51,11 @@ def fit_config_from(
     from calibdcd.experiment.config import (
         ConfigError,
         DetectorEntry,
+        calibration_problems,
         expand_variables,
         problems_at,
         register_listed_secrets,
+        resolve_lab_ref,
     )
     from calibdcd.experiment.detector_entries import DETECTORS, detector_entry_problems
 
@@ -79,6 +81,17 @@ def fit_config_from(
         entry = DetectorEntry(name=d["name"], preset=d.get("preset"), options=options)
         bench = {"benchmarks": [{"name": d.get("benchmark") or ""}]}
         found += [(("detector", *k), m) for k, m in detector_entry_problems(entry, bench)]
+    # CalibDCD's settings and the labs, checked as a run config's are (they were first read
+    # when the fit had built its labs and target: a typo was a TypeError, an unknown lab
+    # "not built yet" in the dry run)
+    found += [(("calibdcd", *loc[1:]), m) for loc, m in calibration_problems(data.get("calibdcd"))]
+    for section in ("target", "data"):
+        part = data.get(section)
+        spec = part.get("lab") if isinstance(part, dict) else None
+        if isinstance(spec, str):
+            ref = resolve_lab_ref(spec, cache_dir=cfg.cache_root() if cfg is not None else None)
+            if isinstance(ref, str):
+                found.append(((section, "lab"), ref))
     target_ok = not any(loc[:1] == ("target",) for loc, _ in found)
     if found and reach and target_ok and isinstance(t, dict):
         found += [(("target", *k), m) for k, m in _reach_problems(t)]
