@@ -456,7 +456,7 @@ def test_inductive_bundle_scores_with_its_saved_learnt_parts(name, tmp_path):
     assert not (fresh_cache / "reference").exists()  # no reference LM fine-tuned
 
 
-def test_register_detector_makes_a_detector_buildable_by_name(request):
+def test_register_detector_makes_a_detector_buildable_by_name(request, tmp_path):
     from calibdcd.detectors import registry
     from calibdcd.detectors.base import (
         NormalizedClassifier,
@@ -505,6 +505,22 @@ def test_register_detector_makes_a_detector_buildable_by_name(request):
     assert create_detector_config("overlap-test", options={"positions": 6}).positions == 6
     assert create_detector("overlap-test", options={"positions": 2}).config.positions == 2
     assert len(built) == n_built  # the factory registered before is gone
+    # fit and score plan it as a run does: a detector registered without bars is given no
+    # `progress` option (fit wrote one into every detector's options, which a strict config
+    # refused: the built-ins each dropped it by hand)
+    from calibdcd.fitted_cli import _planned_detector
+    from calibdcd.options import replace_nested
+
+    register_detector(
+        "overlap-test",
+        params=lambda p, o, b, c: replace_nested(OverlapConfig(), dict(o)),
+        build=ContinuationOverlap,
+        replace=True,
+    )
+    spec = {"name": "overlap-test", "options": {"positions": 5}}
+    for progress in (True, False, None):
+        det = _planned_detector(spec, tmp_path, progress).build(progress=progress)
+        assert det.config.positions == 5
     with pytest.raises(ValueError, match="give a factory, or both params and build"):
         register_detector("overlap-test", params=lambda *a: None, replace=True)
     with pytest.raises(ValueError, match="not both"):

@@ -196,7 +196,7 @@ def _planned_detector(
     benchmark) planned as a run's plan plans one
     (:func:`calibdcd.experiment.detector_entries.plan_detector`, seed 0: one setting);
     ``build``: the labs and clean reference LMs its options name are built first under the
-    cache root ``cache`` (the command's ``materialize``)."""
+    cache root ``cache`` (the command's ``materialize``), with ``progress``'s bars."""
     from calibdcd.experiment.config import DetectorEntry
     from calibdcd.experiment.detector_entries import plan_detector
     from calibdcd.experiment.labs import resolve_lab_refs
@@ -204,8 +204,8 @@ def _planned_detector(
     opts = dict(spec.get("options") or {})
     if build:
         opts = resolve_lab_refs(opts, build=True, root=cache, progress=bool(progress))
-    if progress is not None:
-        opts.setdefault("progress", progress)
+    # ``progress`` is the build's (PlannedDetector.build: only to a detector registered to
+    # take it), never an option: a detector without bars has no such field
     entry = DetectorEntry(name=spec["name"], preset=spec.get("preset"), options=opts)
     return plan_detector(entry, spec.get("benchmark") or "", 0, str(cache))
 
