@@ -1118,3 +1118,17 @@ def test_fit_resolves_lab_references_under_its_own_cache_root(tmp_path, monkeypa
     built_elsewhere = sorted(p.name for p in elsewhere.iterdir()) if elsewhere.exists() else []
     assert built_elsewhere == [], built_elsewhere
     assert "reference" in json.loads((tmp_path / "bundle" / "bundle.json").read_text())["learnt"]
+
+
+def test_score_dry_run_identifies_a_lab_target_without_building_its_lab(tmp_path, monkeypatch):
+    """score --dry-run ("nothing built") trained the bundle's lab when the cache lacked it:
+    the target's record is now made without building it, the model known by its name (as
+    check_target compares a record without content); the real score still builds it."""
+    from calibdcd.fitted.config import TargetSection
+    from calibdcd.fitted_cli import _target_record
+
+    monkeypatch.delenv("CALIBDCD_LAB_ROOT", raising=False)
+    section = TargetSection(backend="hf", lab="micro", model="chat-qwen")
+    record = _target_record(section, tmp_path / "cache", build_lab=False)
+    assert (record["model"], record["lab"], record["content"]) == ("chat-qwen", "micro", None)
+    assert not (tmp_path / "cache" / "lab").exists()

@@ -83,15 +83,20 @@ def _target_parts(
     return target, record, views
 
 
-def _target_record(t: Any, cache_dir: Path) -> dict[str, Any]:
-    """A fit config's (or a bundle's) target section's identity record, without building it."""
+def _target_record(t: Any, cache_dir: Path, *, build_lab: bool = True) -> dict[str, Any]:
+    """A fit config's (or a bundle's) target section's identity record, without building the
+    target; its lab is built when ``build_lab`` (a dry run's is not: a lab model not built here
+    is identified by its name, as check_target compares a record without content)."""
+    from calibdcd.experiment.labs import resolve_lab
     from calibdcd.experiment.target_entries import model_path
     from calibdcd.targets.identity import target_record
 
-    local = Path(model_path(_target_entry(t), root=cache_dir))  # a lab's under the cache root
+    entry = _target_entry(t)
+    here = build_lab or entry.lab is None or resolve_lab(entry.lab, build=False, root=cache_dir)
+    local = Path(model_path(entry, build_lab=build_lab, root=cache_dir)) if here else None
     return target_record(
-        t.backend, t.model, model_dir=local if local.exists() else None, family=t.family,
-        lab=t.lab, options=t.options, root=cache_dir,
+        t.backend, t.model, model_dir=local if local is not None and local.exists() else None,
+        family=t.family, lab=t.lab, options=t.options, root=cache_dir,
     )  # fmt: skip
 
 
@@ -537,7 +542,7 @@ def score_command(
     cache = cache_root(cache_dir)  # the one rule: --cache-dir, $CALIBDCD_CACHE, user cache
     _preflight(tsec, header["detector"], cache)
     if dry_run:  # every check of a real score, nothing built, generated or written
-        record = _target_record(tsec, cache)
+        record = _target_record(tsec, cache, build_lab=False)
     else:
         target, record, _ = _bundle_target_parts(header, tsec, cache, progress)
     fitted = _load_bundle(bundle, record, allow_unverified)
