@@ -225,3 +225,43 @@ def test_one_resolver_says_where_a_targets_views_come_from(tmp_path):
     hf = TargetEntry(name="t", backend="hf", model="gpt2", tokenizer="server")
     with pytest.raises(ValueError, match="'server' needs a served target"):
         target_views(hf, "official", root=tmp_path)
+
+
+def test_a_server_templates_error_quotes_its_answer_with_secrets_masked_before_the_cut():
+    """The server-template reader quoted `r.text[:200]` itself: a secret the answer echoes
+    (an Authorization header) cut at the limit kept its first part through the later
+    redaction. It quotes with the one quoting the completions client uses (redact.quote_answer:
+    masked, then cut)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from calibdcd.redact import register_secret
+    from calibdcd.targets.server_template import ServerChatTemplate, ServerTemplateError
+
+    secret = "sk-proj-" + "7f3a9c2e" * 6
+    register_secret(secret)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # a proxy error page that echoes the request's headers
+            self.rfile.read(int(self.headers["Content-Length"]))
+            body = ("x" * 170 + " authorization: Bearer " + secret).encode()
+            self.send_response(502)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/v1/completions"
+        tpl = ServerChatTemplate(url, "m", headers={"Authorization": f"Bearer {secret}"})
+        with pytest.raises(ServerTemplateError, match="HTTP 502") as err:
+            tpl.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)
+    finally:
+        httpd.shutdown()
+    msg = str(err.value)
+    assert secret[:12] not in msg and "sk-proj" not in msg, msg
+    assert "authorization: Bearer ***" in msg, msg  # masked whole, within the limit

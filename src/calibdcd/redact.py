@@ -18,6 +18,7 @@ __all__ = [
     "MASK",
     "is_secret_key",
     "is_secret_var",
+    "quote_answer",
     "redact",
     "redact_tree",
     "redact_url",
@@ -89,3 +90,11 @@ def redact_tree(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return type(obj)(redact_tree(v) for v in obj)
     return obj
+
+
+def quote_answer(text: str, limit: int = 1000) -> str:
+    """A server's answer for a message: verbatim up to ``limit`` characters, quoted, every
+    known secret masked first (a server may echo the request's Authorization header; masked
+    after the cut, a secret cut in two would show its first part)."""
+    text = redact(text.strip())
+    return repr(text if len(text) <= limit else text[:limit] + "...")

@@ -106,6 +106,7 @@ from typing import Any, NamedTuple
 from urllib.parse import urlparse
 
 from calibdcd.progress import inner_bar
+from calibdcd.redact import quote_answer
 from calibdcd.targets.base import INHERIT, GenerationParams, register_backend, validate_prompts
 from calibdcd.targets.logprobs import (
     LogprobQuery,
@@ -594,17 +595,17 @@ class OpenAITarget:
             key = f"${self.api_key_env}" if self.api_key_env else "no key (api_key_env unset)"
             raise PreflightError(
                 f"{where}: the server refused the key (HTTP {r.status_code}; sent {key}): "
-                f"{_quote(r.text, 200)}"
+                f"{quote_answer(r.text, 200)}"
             )
         if r.status_code in (404, 405, 501):
             return None
         if r.status_code != 200:
-            raise PreflightError(f"{where}: HTTP {r.status_code}: {_quote(r.text, 200)}")
+            raise PreflightError(f"{where}: HTTP {r.status_code}: {quote_answer(r.text, 200)}")
         try:
             served = [str(m["id"]) for m in r.json()["data"]]
         except (ValueError, KeyError, TypeError):
             raise PreflightError(
-                f"{where}: not an OpenAI model list: {_quote(r.text, 200)}"
+                f"{where}: not an OpenAI model list: {quote_answer(r.text, 200)}"
             ) from None
         if not any(self._same_model(m) for m in served):
             raise PreflightError(
@@ -827,8 +828,8 @@ class OpenAITarget:
         except httpx.TransportError as e:  # connection reset, dropped, protocol errors
             raise _Retryable(f"connection: {type(e).__name__}") from None
         status = resp.status_code
-        said = _quote(resp.text)
-        short = _quote(resp.text, _ANSWER_CHARS)
+        said = quote_answer(resp.text)
+        short = quote_answer(resp.text, _ANSWER_CHARS)
         if status == 429 or status >= 500:
             raise _Retryable(
                 f"429: {short}" if status == 429 else f"5xx: {status} {short}",
@@ -1053,15 +1054,6 @@ def _same_model_name(served: Any, model: str, aliases: Sequence[str]) -> bool:
     if served == model or served in aliases:
         return True
     return isinstance(served, str) and "@" not in model and served.split("@", 1)[0] == model
-
-
-def _quote(text: str, limit: int = 1000) -> str:
-    """The server's own answer, verbatim up to ``limit`` characters, with every known secret
-    masked (a server may echo the request's Authorization header)."""
-    from calibdcd.redact import redact
-
-    text = redact(text.strip())
-    return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
 def _check_params(params: GenerationParams) -> None:

@@ -69,6 +69,8 @@ class ServerChatTemplate:
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         import httpx
 
+        from calibdcd.redact import quote_answer
+
         try:
             with httpx.Client(timeout=self.timeout, follow_redirects=False) as c:
                 r = c.post(
@@ -82,17 +84,21 @@ class ServerChatTemplate:
             # (vLLM also answers 404 for a model it does not serve: the body says which)
             raise ServerTemplateError(
                 f"{self.where}: the server cannot render its chat template ({path} answers HTTP "
-                f"{r.status_code}: {r.text[:160]!r}; vLLM can): name the target's family, or a "
-                "local tokenizer with its template (tokenizer: PATH)"
+                f"{r.status_code}: {quote_answer(r.text, 160)}; vLLM can): name the target's "
+                "family, or a local tokenizer with its template (tokenizer: PATH)"
             )
         if r.status_code != 200:
-            raise ServerTemplateError(f"{self.where}{path}: HTTP {r.status_code}: {r.text[:200]!r}")
+            raise ServerTemplateError(
+                f"{self.where}{path}: HTTP {r.status_code}: {quote_answer(r.text, 200)}"
+            )
         try:
             out = r.json()
         except ValueError:
             out = None
         if not isinstance(out, dict):
-            raise ServerTemplateError(f"{self.where}{path}: not a JSON object: {r.text[:200]!r}")
+            raise ServerTemplateError(
+                f"{self.where}{path}: not a JSON object: {quote_answer(r.text, 200)}"
+            )
         return out
 
     def _ids(self, body: dict[str, Any], path: str = "/tokenize") -> list[int]:
