@@ -18,6 +18,34 @@ def test_cache_root_rule(tmp_path, monkeypatch):
     assert cache_root(tmp_path / "run") == tmp_path / "run"
 
 
+def test_fit_and_score_take_their_cache_root_by_the_one_rule(tmp_path, monkeypatch):
+    """fit's --cache-dir and a fit config's cache_dir skipped the rule's check (a file given
+    as the cache root failed later, with a traceback); fit and score now say it in one line."""
+    from typer.testing import CliRunner
+
+    from calibdcd.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m.txt").write_text("a member text\n")
+    (tmp_path / "n.txt").write_text("a non-member text\n")
+    (tmp_path / "afile").write_text("x")
+    fit = ["fit", "--target", "hf:model=x", "--members", "m.txt", "--nonmembers", "n.txt",
+           "--detector", "overlap", "-o", "b", "--dry-run"]  # fmt: skip
+    for extra in (["--cache-dir", "afile"], []):
+        if not extra:
+            (tmp_path / "fit.yaml").write_text(
+                "target: {backend: hf, model: x}\ndetector: {name: overlap}\n"
+                "data: {members: m.txt, nonmembers: n.txt}\ncache_dir: afile\n"
+            )
+            args = ["fit", "fit.yaml", "-o", "b", "--dry-run"]
+        else:
+            args = fit + extra
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 2, res.output
+        assert res.output.startswith("error: ") and "is a file, not a directory" in res.output
+        assert res.output.count("\n") == 1 and "Traceback" not in res.output
+
+
 def _config(tmp_path: Path, cache_line: str) -> Path:
     p = tmp_path / "config.yaml"
     p.write_text(

@@ -21,6 +21,7 @@ import typer
 
 from calibdcd.detectors.registry import registered_detectors
 from calibdcd.errors import CommandError
+from calibdcd.paths import cache_root
 
 #: ``--detector``'s choices, as registered (the paper's, the overlap baseline, the attacks)
 _DETECTORS = " / ".join(registered_detectors())
@@ -377,9 +378,13 @@ def fit_command(
             config, target=target, members=members, nonmembers=nonmembers, detector=detector,
             preset=preset, fpr=fpr, reach=dry_run,
         )  # fmt: skip
+        # the one rule (paths.cache_root): --cache-dir, else the config's, else the shared one
+        cache_dir = (
+            cache_root(cache_dir.expanduser().resolve()) if cache_dir is not None
+            else cfg.cache_root()
+        )  # fmt: skip
     except (OSError, ValueError) as exc:
         raise CommandError(exc) from exc
-    cache_dir = cache_dir.expanduser().resolve() if cache_dir is not None else cfg.cache_root()
     _check_fit_output(cfg, config, out)  # in the dry run as in the real one
     if dry_run:
         _echo_fit_dry_run(cfg, config, out, cache_dir)
@@ -533,7 +538,7 @@ def score_command(
         raise CommandError(f"--alpha must lie in (0, 1), got {alpha:g}")
 
     from calibdcd.fitted.report import report_path, write_report
-    from calibdcd.paths import cache_root, check_output
+    from calibdcd.paths import check_output
 
     check_output(out, "file", inputs=[texts], protected=[bundle])
     page = report_path(out) if report is None else report

@@ -139,7 +139,7 @@ class FitConfig(_Strict):
         rule (``$CALIBDCD_CACHE``, else the user cache), as ``run`` and ``score`` use."""
         from calibdcd.paths import cache_root
 
-        return self.resolve(self.cache_dir) if self.cache_dir else cache_root(None)
+        return cache_root(self.resolve(self.cache_dir) if self.cache_dir else None)
 
     def resolve(self, rel: str) -> Path:
         p = Path(rel).expanduser()
