@@ -302,6 +302,22 @@ def test_fit_reads_a_file_of_texts_as_score_and_a_run_do(tmp_path):
     assert len(_fit_texts(load_fit_config(p), tmp_path).labels) > 0
 
 
+def test_max_members_draws_with_the_one_splitting_primitive():
+    """fit's max_members / max_nonmembers draw (it was hand-rolled beside the protocol's
+    stratified_draw): a seeded draw of each, order kept, a short list kept whole, and the
+    members' draw unchanged by the non-members' cap (members are drawn first)."""
+    from calibdcd.fitted_cli import _at_most
+
+    members = [f"m{i}" for i in range(50)]
+    nonmembers = [f"n{i}" for i in range(40)]
+    m, n = _at_most(members, nonmembers, 10, 100, seed=3)
+    assert len(m) == 10 and n == nonmembers and m == sorted(m, key=members.index)
+    assert _at_most(members, nonmembers, 10, 100, seed=3) == (m, n)
+    assert _at_most(members, nonmembers, 10, 5, seed=3)[0] == m
+    assert _at_most(members, nonmembers, 10, 100, seed=4)[0] != m
+    assert _at_most(members, nonmembers, None, None, seed=3) == (members, nonmembers)
+
+
 def test_fit_config_reports_every_problem_with_its_line(tmp_path):
     from calibdcd.experiment.fit_config import load_fit_config
 

@@ -127,7 +127,6 @@ def _preflight(section: Any, spec: Mapping[str, Any], cache: Path) -> None:
 
 
 def _fit_texts(cfg: Any, cache: Path) -> Any:
-    import numpy as np
 
     from calibdcd.data import load_table, load_texts
     from calibdcd.fitted import FitTexts
@@ -163,17 +162,30 @@ def _fit_texts(cfg: Any, cache: Path) -> Any:
         texts, labels = labelled(path)
         members = [t for t, y in zip(texts, labels, strict=True) if y == 1]
         nonmembers = [t for t, y in zip(texts, labels, strict=True) if y == 0]
-    rng = np.random.default_rng([cfg.seed, 0x5E1])
-    if d.max_members is not None and len(members) > d.max_members:
-        members = [members[i] for i in sorted(rng.choice(len(members), d.max_members, False))]
-    if d.max_nonmembers is not None and len(nonmembers) > d.max_nonmembers:
-        idx = sorted(rng.choice(len(nonmembers), d.max_nonmembers, False))
-        nonmembers = [nonmembers[i] for i in idx]
+    members, nonmembers = _at_most(members, nonmembers, d.max_members, d.max_nonmembers, cfg.seed)
     return FitTexts.split(
         members, nonmembers, heldout_fraction=sp.heldout_fraction,
         calibration_fraction=sp.calibration_fraction,
         n_supervised_per_class=sp.n_supervised_per_class, seed=cfg.seed,
     )  # fmt: skip
+
+
+def _at_most(
+    members: list[str], nonmembers: list[str], k_m: int | None, k_n: int | None, seed: int
+) -> tuple[list[str], list[str]]:
+    """``max_members`` / ``max_nonmembers``: a seeded draw of each, in their order, by the
+    project's one splitting primitive (:func:`calibdcd.data.protocol.stratified_draw`; a list
+    no longer than its count is kept whole and draws nothing)."""
+    import numpy as np
+
+    from calibdcd.data.protocol import stratified_draw
+
+    m, n = len(members), len(nonmembers)
+    pools = [np.arange(m), m + np.arange(n)]
+    counts = [m if k_m is None else k_m, n if k_n is None else k_n]
+    idx = stratified_draw(np.random.default_rng([seed, 0x5E1]), pools, counts)
+    both = [*members, *nonmembers]
+    return [both[i] for i in idx if i < m], [both[i] for i in idx if i >= m]
 
 
 def _check_fit_output(cfg: Any, config: Path, out: Path) -> None:
