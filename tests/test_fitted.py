@@ -318,6 +318,26 @@ def test_max_members_draws_with_the_one_splitting_primitive():
     assert _at_most(members, nonmembers, None, None, seed=3) == (members, nonmembers)
 
 
+def test_a_fit_configs_local_model_is_read_against_its_directory(tmp_path, monkeypatch):
+    """A fit config's data files were read against its directory but its local model and
+    tokenizer against the working directory: both now as a run config's targets are."""
+    from calibdcd.experiment.fit_config import load_fit_config
+
+    (tmp_path / "configs").mkdir()
+    monkeypatch.chdir(tmp_path)
+    p = tmp_path / "configs" / "fit.yaml"
+    p.write_text(
+        "target: {backend: hf, model: ./ckpt, tokenizer: ../tok}\ndetector: {name: overlap}\n"
+        "data: {members: m.txt, nonmembers: n.txt}\n"
+    )
+    cfg = load_fit_config(p)
+    assert cfg.target.model == str(tmp_path / "configs" / "ckpt")
+    assert cfg.target.tokenizer == str(tmp_path / "tok")
+    assert cfg.resolve(cfg.data.members) == tmp_path / "configs" / "m.txt"
+    p.write_text(p.read_text().replace("./ckpt, tokenizer: ../tok", "Qwen/Qwen2.5-0.5B"))
+    assert load_fit_config(p).target.model == "Qwen/Qwen2.5-0.5B"  # a hub id as written
+
+
 def test_fit_config_reports_every_problem_with_its_line(tmp_path):
     from calibdcd.experiment.fit_config import load_fit_config
 
@@ -933,7 +953,10 @@ def test_fit_from_flags_without_a_config(tmp_path, monkeypatch):
     base = ["fit", "--members", "m.txt", "--nonmembers", "n.txt", "-o", "b"]
     runner = CliRunner()
     res = runner.invoke(app, [*base, "--target", "hf:model=./nowhere", "--dry-run"])
-    assert "texts: supervised" in res.output and "target: hf ./nowhere" in res.output, res.output
+    # a local model path is read against the working directory (the command line's), as a
+    # config's is against its directory: the dry run names where it looked
+    where = tmp_path.resolve() / "nowhere"
+    assert "texts: supervised" in res.output and f"target: hf {where}" in res.output, res.output
     res = runner.invoke(app, [*base, "--target", "openai:base_url=http://127.0.0.1:9/v1,model=m,"
                                                  "concurrencyy=4", "--dry-run"])  # fmt: skip
     assert res.exit_code == 2 and "target.options.concurrencyy" in res.output

@@ -30,12 +30,12 @@ __all__ = ["fit_command", "fit_dry_run", "score_command"]
 
 
 #: a target spec's keys that are the target's fields, not its backend's options
-TARGET_FIELDS = ("model", "family", "name", "lab", "tokenizer")
 
 
 def _target_help() -> str:
     """``--target``'s example and every backend's options (read from the backends' signatures,
     as the option check reads them), for ``fit --help``."""
+    from calibdcd.fitted.config import TARGET_FIELDS
     from calibdcd.targets.base import available_backends, backend_options
 
     lines = [
@@ -103,13 +103,9 @@ def _target_record(t: Any, cache_dir: Path, *, build_lab: bool = True) -> dict[s
 
 def _target_entry(section: Any) -> Any:
     """A fit config's (or a bundle's) target section as the run's target entry."""
-    from calibdcd.experiment.config import TargetEntry
+    from calibdcd.experiment.fit_config import target_entry
 
-    return TargetEntry(
-        name=section.name, backend=section.backend, model=section.model, family=section.family,
-        lab=section.lab, options=dict(section.options),
-        tokenizer=getattr(section, "tokenizer", None),  # (a bundle's target has none)
-    )  # fmt: skip
+    return target_entry(section)
 
 
 def _preflight(section: Any, spec: Mapping[str, Any], cache: Path) -> None:

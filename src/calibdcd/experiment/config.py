@@ -100,6 +100,7 @@ __all__ = [
     "labs_of",
     "line_of",
     "load_config",
+    "local_target_paths",
     "option_strings",
     "parse_config",
     "problems_at",
@@ -505,19 +506,26 @@ def _loading(info: ValidationInfo) -> _Loading | None:
     return info.context if isinstance(info.context, _Loading) else None
 
 
-def _local_paths(t: TargetEntry, base: Path | None) -> TargetEntry:
+def local_target_paths(
+    backend: str, model: str, lab: str | None, tokenizer: str | None, base: Path | None
+) -> dict[str, str]:
     """A target's local paths (a tokenizer directory; an hf model given as a path or a GGUF
-    file) made absolute; a lab's checkpoint names and hub ids stay as written."""
-    changes: dict[str, Any] = {}
-    if t.tokenizer is not None and t.tokenizer.startswith((".", "/", "~")):
-        changes["tokenizer"] = _resolve_path(t.tokenizer, base)
-    m = t.model
+    file) made absolute against ``base`` (the config's directory), as changed fields; a lab's
+    checkpoint names and hub ids stay as written. Run and fit configs alike."""
+    changes: dict[str, str] = {}
+    if isinstance(tokenizer, str) and tokenizer.startswith((".", "/", "~")):
+        changes["tokenizer"] = _resolve_path(tokenizer, base) or tokenizer
     if (
-        t.lab is None
-        and t.backend == "hf"
-        and (m.startswith((".", "/", "~")) or Path(m).suffix == ".gguf")
+        lab is None
+        and backend == "hf"
+        and (model.startswith((".", "/", "~")) or Path(model).suffix == ".gguf")
     ):
-        changes["model"] = _resolve_path(m, base) or m
+        changes["model"] = _resolve_path(model, base) or model
+    return changes
+
+
+def _local_paths(t: TargetEntry, base: Path | None) -> TargetEntry:
+    changes = local_target_paths(t.backend, t.model, t.lab, t.tokenizer, base)
     return dataclasses.replace(t, **changes) if changes else t
 
 

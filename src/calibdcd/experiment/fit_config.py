@@ -5,17 +5,18 @@ this layer, so the reader lives here too (the fitted layer below does not import
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from calibdcd.fitted.config import FitConfig
+from calibdcd.fitted.config import TARGET_FIELDS, FitConfig
 
 if TYPE_CHECKING:
     from calibdcd.experiment.config import TargetEntry
 
-__all__ = ["fit_config_from", "load_fit_config"]
+__all__ = ["fit_config_from", "load_fit_config", "target_entry"]
 
 
 def load_fit_config(path: str | Path, *, reach: bool = False) -> FitConfig:
@@ -53,6 +54,7 @@ def fit_config_from(
         DetectorEntry,
         calibration_problems,
         expand_variables,
+        local_target_paths,
         problems_at,
         register_listed_secrets,
         resolve_lab_ref,
@@ -63,6 +65,15 @@ def fit_config_from(
     register_listed_secrets(data)
     data = expand_variables(data, (), found)
     data.setdefault("base_dir", str(base_dir))
+    t = data.get("target")
+    if isinstance(t, dict) and isinstance(t.get("model"), str):
+        # a local model or tokenizer is read against the config's directory, as its data files
+        # are and as a run config's targets are (it was read against the working directory)
+        found_paths = local_target_paths(
+            str(t.get("backend", "hf")), t["model"], t.get("lab"), t.get("tokenizer"),
+            Path(base_dir),
+        )  # fmt: skip
+        data["target"] = {**t, **found_paths}
     cfg = None
     try:
         cfg = FitConfig(**data)
@@ -101,18 +112,28 @@ def fit_config_from(
     return cfg
 
 
-def _target_entry(t: dict[str, Any]) -> TargetEntry | None:
-    """A fit config's ``target`` section as the run configs' :class:`TargetEntry` (its defaults
-    the fit config's: ``name: target``, ``backend: hf``), or None when the section is malformed
-    (its schema problems are pydantic's)."""
+def target_entry(section: Any) -> TargetEntry:
+    """A fit config's (or a bundle's) ``target`` section, as a mapping or typed, as the run
+    configs' :class:`TargetEntry`: the one conversion ``fit``, ``score``, their dry runs and
+    ``models`` use (defaults: ``name: target``, ``backend: hf``). Raises for a malformed
+    section (pydantic names what)."""
     from calibdcd.experiment.config import TargetEntry
 
-    options = t.get("options") if isinstance(t.get("options"), dict) else {}
-    fields: dict[str, Any] = {"name": "target", "backend": "hf", "options": options}
-    fields.update({k: t[k] for k in ("name", "backend", "model", "family") if k in t})
+    def get(key: str) -> Any:
+        return section.get(key) if isinstance(section, Mapping) else getattr(section, key, None)
+
+    options = get("options")
+    fields: dict[str, Any] = {"name": "target", "backend": "hf"}
+    fields.update({k: v for k in (*TARGET_FIELDS, "backend") if (v := get(k)) is not None})
+    return TargetEntry(**fields, options=dict(options) if isinstance(options, Mapping) else {})
+
+
+def _target_entry(t: dict[str, Any]) -> TargetEntry | None:
+    """:func:`target_entry`, or None when the section is malformed (its schema problems are
+    pydantic's)."""
     try:
-        return TargetEntry(**fields)
-    except (ValidationError, TypeError):
+        return target_entry(t)
+    except (ValidationError, TypeError, ValueError):
         return None
 
 

@@ -107,13 +107,12 @@ def models_in_fit_config(cfg: Any) -> list[ModelUse]:
     """The same for a fit config (:class:`calibdcd.fitted.config.FitConfig`): its target and
     its detector (``target.model``, ``detector.options.<field>``) as a one-setting plan
     resolves it (:func:`~calibdcd.experiment.detector_entries.plan_detector`, seed 0)."""
-    from calibdcd.experiment.config import DetectorEntry, TargetEntry
+    from calibdcd.experiment.config import DetectorEntry
     from calibdcd.experiment.detector_entries import plan_detector
+    from calibdcd.experiment.fit_config import target_entry
 
-    t, d = cfg.target, cfg.detector
-    target = TargetEntry(
-        name=t.name, backend=t.backend, model=t.model, lab=t.lab, tokenizer=t.tokenizer
-    )
+    d = cfg.detector
+    target = target_entry(cfg.target)
     entry = DetectorEntry(name=d.name, preset=d.preset, options=dict(d.options))
     planned = plan_detector(entry, d.benchmark or "", 0, str(cfg.cache_root()))
     return _target_uses(target, "target") + _detector_uses(entry, [planned], "detector")

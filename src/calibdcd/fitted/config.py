@@ -156,7 +156,7 @@ class FitConfig(_Strict):
 
 
 #: ``--target`` keys that are fields of the target section (the rest are backend options)
-_TARGET_FIELDS = ("name", "model", "family", "lab", "tokenizer")
+TARGET_FIELDS = ("model", "family", "name", "lab", "tokenizer")
 
 
 def parse_target_spec(spec: str) -> dict[str, Any]:
@@ -181,7 +181,7 @@ def parse_target_spec(spec: str) -> dict[str, Any]:
         parsed = yaml.safe_load(value) if value else ""
         if not isinstance(parsed, (str, int, float, bool)) or parsed is None:
             parsed = value
-        if key in _TARGET_FIELDS:
+        if key in TARGET_FIELDS:
             out[key] = str(parsed)
         else:
             out["options"][key] = parsed
