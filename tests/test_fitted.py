@@ -338,6 +338,27 @@ def test_a_fit_configs_local_model_is_read_against_its_directory(tmp_path, monke
     assert load_fit_config(p).target.model == "Qwen/Qwen2.5-0.5B"  # a hub id as written
 
 
+def test_fit_dry_run_checks_the_targets_model_as_the_runs_dry_run_does(tmp_path):
+    """fit --dry-run said OK for a lab model the lab does not have (the fit then failed after
+    building the lab and reading the texts): it checks the target where the run's dry run
+    does (target_where), and its models with the run's check (dry_run_models)."""
+    from typer.testing import CliRunner
+
+    from calibdcd.cli import app
+
+    (tmp_path / "m.txt").write_text("".join(f"member text {i}\n" for i in range(30)))
+    (tmp_path / "n.txt").write_text("".join(f"other text {i}\n" for i in range(30)))
+    cfg = tmp_path / "fit.yaml"
+    cfg.write_text(
+        "target: {backend: hf, lab: micro, model: chat-qwne}\ndetector: {name: overlap}\n"
+        "data: {members: m.txt, nonmembers: n.txt}\n"
+    )
+    res = CliRunner().invoke(app, ["fit", str(cfg), "--dry-run", "-o", str(tmp_path / "b")])
+    assert res.exit_code == 1, res.output
+    assert "target.model: " in res.output and "chat-qwne" in res.output, res.output
+    assert "dry run: OK" not in res.output
+
+
 def test_fit_config_reports_every_problem_with_its_line(tmp_path):
     from calibdcd.experiment.fit_config import load_fit_config
 

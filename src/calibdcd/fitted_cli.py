@@ -261,7 +261,9 @@ def fit_dry_run(cfg: Any, source: Path, out: Path, cache: Path) -> tuple[list[st
     """What ``fit`` would do, checked without loading any model: the texts and their split,
     the target's backend and lab, every model and dataset it needs. (lines, problems)."""
     from calibdcd.experiment.labs import resolve_lab
-    from calibdcd.experiment.model_uses import models_in_fit_config, resolve_uses
+    from calibdcd.experiment.model_uses import models_in_fit_config
+    from calibdcd.experiment.plan import plan_target
+    from calibdcd.experiment.runner import dry_run_models, target_where
     from calibdcd.experiment.runner import dry_view_bank as _dry_view_bank
     from calibdcd.experiment.target_entries import preflight_target
     from calibdcd.targets.base import available_backends
@@ -332,12 +334,17 @@ def fit_dry_run(cfg: Any, source: Path, out: Path, cache: Path) -> tuple[list[st
             else ""
         )
         lines.append(_generations_line(det, n + again, note))
+    # the target's model where a run's dry run looks for it (a lab's model, a local checkpoint),
+    # then every model the fit needs, as the run's dry run checks them
+    target_where(plan_target(_target_entry(t), cache), "target", problems, cache)
     try:
-        resolved = resolve_uses(models_in_fit_config(cfg), str(source))
-    except ValueError as exc:  # every missing model at once, or a detector that does not build
+        uses = models_in_fit_config(cfg)
+    except ValueError as exc:  # a detector that does not build
         problems.append(str(exc))
     else:
-        lines.append(f"  models and hub datasets: {len(resolved)} named, all available here")
+        models: list[str] = []
+        dry_run_models(uses, str(source), models, problems)
+        lines += [f"  {line}" for line in models]
     return lines, problems
 
 

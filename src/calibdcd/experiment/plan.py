@@ -272,7 +272,8 @@ def _planned_benchmark(
     )  # fmt: skip
 
 
-def _planned_target(entry: TargetEntry, root: Path) -> PlannedTarget:
+def plan_target(entry: TargetEntry, root: Path) -> PlannedTarget:
+    """``entry`` as a run plans it under the cache root ``root`` (nothing built or loaded)."""
     if entry.lab is not None:
         lab = resolve_lab(entry.lab, build=False, root=root)
         if lab is None:
@@ -516,7 +517,7 @@ def resolve(
         for spec in entry_labs(p.setting.benchmark, p.setting.target, p.setting.detector)
     }
     benchmarks = tuple(_planned_benchmark(b, cfg, root) for b in cfg.benchmarks)
-    targets = tuple(_planned_target(t, root) for t in cfg.targets)
+    targets = tuple(plan_target(t, root) for t in cfg.targets)
     detectors: dict[tuple[str, str, int], PlannedDetector] = {}
     planned = _plan_settings(cfg, bare, mine, benchmarks, targets, detectors, root)
     return RunPlan(
@@ -540,7 +541,7 @@ def _filled(plan: RunPlan) -> RunPlan:
     everything the plan had resolved is kept as it was."""
     cfg, root = plan.config, plan.cache_root
     specs = {a.spec for a in plan.artefacts}
-    targets = tuple(t if t.built else _planned_target(t.entry, root) for t in plan.targets)
+    targets = tuple(t if t.built else plan_target(t.entry, root) for t in plan.targets)
     benchmarks = tuple(
         b if b.built else _planned_benchmark(b.entry, cfg, root) for b in plan.benchmarks
     )

@@ -568,8 +568,17 @@ def require_models(plan: RunPlan) -> list[tuple[ModelUse, ResolvedModel]]:
 
 
 def _dry_run_models(plan: RunPlan, lines: list[str], problems: list[str]) -> None:
+    dry_run_models(models_in_plan(plan), plan.config.source or "CONFIG", lines, problems)
+
+
+def dry_run_models(
+    uses: list[ModelUse], source: str, lines: list[str], problems: list[str]
+) -> None:
+    """The dry runs' check of every model and hub dataset ``uses`` names (``run``'s and
+    ``fit``'s): each resolved here (one list of the missing ones, less those a target check
+    named already), each local checkpoint's files whole."""
     try:
-        resolved = require_models(plan)
+        resolved = resolve_uses(uses, source)
     except MissingModelsError as exc:
         # a use the target checks named already (a local checkpoint that is not there, with its
         # line in the config) is not listed a second time
@@ -784,14 +793,16 @@ def _requests_estimate(plan: RunPlan, sizes: dict[str, tuple[int, int]]) -> list
     return lines
 
 
-def _target_where(plan: RunPlan, t: Any, key: str, problems: list[str]) -> str | None:
-    """Where a planned target's model is, in words; None with its problem when it is not."""
+def target_where(t: Any, key: str, problems: list[str], root: Path) -> str | None:
+    """Where a planned target's model is, in words (its lab under the cache root ``root``);
+    None with its problem when it is not (the run's and fit's dry runs)."""
+    from calibdcd.experiment.labs import resolve_lab
     from calibdcd.experiment.target_entries import lab_model_problem
 
     e = t.entry
     if e.lab is not None:
-        lab = plan.lab_dir(e.lab)
-        ok = True if lab is not None else _lab_preset_known(e.lab, plan.cache_root)
+        lab = resolve_lab(e.lab, build=False, root=root)
+        ok = True if lab is not None else _lab_preset_known(e.lab, root)
         if ok is not True:
             problems.append(f"{key}.lab: {ok}")
             return None
@@ -850,7 +861,7 @@ def _check_target(
     if bad_options:
         problems.extend(f"{key}.options: {m}" for m in bad_options)
         return
-    where = _target_where(plan, t, key, problems)
+    where = target_where(t, key, problems, plan.cache_root)
     if where is None:
         return
     # (with the config's option checks, read_config reported it already)
