@@ -30,7 +30,12 @@ import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from calibdcd.results import RESULT_FILE, holds_setting
+from calibdcd.run_results import (
+    SETTING_DIGESTS,
+    grid_status,
+    record_setting_digests,
+    verify_setting,
+)
 
 __all__ = [
     "INPUTS_NAME",
@@ -50,10 +55,6 @@ __all__ = [
 
 LOCK_NAME = ".lock"
 STALE_DIR = ".stale"
-#: ``settings/<id>/digests.json``: the digest of each file of a setting that the report reads
-SETTING_DIGESTS = "digests.json"
-#: the files of a setting whose digests ``digests.json`` records
-DIGESTED = (RESULT_FILE, "scores.csv")
 #: ``RUN_DIR/inputs.json``: the digests of the targets' models and the detectors' configurations
 INPUTS_NAME = "inputs.json"
 
@@ -157,62 +158,6 @@ def set_aside_stale(run_dir: str | Path, grid_ids: Iterable[str]) -> list[str]:
 # --------------------------------------------------------------------------------------------
 # Digests: what a setting wrote, and what a run read
 # --------------------------------------------------------------------------------------------
-
-
-def _content_digest(path: Path) -> str:
-    """The digest (:func:`calibdcd.keys.digest`) of a run-directory file's content:
-    a JSON file by its parsed content (the same values written with other whitespace are the
-    same content), any other file by its text."""
-    from calibdcd.atomic import read_json
-    from calibdcd.keys import digest
-
-    if path.suffix == ".json":
-        return digest(read_json(path))
-    return digest(path.read_text(encoding="utf-8"))
-
-
-def record_setting_digests(setting_dir: str | Path) -> None:
-    """Write ``settings/<id>/digests.json``: the digest of each of the setting's files that the
-    report reads (``result.json``, ``scores.csv``), once ``result.json`` is written."""
-    from calibdcd.atomic import write_json
-
-    d = Path(setting_dir)
-    write_json(
-        d / SETTING_DIGESTS,
-        {name: _content_digest(d / name) for name in DIGESTED if (d / name).is_file()},
-    )
-
-
-def verify_setting(setting_dir: str | Path) -> bool:
-    """Whether the setting's ``digests.json`` vouches for its files: True when every file it
-    records has that content; False when there is no ``digests.json`` (a result written before
-    calibdcd recorded digests: unverified). Raises ValueError, one line naming the file, when a
-    file was changed or removed after the run wrote it (or ``digests.json`` is damaged)."""
-    d = Path(setting_dir)
-    path = d / SETTING_DIGESTS
-    if not path.is_file():
-        return False
-    try:
-        recorded = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(recorded, dict) or not all(isinstance(v, str) for v in recorded.values()):
-            raise ValueError("not a mapping of file names to digests")
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"{path}: damaged ({exc}); re-run the setting (delete {d})") from None
-    for name, want in recorded.items():
-        f = d / name
-        if not f.is_file():
-            raise ValueError(f"{f}: missing, but {path.name} records it; re-run the setting")
-        try:
-            have = _content_digest(f)
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"{f}: unreadable ({exc}); re-run the setting") from None
-        if have != want:
-            raise ValueError(
-                f"{f}: changed after the run wrote it (digest {have[:12]}, {path.name} records "
-                f"{want[:12]}): an edited result is neither merged nor reported; re-run the "
-                f"setting (delete {d}) or restore the file"
-            )
-    return True
 
 
 def write_inputs(run_dir: str | Path, inputs: dict[str, dict[str, str]]) -> None:
@@ -378,28 +323,9 @@ def run_progress(run_dir: str | Path) -> RunProgress:
     ``digests.json`` (:func:`verify_setting`: an edited result raises ValueError naming it). A
     run directory without ``grid.json`` (older runs) counts the results it has."""
     run = Path(run_dir)
-    settings = run / "settings"
-    grid_path = run / "grid.json"
-    if grid_path.is_file():
-        try:
-            grid = [(e["id"], e["setting_hash"]) for e in json.loads(grid_path.read_text())]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ValueError(f"{grid_path}: not a valid grid file ({exc})") from None
-    else:
-        found = sorted(p.parent.name for p in settings.glob(f"*/{RESULT_FILE}"))
-        grid = [(i, None) for i in found]
-    done, missing, outdated, unverified = [], [], [], []
-    for sid, shash in grid:
-        res = settings / sid / RESULT_FILE
-        if not res.is_file():
-            missing.append(sid)
-            continue
-        if not verify_setting(res.parent):
-            unverified.append(sid)
-        if shash is not None and not holds_setting(res, shash):  # (the report skips it, naming it)
-            outdated.append(sid)
-            continue
-        done.append(sid)
+    st = grid_status(run)  # an edited result raises here, naming it
+    grid = st.grid
+    done, missing, outdated, unverified = st.done, st.missing, st.outdated, st.unverified
     shard, part = None, ()
     spec = run / "shard.json"
     if spec.is_file():

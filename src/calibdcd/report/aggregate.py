@@ -16,7 +16,6 @@ the hierarchical paired bootstrap of :mod:`calibdcd.stats` for every comparison 
 from __future__ import annotations
 
 import csv
-import json
 import warnings
 from collections import Counter, defaultdict
 from collections.abc import Callable, Hashable, Iterable
@@ -151,20 +150,20 @@ def load_results(run_dir: str | Path) -> list[SettingResult]:
     :class:`~calibdcd.results.SettingResult` (results without a schema version
     are read as version 0, the same content).
 
-    Which results are read is what :func:`calibdcd.experiment.rundir.run_progress` counts as
-    done, the check a resume and a merge make: a result edited after the run wrote it is an
+    Which results are read is what :func:`calibdcd.run_results.grid_status` counts as done,
+    the check a resume and a merge make: a result edited after the run wrote it is an
     error naming it (its ``digests.json`` no longer vouches for it), and one of another config
     (its setting hash is not the grid's: "outdated", recomputed by the next run) is left out
     with a warning naming it. Settings in ``settings/`` that are not in the grid (left by an
     earlier config) are not read: :func:`stale_settings` lists them. A run directory without
     ``grid.json`` (older runs) reads every setting. A ``result.json`` that cannot be parsed is
     skipped with a warning naming it."""
-    from calibdcd.experiment.rundir import run_progress
+    from calibdcd.run_results import grid_status
 
     run = Path(run_dir)
     if not run.is_dir():
         raise FileNotFoundError(f"{run}: no such run directory")
-    progress = run_progress(run)
+    progress = grid_status(run)
     if progress.outdated:
         warnings.warn(
             f"{run}: {len(progress.outdated)} outdated result(s) left out (of another config; "
@@ -208,13 +207,10 @@ def score_only(detector_name: str | None) -> bool:
 
 def grid_ids(run_dir: str | Path) -> list[str] | None:
     """The setting ids of the run's grid (``grid.json``), None when the file is absent."""
-    grid = Path(run_dir) / "grid.json"
-    if not grid.is_file():
-        return None
-    try:
-        return [g["id"] for g in json.loads(grid.read_text(encoding="utf-8"))]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"{grid}: not a valid grid file ({exc})") from None
+    from calibdcd.run_results import grid_entries
+
+    grid = grid_entries(run_dir)
+    return None if grid is None else [sid for sid, _ in grid]
 
 
 def stale_settings(run_dir: str | Path) -> list[str]:
