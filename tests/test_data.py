@@ -1093,3 +1093,32 @@ def test_hub_offline_names_the_variable_that_forbids_the_hub(monkeypatch, tmp_pa
     assert hub_offline("model") == "TRANSFORMERS_OFFLINE"
     monkeypatch.setenv("HF_HUB_OFFLINE", "ON")
     assert hub_offline("model") == hub_offline("dataset") == "HF_HUB_OFFLINE"
+
+
+def test_a_generic_json_lines_benchmark_keeps_its_ids_in_every_spelling(tmp_path):
+    """A run keeps the ids of a generic JSON-lines benchmark with an `id` column; the column
+    was found by reading the first line of a `.jsonl` file by hand, so a gzipped or `.ndjson`
+    file, a byte-order mark or a leading blank line lost the ids (positional ones instead).
+    It is found as the one reader names the columns; other formats keep the reader's rule."""
+    from calibdcd.experiment.benchmark_entries import entry_id_field, load_benchmark_file
+    from calibdcd.experiment.config import BenchmarkEntry
+
+    rows = [{"id": f"t{i}", "text": f"text number {i}", "label": i % 2} for i in range(6)]
+    body = "".join(json.dumps(r) + "\n" for r in rows)
+    files = {
+        "plain.jsonl": body.encode(),
+        "lines.ndjson": body.encode(),
+        "bom.jsonl": b"\xef\xbb\xbf" + body.encode(),
+        "blank.jsonl": b"\n\n" + body.encode(),
+        "packed.jsonl.gz": gzip.compress(body.encode()),
+    }
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+        entry = BenchmarkEntry(name="mine", path=str(tmp_path / name))
+        field = entry_id_field(entry, str(tmp_path / name))
+        assert field == "id", name
+        bench = load_benchmark_file(entry, str(tmp_path / name), field)
+        assert [s.id for s in bench.samples] == [r["id"] for r in rows], name
+    (tmp_path / "table.csv").write_text("id,text,label\nt0,a text,1\nt1,b text,0\n")
+    entry = BenchmarkEntry(name="mine", path=str(tmp_path / "table.csv"))
+    assert entry_id_field(entry, str(tmp_path / "table.csv")) is None  # as before

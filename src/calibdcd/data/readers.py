@@ -101,6 +101,34 @@ def _read_jsonl(
     return records, problems, columns
 
 
+def jsonl_columns(path: str | Path) -> list[str] | None:
+    """The columns of a JSON-lines file (``.jsonl``/``.ndjson``, gzipped or not) as
+    :func:`read_records` names them, its first object's keys (blank lines and a byte-order mark
+    skipped), reading no further than that object; None for another format, a file that cannot
+    be read or one without an object (reading it says why)."""
+    path = Path(path)
+    try:
+        fmt, gz = file_format(path)
+    except ValueError:
+        return None
+    if fmt != "jsonl" or not path.is_file():
+        return None
+    try:
+        with _open_text(path, gz) as fh:
+            for raw in fh:
+                if not raw.strip():
+                    continue
+                try:
+                    obj = json.loads(raw)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(obj, dict):
+                    return list(obj)
+    except (OSError, EOFError, UnicodeDecodeError):
+        return None
+    return None
+
+
 def _read_txt(path: Path, gz: bool) -> tuple[list[Record], list[Problem], list[str]]:
     """One text per line (the line without its end), blank lines skipped."""
     records: list[Record] = []

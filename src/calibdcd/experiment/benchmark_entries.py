@@ -3,7 +3,6 @@ included) or a hub dataset, loaded through :mod:`calibdcd.data`."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -103,13 +102,10 @@ def load_benchmark_file(entry: BenchmarkEntry, path: str | None, id_field: str |
 
 
 def _guess_id_field(path: str) -> str | None:
-    """Generic jsonl files with an ``id`` column (the lab's ground truth) keep their ids."""
-    p = Path(path)
-    if p.suffix != ".jsonl" or not p.is_file():
-        return None
-    with p.open("rb") as fh:
-        first = fh.readline()
-    try:  # bytes: a bad byte anywhere is the loader's to report, with its line and column
-        return "id" if "id" in json.loads(first.decode("utf-8")) else None
-    except (json.JSONDecodeError, TypeError, UnicodeDecodeError):
-        return None
+    """Generic JSON-lines files with an ``id`` column (the lab's ground truth) keep their ids:
+    the columns as the one reader names them (:func:`calibdcd.data.readers.jsonl_columns`:
+    ``.jsonl``, ``.ndjson``, gzipped, a byte-order mark or leading blank lines alike)."""
+    from calibdcd.data.readers import jsonl_columns
+
+    columns = jsonl_columns(path)
+    return "id" if columns is not None and "id" in columns else None
