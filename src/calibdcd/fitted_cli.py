@@ -338,7 +338,7 @@ def fit_dry_run(cfg: Any, source: Path, out: Path, cache: Path) -> tuple[list[st
     # then every model the fit needs, as the run's dry run checks them
     target_where(plan_target(_target_entry(t), cache), "target", problems, cache)
     try:
-        uses = models_in_fit_config(cfg)
+        uses = models_in_fit_config(cfg, cache)
     except ValueError as exc:  # a detector that does not build
         problems.append(str(exc))
     else:
@@ -408,7 +408,7 @@ def fit_command(
 
     # every model the fit needs is here before any work, or one list of those that are not
     # (exit 1), as `calibdcd run` checks its config's
-    resolve_uses(models_in_fit_config(cfg), str(config))
+    resolve_uses(models_in_fit_config(cfg, cache_dir), str(config))
     fitted = _fit(cfg, cache_dir, progress)
     fitted.save(out)
     _echo_fitted(fitted, cfg, out)

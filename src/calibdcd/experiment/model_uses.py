@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from calibdcd.experiment.config import ExperimentConfig
@@ -103,10 +104,11 @@ def models_in_plan(plan: Any) -> list[ModelUse]:
     return uses
 
 
-def models_in_fit_config(cfg: Any) -> list[ModelUse]:
+def models_in_fit_config(cfg: Any, cache: str | Path | None = None) -> list[ModelUse]:
     """The same for a fit config (:class:`calibdcd.fitted.config.FitConfig`): its target and
     its detector (``target.model``, ``detector.options.<field>``) as a one-setting plan
-    resolves it (:func:`~calibdcd.experiment.detector_entries.plan_detector`, seed 0)."""
+    resolves it (:func:`~calibdcd.experiment.detector_entries.plan_detector`, seed 0) under the
+    command's cache root ``cache`` (default: the config's)."""
     from calibdcd.experiment.config import DetectorEntry
     from calibdcd.experiment.detector_entries import plan_detector
     from calibdcd.experiment.fit_config import target_entry
@@ -114,7 +116,7 @@ def models_in_fit_config(cfg: Any) -> list[ModelUse]:
     d = cfg.detector
     target = target_entry(cfg.target)
     entry = DetectorEntry(name=d.name, preset=d.preset, options=dict(d.options))
-    planned = plan_detector(entry, d.benchmark or "", 0, str(cfg.cache_root()))
+    planned = plan_detector(entry, d.benchmark or "", 0, str(cache or cfg.cache_root()))
     return _target_uses(target, "target") + _detector_uses(entry, [planned], "detector")
 
 
