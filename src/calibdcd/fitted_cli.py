@@ -29,9 +29,6 @@ _DETECTORS = " / ".join(registered_detectors())
 __all__ = ["fit_command", "fit_dry_run", "score_command"]
 
 
-#: a target spec's keys that are the target's fields, not its backend's options
-
-
 def _target_help() -> str:
     """``--target``'s example and every backend's options (read from the backends' signatures,
     as the option check reads them), for ``fit --help``."""
@@ -88,16 +85,14 @@ def _target_record(t: Any, cache_dir: Path, *, build_lab: bool = True) -> dict[s
     """A fit config's (or a bundle's) target section's identity record, without building the
     target; its lab is built when ``build_lab`` (a dry run's is not: a lab model not built here
     is identified by its name, as check_target compares a record without content)."""
-    from calibdcd.experiment.labs import resolve_lab
     from calibdcd.experiment.target_entries import model_path
     from calibdcd.targets.identity import target_record
 
-    entry = _target_entry(t)
-    here = build_lab or entry.lab is None or resolve_lab(entry.lab, build=False, root=cache_dir)
-    local = Path(model_path(entry, build_lab=build_lab, root=cache_dir)) if here else None
+    # an unbuilt lab's model comes back as its name, which target_record reads as a name
+    local = Path(model_path(_target_entry(t), build_lab=build_lab, root=cache_dir))
     return target_record(
-        t.backend, t.model, model_dir=local if local is not None and local.exists() else None,
-        family=t.family, lab=t.lab, options=t.options, root=cache_dir,
+        t.backend, t.model, model_dir=local if local.exists() else None, family=t.family,
+        lab=t.lab, options=t.options, root=cache_dir,
     )  # fmt: skip
 
 
@@ -123,7 +118,6 @@ def _preflight(section: Any, spec: Mapping[str, Any], cache: Path) -> None:
 
 
 def _fit_texts(cfg: Any, cache: Path) -> Any:
-
     from calibdcd.data import load_table, load_texts
     from calibdcd.fitted import FitTexts
 

@@ -324,8 +324,6 @@ def run_progress(run_dir: str | Path) -> RunProgress:
     run directory without ``grid.json`` (older runs) counts the results it has."""
     run = Path(run_dir)
     st = grid_status(run)  # an edited result raises here, naming it
-    grid = st.grid
-    done, missing, outdated, unverified = st.done, st.missing, st.outdated, st.unverified
     shard, part = None, ()
     spec = run / "shard.json"
     if spec.is_file():
@@ -336,8 +334,7 @@ def run_progress(run_dir: str | Path) -> RunProgress:
             shard = (int(info["index"]), int(info["count"]))
         except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"{spec}: not a valid shard file ({exc})") from None
-        part = tuple(shard_of([sid for sid, _ in grid], shard))
+        part = tuple(shard_of([sid for sid, _ in st.grid], shard))
     return RunProgress(
-        run, tuple(done), len(grid), tuple(missing), tuple(outdated), tuple(unverified),
-        shard, part,
-    )  # fmt: skip
+        run, st.done, len(st.grid), st.missing, st.outdated, st.unverified, shard, part
+    )

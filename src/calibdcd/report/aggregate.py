@@ -171,18 +171,17 @@ def load_results(run_dir: str | Path) -> list[SettingResult]:
             + (" ..." if len(progress.outdated) > 5 else ""),
             stacklevel=2,
         )
-    order = list(progress.done)
-    if not order:
+    if not progress.done:
         raise ValueError(f"{run}: no completed setting of its grid (settings/*/result.json)")
-    found = {i: run / "settings" / i / "result.json" for i in order}
     out = []
-    for i in order:
+    for i in progress.done:
+        path = run / "settings" / i / "result.json"
         try:
-            r = read_result(found[i])
+            r = read_result(path)
         except (OSError, ValueError) as exc:
-            warnings.warn(f"{found[i]}: unreadable result skipped ({exc})", stacklevel=2)
+            warnings.warn(f"{path}: unreadable result skipped ({exc})", stacklevel=2)
             continue
-        r.pool = read_pool(found[i].parent / "scores.csv")
+        r.pool = read_pool(path.parent / "scores.csv")
         if score_only(r.detector_name):
             # its classifier learns nothing: a noise floor a run stored before runs left it out
             # retrained nothing and measured nothing (a zero-width interval), so none is shown
